@@ -1,0 +1,358 @@
+//! The handle of a held lock.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{Error, FencingToken, LockName, LossReason};
+
+/// The state of one lease shared by the [`Lease`] handle and the renewal driver.
+pub(crate) struct LeaseCell {
+    pub(crate) name: LockName,
+    pub(crate) token: FencingToken,
+    state: Mutex<CellState>,
+    status: watch::Sender<Status>,
+}
+
+struct CellState {
+    deadline: Instant,
+    ended: bool,
+}
+
+/// What `lost()` reports; `Released` ends the watch without a loss.
+#[derive(Clone, Debug, PartialEq)]
+enum Status {
+    Held,
+    Lost(LossReason),
+    Released,
+}
+
+impl LeaseCell {
+    pub(crate) fn new(name: LockName, token: FencingToken, deadline: Instant) -> Arc<Self> {
+        Arc::new(LeaseCell {
+            name,
+            token,
+            state: Mutex::new(CellState {
+                deadline,
+                ended: false,
+            }),
+            status: watch::Sender::new(Status::Held),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, CellState> {
+        // A panic while holding this lock cannot leave the state inconsistent (plain fields).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    /// Whether the lease still counts as held right now (not lost, released or past deadline).
+    pub(crate) fn is_live(&self) -> bool {
+        let st = self.state();
+        !st.ended && Instant::now() < st.deadline
+    }
+
+    /// Moves the deadline to `new` when the lease is still held and its current deadline has
+    /// not passed. Returns false when the lease already ended or expired (a late renewal must
+    /// never resurrect it).
+    pub(crate) fn extend(&self, new: Instant) -> bool {
+        let mut st = self.state();
+        if st.ended || Instant::now() >= st.deadline {
+            return false;
+        }
+        if new > st.deadline {
+            st.deadline = new;
+        }
+        true
+    }
+
+    /// Marks the lease lost. Returns true when this call ended it.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        let mut st = self.state();
+        if st.ended {
+            return false;
+        }
+        st.ended = true;
+        drop(st);
+        tracing::warn!(lock = %self.name, token = %self.token, %reason, "lease lost");
+        self.status.send_replace(Status::Lost(reason));
+        true
+    }
+
+    /// Marks the lease released. Returns false when it had already ended.
+    pub(crate) fn mark_released(&self) -> bool {
+        let mut st = self.state();
+        if st.ended {
+            return false;
+        }
+        st.ended = true;
+        drop(st);
+        self.status.send_replace(Status::Released);
+        true
+    }
+
+    /// The loss reason, if the lease was lost or its deadline passed.
+    fn loss(&self) -> Option<LossReason> {
+        match &*self.status.borrow() {
+            Status::Lost(r) => return Some(r.clone()),
+            Status::Released => return None,
+            Status::Held => {}
+        }
+        if Instant::now() >= self.deadline() {
+            self.mark_lost(LossReason::Expired);
+            return Some(LossReason::Expired);
+        }
+        None
+    }
+
+    pub(crate) fn lost_future(self: &Arc<Self>) -> impl Future<Output = LossReason> + Send + 'static {
+        let cell = Arc::clone(self);
+        async move {
+            let mut rx = cell.status.subscribe();
+            loop {
+                let status = rx.borrow_and_update().clone();
+                match status {
+                    Status::Lost(reason) => return reason,
+                    Status::Released => return LossReason::Released,
+                    Status::Held => {}
+                }
+                let deadline = cell.deadline();
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            // The sender lives in `cell`, which we hold: unreachable, but never panic.
+                            return LossReason::Closed;
+                        }
+                    }
+                    () = tokio::time::sleep_until(deadline) => {
+                        if Instant::now() >= cell.deadline() {
+                            cell.mark_lost(LossReason::Expired);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How a [`Lease`] releases its lock; implemented by the renewal driver and the re-entrancy
+/// wrapper.
+#[async_trait]
+pub(crate) trait LeaseControl: Send + Sync + 'static {
+    /// Stops renewing the lease and deletes it at the server.
+    async fn release(&self, cell: &Arc<LeaseCell>) -> Result<(), Error>;
+    /// Deletes the lease's server entry again (guarded: never a newer holder's).
+    async fn release_again(&self, cell: &Arc<LeaseCell>) -> Result<(), Error>;
+    /// Stops renewing at once, then releases in the background on `runtime`. Never blocks.
+    fn release_detached(&self, cell: Arc<LeaseCell>, runtime: Option<Handle>);
+    /// For tests: stop renewing this lease without releasing it.
+    fn stop_renewal(&self, cell: &Arc<LeaseCell>);
+    /// How many holds a re-entrant lease has; 1 otherwise.
+    fn hold_count(&self) -> u32 {
+        1
+    }
+}
+
+/// A held lock.
+///
+/// While it is held, the locker renews it in the background. Watch [`Lease::lost`] to learn,
+/// no later than [`Lease::deadline`], that it is no longer safe to act as the holder; pass
+/// [`Lease::token`] to the resources you protect.
+///
+/// Release it with [`Lease::release`]. Dropping an unreleased lease stops its renewal at once
+/// and schedules a best-effort release on the runtime it was created on; the TTL is the
+/// backstop.
+#[must_use = "dropping a Lease releases the lock in the background; hold it while you work"]
+pub struct Lease {
+    cell: Arc<LeaseCell>,
+    ctl: Arc<dyn LeaseControl>,
+    runtime: Option<Handle>,
+    done: bool,
+}
+
+impl Lease {
+    pub(crate) fn from_parts(cell: Arc<LeaseCell>, ctl: Arc<dyn LeaseControl>) -> Self {
+        Lease {
+            cell,
+            ctl,
+            runtime: Handle::try_current().ok(),
+            done: false,
+        }
+    }
+
+    pub(crate) fn cell(&self) -> &Arc<LeaseCell> {
+        &self.cell
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.cell.name
+    }
+
+    /// The fencing token of this grant.
+    pub fn token(&self) -> FencingToken {
+        self.cell.token
+    }
+
+    /// The instant (monotonic clock) until which no one else can be granted the lock:
+    /// start of the last request that set or extended the TTL + TTL − drift.
+    pub fn deadline(&self) -> Instant {
+        self.cell.deadline()
+    }
+
+    /// Time left until [`Lease::deadline`] (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.cell.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// How many times this lease is held through a re-entrant locker (1 otherwise).
+    pub fn hold_count(&self) -> u32 {
+        self.ctl.hold_count()
+    }
+
+    /// Whether the lease is lost (or its deadline passed) right now.
+    pub fn is_lost(&self) -> bool {
+        self.cell.loss().is_some()
+    }
+
+    /// Checks that the lease is still held.
+    ///
+    /// # Errors
+    /// [`Error::Lost`] with the reason when it is not.
+    pub fn check(&self) -> Result<(), Error> {
+        match self.cell.loss() {
+            Some(reason) => Err(Error::Lost(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolves when the lease is lost, with the reason, no later than its deadline.
+    ///
+    /// Any number of tasks may await it; the future owns what it needs (`'static`) and can be
+    /// spawned. If the lease is released first, it resolves with [`LossReason::Released`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future changes nothing.
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        self.cell.lost_future()
+    }
+
+    /// A handle that can repeat the server-side release later. It deletes only this grant's
+    /// entry (compared by value, revision or node path), so calling it after the lock passed to
+    /// someone else is harmless.
+    pub fn releaser(&self) -> Releaser {
+        Releaser {
+            cell: Arc::clone(&self.cell),
+            ctl: Arc::clone(&self.ctl),
+        }
+    }
+
+    /// Releases the lock: stops renewal and deletes our entry at the server (only ours).
+    ///
+    /// # Errors
+    /// The backend's error when the delete could not be confirmed; the lease is then released
+    /// locally and expires at the server within the TTL. Use [`Lease::releaser`] to retry.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, renewal has stopped and a best-effort
+    /// release runs in the background.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.done = true;
+        let guard = DetachOnDrop {
+            cell: Some(Arc::clone(&self.cell)),
+            ctl: Arc::clone(&self.ctl),
+            runtime: self.runtime.clone(),
+        };
+        let result = self.ctl.release(&self.cell).await;
+        guard.disarm();
+        tracing::debug!(lock = %self.cell.name, token = %self.cell.token, ok = result.is_ok(), "lease released");
+        result
+    }
+
+    /// For tests and fault drills: stop renewing this lease without releasing it, as if every
+    /// renewal request failed. The lease is then lost at its deadline.
+    #[doc(hidden)]
+    pub fn stop_renewal_for_test(&self) {
+        self.ctl.stop_renewal(&self.cell);
+    }
+}
+
+/// Releases in the background if a `release` future is dropped mid-way.
+struct DetachOnDrop {
+    cell: Option<Arc<LeaseCell>>,
+    ctl: Arc<dyn LeaseControl>,
+    runtime: Option<Handle>,
+}
+
+impl DetachOnDrop {
+    fn disarm(mut self) {
+        self.cell = None;
+    }
+}
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        if let Some(cell) = self.cell.take() {
+            self.ctl.release_detached(cell, self.runtime.take());
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.ctl
+                .release_detached(Arc::clone(&self.cell), self.runtime.take());
+        }
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.cell.name)
+            .field("token", &self.cell.token)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+/// Repeats a lease's server-side release; see [`Lease::releaser`].
+#[derive(Clone)]
+pub struct Releaser {
+    cell: Arc<LeaseCell>,
+    ctl: Arc<dyn LeaseControl>,
+}
+
+impl Releaser {
+    /// Deletes this grant's server entry if it still exists; never another grant's.
+    ///
+    /// # Errors
+    /// The backend's error when the delete could not be confirmed.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the delete is guarded, so an interrupted call can simply be repeated.
+    pub async fn release(&self) -> Result<(), Error> {
+        self.cell.mark_released();
+        self.ctl.release_again(&self.cell).await
+    }
+}
+
+impl fmt::Debug for Releaser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Releaser")
+            .field("name", &self.cell.name)
+            .field("token", &self.cell.token)
+            .finish()
+    }
+}

@@ -1,0 +1,28 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod capabilities;
+mod error;
+mod fence;
+mod lease;
+mod locker;
+pub mod memory;
+mod name;
+mod options;
+mod reentrant;
+mod renewal;
+mod stats;
+mod token;
+
+pub use capabilities::{Capabilities, FencingStrength};
+pub use error::{BoxError, Error, ErrorKind, LossReason, NameError, NodeError, Result};
+pub use fence::{FenceGuard, FenceRejected};
+pub use lease::{Lease, Releaser};
+pub use locker::Locker;
+pub use memory::{MemoryLocker, MemoryServer};
+pub use name::LockName;
+pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, validate_ttl};
+pub use reentrant::Reentrant;
+pub use renewal::{RenewBackend, RenewalDriver, Renewal};
+pub use stats::{Counters, Stats};
+pub use token::FencingToken;

@@ -1,0 +1,71 @@
+//! The backend-independent locker trait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, Stats};
+
+/// A distributed mutex client. Every backend implements it with the same semantics.
+///
+/// The trait is object-safe: select a backend from configuration and keep an
+/// `Arc<dyn Locker>`.
+#[async_trait]
+pub trait Locker: Send + Sync + 'static {
+    /// Waits until the lock is granted, until `opts.wait` elapses, or until the future is
+    /// dropped.
+    ///
+    /// The returned [`Lease`] is renewed in the background until it is released or lost.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for bad options (before any I/O); [`Error::Timeout`] when the
+    /// wait elapses; [`Error::Unavailable`], [`Error::QuorumNotReached`] or [`Error::Backend`]
+    /// when the server cannot grant it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future withdraws the request: its queue entry (key, node, watch) is removed
+    /// promptly, and nothing is left behind.
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error>;
+
+    /// Makes one attempt, never waits: `Ok(None)` when someone else holds the lock.
+    ///
+    /// # Errors
+    /// As [`Locker::acquire`], without `Timeout`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves nothing behind; a failed attempt leaves nothing behind either.
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error>;
+
+    /// The lease TTL: how long a crashed holder can block others.
+    fn ttl(&self) -> Duration;
+
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The locker's counters.
+    fn stats(&self) -> Stats;
+}
+
+#[async_trait]
+impl<L: Locker + ?Sized> Locker for Arc<L> {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        (**self).acquire(name, opts).await
+    }
+
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        (**self).try_acquire(name).await
+    }
+
+    fn ttl(&self) -> Duration {
+        (**self).ttl()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+
+    fn stats(&self) -> Stats {
+        (**self).stats()
+    }
+}

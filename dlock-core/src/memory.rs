@@ -1,0 +1,393 @@
+//! An in-process backend with the same semantics as the network backends.
+//!
+//! [`MemoryServer`] plays the server: one FIFO queue per name, TTL expiry on the monotonic
+//! clock, a fencing counter per name. Any number of [`MemoryLocker`] clients share one server,
+//! the way several processes share a Redis. It is the reference the conformance suite is proven
+//! on, and a test double for code that takes an `Arc<dyn Locker>`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::options::validate_ttl;
+use crate::{
+    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Lease, LockName,
+    Locker, LossReason, RenewBackend, RenewalDriver, Renewal, Stats,
+};
+
+/// Deliberate defects, for proving that conformance checkers can fail. Never use them otherwise.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Defect {
+    /// Every grant carries token 1.
+    NoFencing,
+    /// Release deletes whoever holds the name.
+    UnguardedRelease,
+    /// A release wakes every waiter, not just the head.
+    WakeAll,
+    /// The server expires holders at half the TTL, before the client's deadline.
+    EarlyExpiry,
+    /// Grants ignore the queue order (newest waiter first).
+    Lifo,
+}
+
+#[derive(Default)]
+struct NameState {
+    holder: Option<Holder>,
+    queue: VecDeque<Waiter>,
+    fence: u64,
+}
+
+struct Holder {
+    owner: u64,
+    expires: Instant,
+}
+
+struct Waiter {
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+/// The shared state that [`MemoryLocker`] clients lock against.
+#[derive(Default)]
+pub struct MemoryServer {
+    names: Mutex<HashMap<String, NameState>>,
+    ids: AtomicU64,
+}
+
+impl std::fmt::Debug for MemoryServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryServer").finish_non_exhaustive()
+    }
+}
+
+impl MemoryServer {
+    /// A new, empty server.
+    pub fn new() -> Arc<Self> {
+        Arc::new(MemoryServer::default())
+    }
+
+    fn names(&self) -> MutexGuard<'_, HashMap<String, NameState>> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Test hook: expire the current holder of `name` now, as if its TTL ran out. The holder
+    /// learns at its next renewal. Returns whether there was a holder.
+    pub fn expire_now(&self, name: &LockName) -> bool {
+        let mut names = self.names();
+        let Some(st) = names.get_mut(name.as_str()) else { return false };
+        let had = st.holder.take().is_some();
+        if let Some(w) = st.queue.front() {
+            w.wake.notify_one();
+        }
+        had
+    }
+
+    /// Test hook for leak audits: every live entry (held name or queued waiter) whose name
+    /// starts with `prefix`, as `"held:<name>"` or `"queued:<name>"`. Expired holders do not
+    /// count.
+    pub fn entries(&self, prefix: &str) -> Vec<String> {
+        let now = Instant::now();
+        let names = self.names();
+        let mut out = Vec::new();
+        for (name, st) in names.iter().filter(|(n, _)| n.starts_with(prefix)) {
+            if st.holder.as_ref().is_some_and(|h| h.expires > now) {
+                out.push(format!("held:{name}"));
+            }
+            out.extend(st.queue.iter().map(|_| format!("queued:{name}")));
+        }
+        out.sort();
+        out
+    }
+}
+
+/// Builds a [`MemoryLocker`].
+#[derive(Debug, Clone)]
+pub struct MemoryLockerBuilder {
+    ttl: Duration,
+    server: Option<Arc<MemoryServer>>,
+    defect: Option<Defect>,
+}
+
+impl MemoryLockerBuilder {
+    /// The lease TTL (default 10 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The server to lock against (default: a new one of its own).
+    pub fn server(mut self, server: Arc<MemoryServer>) -> Self {
+        self.server = Some(server);
+        self
+    }
+
+    /// Builds in a deliberate defect (for checker tests only).
+    #[doc(hidden)]
+    pub fn defect(mut self, defect: Defect) -> Self {
+        self.defect = Some(defect);
+        self
+    }
+
+    /// Builds the locker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    pub fn build(self) -> Result<MemoryLocker, Error> {
+        let ttl = validate_ttl(self.ttl)?;
+        let counters = Arc::new(Counters::default());
+        let backend = Arc::new(Backend {
+            server: self.server.unwrap_or_default(),
+            ttl,
+            defect: self.defect,
+            counters: Arc::clone(&counters),
+        });
+        let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
+        Ok(MemoryLocker { backend, driver, counters })
+    }
+}
+
+/// An in-process [`Locker`]: FIFO, herd-free, fenced, renewed by the shared driver.
+pub struct MemoryLocker {
+    backend: Arc<Backend>,
+    driver: RenewalDriver<Backend>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for MemoryLocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLocker").field("ttl", &self.backend.ttl).finish_non_exhaustive()
+    }
+}
+
+impl MemoryLocker {
+    /// A builder with a 10 s TTL and a server of its own.
+    pub fn builder() -> MemoryLockerBuilder {
+        MemoryLockerBuilder {
+            ttl: Duration::from_secs(10),
+            server: None,
+            defect: None,
+        }
+    }
+
+    /// The server this locker locks against.
+    pub fn server(&self) -> &Arc<MemoryServer> {
+        &self.backend.server
+    }
+
+    /// How many leases this locker's renewal driver keeps alive.
+    pub fn renewing(&self) -> usize {
+        self.driver.len()
+    }
+}
+
+struct Backend {
+    server: Arc<MemoryServer>,
+    ttl: Duration,
+    defect: Option<Defect>,
+    counters: Arc<Counters>,
+}
+
+/// A held name at the memory server.
+pub struct Entry {
+    name: String,
+    owner: u64,
+}
+
+impl Backend {
+    fn server_ttl(&self) -> Duration {
+        if self.defect == Some(Defect::EarlyExpiry) { self.ttl / 2 } else { self.ttl }
+    }
+
+    /// Grants `name` to `owner` if it is free and `owner` may go next. Returns the token.
+    fn try_grant(&self, st: &mut NameState, owner: u64, now: Instant) -> Option<FencingToken> {
+        if st.holder.as_ref().is_some_and(|h| h.expires <= now) {
+            st.holder = None;
+        }
+        if st.holder.is_some() {
+            return None;
+        }
+        let my_turn = match self.defect {
+            Some(Defect::Lifo) => st.queue.back().is_none_or(|w| w.id == owner),
+            _ => st.queue.front().is_none_or(|w| w.id == owner),
+        };
+        if !my_turn {
+            return None;
+        }
+        st.queue.retain(|w| w.id != owner);
+        st.fence += 1;
+        st.holder = Some(Holder { owner, expires: now + self.server_ttl() });
+        let token = if self.defect == Some(Defect::NoFencing) { 1 } else { st.fence };
+        Some(FencingToken(token))
+    }
+
+    fn wake_next(&self, st: &NameState) {
+        if self.defect == Some(Defect::WakeAll) {
+            st.queue.iter().for_each(|w| w.wake.notify_one());
+        } else if let Some(w) = st.queue.front() {
+            w.wake.notify_one();
+        }
+    }
+}
+
+#[async_trait]
+impl RenewBackend for Backend {
+    type Entry = Entry;
+
+    async fn renew(&self, entries: &[Arc<Entry>]) -> Result<Vec<Renewal>, Error> {
+        self.counters.add_requests(1);
+        let now = Instant::now();
+        let mut names = self.server.names();
+        Ok(entries
+            .iter()
+            .map(|e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
+                Some(h) if h.owner == e.owner && h.expires > now => {
+                    h.expires = now + self.server_ttl();
+                    Renewal::Extended
+                }
+                _ => Renewal::Lost(LossReason::Gone("the name has another holder or none".into())),
+            })
+            .collect())
+    }
+
+    async fn release(&self, entry: &Entry) -> Result<(), Error> {
+        self.counters.add_requests(1);
+        let mut names = self.server.names();
+        if let Some(st) = names.get_mut(&entry.name) {
+            let ours = st.holder.as_ref().is_some_and(|h| h.owner == entry.owner);
+            if ours || (self.defect == Some(Defect::UnguardedRelease) && st.holder.is_some()) {
+                st.holder = None;
+                self.wake_next(st);
+            }
+            if st.holder.is_none() && st.queue.is_empty() && st.fence == 0 {
+                names.remove(&entry.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes a waiter's queue entry if its acquire is dropped or fails.
+struct QueueGuard<'a> {
+    backend: &'a Backend,
+    name: &'a str,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for QueueGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut names = self.backend.server.names();
+        if let Some(st) = names.get_mut(self.name) {
+            let was_head = st.queue.front().is_some_and(|w| w.id == self.id);
+            st.queue.retain(|w| w.id != self.id);
+            if was_head {
+                self.backend.wake_next(st);
+            }
+        }
+    }
+}
+
+impl MemoryLocker {
+    fn grant(&self, name: &LockName, token: FencingToken, owner: u64, start: Instant) -> Lease {
+        tracing::debug!(lock = %name, %token, "granted");
+        self.driver.register(
+            name.clone(),
+            token,
+            start,
+            Entry { name: name.as_str().to_owned(), owner },
+        )
+    }
+}
+
+#[async_trait]
+impl Locker for MemoryLocker {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        opts.validate()?;
+        let began = Instant::now();
+        let until = opts.wait.map(|w| began + w);
+        let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let wake = Arc::new(Notify::new());
+        let b = &*self.backend;
+        {
+            let start = Instant::now();
+            self.counters.add_requests(1);
+            let mut names = b.server.names();
+            let st = names.entry(name.as_str().to_owned()).or_default();
+            if let Some(token) = b.try_grant(st, owner, start) {
+                drop(names);
+                return Ok(self.grant(name, token, owner, start));
+            }
+            st.queue.push_back(Waiter { id: owner, wake: Arc::clone(&wake) });
+        }
+        self.counters.add_waits(1);
+        let mut guard = QueueGuard { backend: b, name: name.as_str(), id: owner, armed: true };
+        loop {
+            // Sleep until notified, the holder's expiry (timer fallback), or our wait's end.
+            let holder_expiry = {
+                let names = b.server.names();
+                names.get(name.as_str()).and_then(|st| st.holder.as_ref().map(|h| h.expires))
+            };
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {}
+                () = tokio::time::sleep_until(until.unwrap_or(far)) => {}
+            }
+            self.counters.add_wakeups(1);
+            let start = Instant::now();
+            self.counters.add_requests(1);
+            let mut names = b.server.names();
+            let st = names.entry(name.as_str().to_owned()).or_default();
+            if let Some(token) = b.try_grant(st, owner, start) {
+                drop(names);
+                guard.armed = false;
+                return Ok(self.grant(name, token, owner, start));
+            }
+            if until.is_some_and(|u| start >= u) {
+                drop(names);
+                drop(guard);
+                return Err(Error::Timeout { waited: began.elapsed() });
+            }
+        }
+    }
+
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
+        let start = Instant::now();
+        self.counters.add_requests(1);
+        let mut names = self.backend.server.names();
+        let st = names.entry(name.as_str().to_owned()).or_default();
+        match self.backend.try_grant(st, owner, start) {
+            Some(token) => {
+                drop(names);
+                Ok(Some(self.grant(name, token, owner, start)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        self.backend.ttl
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(self.backend.ttl)
+            .with_fair_queue(true, self.backend.defect != Some(Defect::WakeAll))
+            .with_fencing(FencingStrength::Linearizable)
+            .with_crash_release_slack(Duration::from_millis(50))
+    }
+
+    fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+}

@@ -1,0 +1,94 @@
+//! Options for acquiring and for building lockers, validated before any I/O.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// The shortest lease TTL a locker accepts.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The longest lease TTL a locker accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The longest wait `acquire` accepts (longer waits are almost surely a unit mistake).
+pub const MAX_WAIT: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Options of one [`Locker::acquire`](crate::Locker::acquire) call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// How long to wait for the lock; `None` waits until granted or cancelled.
+    pub wait: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// Wait until granted or cancelled.
+    pub fn forever() -> Self {
+        AcquireOptions { wait: None }
+    }
+
+    /// Wait at most `wait`, then fail with [`Error::Timeout`].
+    pub fn wait(wait: Duration) -> Self {
+        AcquireOptions { wait: Some(wait) }
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] when the wait is longer than [`MAX_WAIT`].
+    pub fn validate(&self) -> Result<(), Error> {
+        match self.wait {
+            Some(w) if w > MAX_WAIT => Err(Error::invalid_option(
+                "wait",
+                format!("{w:?} is longer than the maximum {MAX_WAIT:?}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Checks a lease TTL given to a locker builder.
+///
+/// # Errors
+/// [`Error::InvalidOption`] when the TTL is below [`MIN_TTL`] (zero included) or above
+/// [`MAX_TTL`].
+pub fn validate_ttl(ttl: Duration) -> Result<Duration, Error> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid_option(
+            "ttl",
+            format!("{ttl:?} is shorter than the minimum {MIN_TTL:?}"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_option(
+            "ttl",
+            format!("{ttl:?} is longer than the maximum {MAX_TTL:?}"),
+        ));
+    }
+    Ok(ttl)
+}
+
+/// The clock-drift allowance subtracted from a TTL: `ttl / 100 + 2 ms`, as in Redlock.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_millis(99)).is_err());
+        assert!(validate_ttl(Duration::from_millis(100)).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
+        assert!(AcquireOptions::wait(MAX_WAIT * 2).validate().is_err());
+        assert!(AcquireOptions::forever().validate().is_ok());
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms() {
+        assert_eq!(drift(Duration::from_secs(1)), Duration::from_millis(12));
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+}

@@ -1,0 +1,1 @@
+//! dlock backend for etcd (in progress).

@@ -1,0 +1,1 @@
+//! dlock backend for zk (in progress).
