@@ -1,5 +1,7 @@
-//! The one scenario list every dlock backend must pass (in progress).
+//! The one scenario list every dlock backend must pass, its checkers, the fault tools and the
+//! real-server harness.
 
 mod backend;
+pub mod servers;
 
 pub use backend::{ClientOptions, TestBackend};

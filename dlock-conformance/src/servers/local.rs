@@ -1,0 +1,274 @@
+//! The `local` provider: the Debian-packaged binaries, on free loopback ports in temp dirs.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::process::Launch;
+use super::{HarnessError, ServerKind};
+
+/// ZooKeeper's jar as packaged by Debian.
+pub const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+/// Whether the server binaries for `kind` are here; the apt-get hint otherwise.
+pub(crate) fn check_installed(kind: ServerKind) -> Result<(), HarnessError> {
+    let (found, pkg) = match kind {
+        ServerKind::Redis => (which("redis-server").is_some(), "redis-server"),
+        ServerKind::Etcd => (which("etcd").is_some(), "etcd-server etcd-client"),
+        ServerKind::Zk => (
+            which("java").is_some() && Path::new(ZK_JAR).exists(),
+            "zookeeper default-jre-headless",
+        ),
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(HarnessError::Missing {
+            kind,
+            hint: format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkg}"),
+        })
+    }
+}
+
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// `n` distinct free loopback ports (all bound at once, then released).
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| HarnessError::Io(format!("cannot find a free port: {e}")))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| HarnessError::Io(format!("cannot find a free port: {e}")))
+}
+
+fn fsync() -> bool {
+    std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// The ports one node needs.
+pub(crate) fn ports_per_node(kind: ServerKind) -> usize {
+    match kind {
+        ServerKind::Redis => 1,
+        ServerKind::Etcd => 2,
+        ServerKind::Zk => 3,
+    }
+}
+
+static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// How to launch every node of a `kind` cluster with the given ports (`ports_per_node` each),
+/// data under `dir`. Writes config files.
+pub(crate) fn launches(kind: ServerKind, dir: &Path, ports: &[Vec<u16>]) -> Result<Vec<Launch>, HarnessError> {
+    let n = ports.len();
+    let mut out = Vec::with_capacity(n);
+    match kind {
+        ServerKind::Redis => {
+            for (i, p) in ports.iter().enumerate() {
+                let data = dir.join(format!("redis{i}"));
+                mkdir(&data)?;
+                out.push(Launch {
+                    program: PathBuf::from("redis-server"),
+                    args: [
+                        "--port",
+                        &p[0].to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                        "--dir",
+                        &path_str(&data),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                    cwd: Some(data),
+                    env: Vec::new(),
+                });
+            }
+        }
+        ServerKind::Etcd => {
+            let token = format!(
+                "dlock-{}-{}",
+                std::process::id(),
+                CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed)
+            );
+            let initial = ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("n{i}=http://127.0.0.1:{}", p[1]))
+                .collect::<Vec<_>>()
+                .join(",");
+            for (i, p) in ports.iter().enumerate() {
+                let data = dir.join(format!("etcd{i}"));
+                let client = format!("http://127.0.0.1:{}", p[0]);
+                let peer = format!("http://127.0.0.1:{}", p[1]);
+                let mut args: Vec<String> = [
+                    "--name",
+                    &format!("n{i}"),
+                    "--data-dir",
+                    &path_str(&data),
+                    "--listen-client-urls",
+                    &client,
+                    "--advertise-client-urls",
+                    &client,
+                    "--listen-peer-urls",
+                    &peer,
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                    "--initial-cluster",
+                    &initial,
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    &token,
+                    "--logger",
+                    "zap",
+                    "--log-outputs",
+                    "stderr",
+                    "--log-level",
+                    "warn",
+                    "--heartbeat-interval",
+                    "50",
+                    "--election-timeout",
+                    "500",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                if !fsync() {
+                    args.push("--unsafe-no-fsync".into());
+                }
+                out.push(Launch {
+                    program: PathBuf::from("etcd"),
+                    args,
+                    cwd: Some(dir.to_path_buf()),
+                    env: Vec::new(),
+                });
+            }
+        }
+        ServerKind::Zk => {
+            for (i, p) in ports.iter().enumerate() {
+                let node_dir = dir.join(format!("zk{i}"));
+                let data = node_dir.join("data");
+                mkdir(&data)?;
+                let mut cfg = format!(
+                    "tickTime=100\ninitLimit=50\nsyncLimit=20\ndataDir={}\nclientPort={}\n\
+                     clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nminSessionTimeout=200\n\
+                     maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
+                     forceSync={}\n",
+                    path_str(&data),
+                    p[0],
+                    if fsync() { "yes" } else { "no" }
+                );
+                if n > 1 {
+                    for (j, q) in ports.iter().enumerate() {
+                        cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", j + 1, q[1], q[2]));
+                    }
+                    write(&data.join("myid"), &format!("{}\n", i + 1))?;
+                }
+                let cfg_path = node_dir.join("zoo.cfg");
+                write(&cfg_path, &cfg)?;
+                let mut cp = ZK_JAR.to_string();
+                if Path::new("/usr/share/java/slf4j-simple.jar").exists() {
+                    cp.push_str(":/usr/share/java/slf4j-simple.jar");
+                }
+                out.push(Launch {
+                    program: PathBuf::from("java"),
+                    args: [
+                        "-Xms32m",
+                        "-Xmx256m",
+                        "-XX:+UseSerialGC",
+                        "-XX:TieredStopAtLevel=1",
+                        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                        "-Dzookeeper.admin.enableServer=false",
+                        "-cp",
+                        &cp,
+                        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                        &path_str(&cfg_path),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                    cwd: Some(node_dir),
+                    env: Vec::new(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn mkdir(p: &Path) -> Result<(), HarnessError> {
+    std::fs::create_dir_all(p).map_err(|e| HarnessError::Io(format!("cannot create {}: {e}", p.display())))
+}
+
+fn write(p: &Path, text: &str) -> Result<(), HarnessError> {
+    std::fs::write(p, text).map_err(|e| HarnessError::Io(format!("cannot write {}: {e}", p.display())))
+}
+
+/// One request/reply exchange over a fresh connection; the reply read until EOF or `until`
+/// appears.
+fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<String> {
+    let timeout = Duration::from_millis(500);
+    let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    s.write_all(request).ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if String::from_utf8_lossy(&buf).contains(until) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Whether the server at `addr` serves requests (protocol-level check, not just the port).
+pub fn probe(kind: ServerKind, addr: SocketAddr) -> bool {
+    match kind {
+        ServerKind::Redis => exchange(addr, b"PING\r\n", "\r\n").is_some_and(|r| r.starts_with("+PONG")),
+        ServerKind::Etcd => exchange(
+            addr,
+            b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+            "}",
+        )
+        .is_some_and(|r| r.contains("\"health\":\"true\"")),
+        ServerKind::Zk => exchange(addr, b"srvr", "\u{0}")
+            .is_some_and(|r| r.contains("Mode: standalone") || r.contains("Mode: leader") || r.contains("Mode: follower")),
+    }
+}
+
+/// The ZooKeeper mode of the node at `addr` (`leader`, `follower`, `standalone`), if serving.
+pub fn zk_mode(addr: SocketAddr) -> Option<String> {
+    let reply = exchange(addr, b"srvr", "\u{0}")?;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_string()))
+}

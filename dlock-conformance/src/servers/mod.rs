@@ -1,0 +1,333 @@
+//! Real servers for tests, benches and examples: Redis, etcd and ZooKeeper, single nodes and
+//! clusters, with per-node kill / pause / resume / restart.
+//!
+//! Providers, chosen per [`Cluster::start`] / [`Cluster::shared`] call:
+//! - **external**: `DLOCK_REDIS_URLS`, `DLOCK_ETCD_ENDPOINTS` or `DLOCK_ZK_CONNECT`
+//!   (comma-separated) name running servers; used when set and its node count matches. No
+//!   process is started and the fault methods return [`HarnessError::External`].
+//! - **local** (the default here): the Debian-packaged binaries as direct child processes on
+//!   free loopback ports, each in a temp dir; killed with their process group at teardown.
+//! - **containers** (cargo feature `containers`): image and port configuration for
+//!   testcontainers, see [`containers`](self::containers) when the feature is on.
+//!
+//! ```no_run
+//! use dlock_conformance::servers::{Cluster, ServerKind};
+//! let cluster = Cluster::shared(ServerKind::Redis, 1)?;
+//! println!("redis at {}", cluster.endpoints()[0]);
+//! # Ok::<(), dlock_conformance::servers::HarnessError>(())
+//! ```
+
+mod external;
+pub mod local;
+mod node;
+mod process;
+
+#[cfg(feature = "containers")]
+pub mod containers;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use node::Node;
+
+/// Which server a cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerKind {
+    /// `redis-server`, standalone, no persistence. N nodes are N independent masters (Redlock).
+    Redis,
+    /// `etcd`; N nodes form one raft cluster.
+    Etcd,
+    /// ZooKeeper (`QuorumPeerMain`); N > 1 nodes form one ensemble.
+    Zk,
+}
+
+impl ServerKind {
+    /// The environment variable of the external provider for this kind.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            ServerKind::Redis => "DLOCK_REDIS_URLS",
+            ServerKind::Etcd => "DLOCK_ETCD_ENDPOINTS",
+            ServerKind::Zk => "DLOCK_ZK_CONNECT",
+        }
+    }
+
+    /// A short lowercase name (`redis`, `etcd`, `zk`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerKind::Redis => "redis",
+            ServerKind::Etcd => "etcd",
+            ServerKind::Zk => "zk",
+        }
+    }
+
+    /// The endpoint string clients use for a node at `addr`.
+    pub fn endpoint(self, addr: SocketAddr) -> String {
+        match self {
+            ServerKind::Redis => format!("redis://{addr}"),
+            ServerKind::Etcd => format!("http://{addr}"),
+            ServerKind::Zk => addr.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why the harness could not provide or operate a server.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// The server binaries are not installed; `hint` is the command that installs them.
+    /// With `CI` set, callers must treat this as a failure, never as a skip.
+    Missing {
+        /// The server kind.
+        kind: ServerKind,
+        /// The install command.
+        hint: String,
+    },
+    /// A server did not become ready; `logs` is its captured output.
+    NotReady {
+        /// What did not become ready.
+        what: String,
+        /// Captured server output.
+        logs: String,
+    },
+    /// The operation needs a process this harness started, but the cluster is external.
+    External(String),
+    /// An external provider variable could not be parsed.
+    BadEnv(String),
+    /// An OS-level failure (spawn, signal, temp dir, port).
+    Io(String),
+}
+
+impl HarnessError {
+    /// Whether this is [`HarnessError::Missing`] and the `CI` variable is unset, so that a test
+    /// may skip (with this error as its printed reason) instead of failing.
+    pub fn may_skip(&self) -> bool {
+        matches!(self, HarnessError::Missing { .. }) && std::env::var_os("CI").is_none()
+    }
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HarnessError::Missing { kind, hint } => {
+                write!(f, "{kind} server binaries are not installed; install them with: {hint}")
+            }
+            HarnessError::NotReady { what, logs } => {
+                write!(f, "{what} did not become ready; its output:\n{logs}")
+            }
+            HarnessError::External(what) => write!(f, "cannot {what}: the cluster is external"),
+            HarnessError::BadEnv(why) => write!(f, "bad external server variable: {why}"),
+            HarnessError::Io(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {}
+
+/// How long a start or restart may take before it is reported as [`HarnessError::NotReady`].
+pub const READY_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// A running set of server nodes of one kind.
+pub struct Cluster {
+    kind: ServerKind,
+    nodes: Vec<Node>,
+    external: bool,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("kind", &self.kind)
+            .field("endpoints", &self.endpoints())
+            .field("external", &self.external)
+            .finish()
+    }
+}
+
+type SharedMap = HashMap<(ServerKind, usize), Result<Arc<Cluster>, HarnessError>>;
+static SHARED: Mutex<Option<SharedMap>> = Mutex::new(None);
+
+impl Cluster {
+    /// The cluster of `kind` with `nodes` nodes shared by every caller in this process; started
+    /// on first use (or taken from the external provider), killed at process exit.
+    ///
+    /// Do not kill or pause nodes of a shared cluster: other tests use it. Use
+    /// [`Cluster::start`] for destructive tests.
+    ///
+    /// # Errors
+    /// [`HarnessError::Missing`] when the binaries are absent (see
+    /// [`HarnessError::may_skip`]), [`HarnessError::NotReady`] when a server did not start.
+    /// A failed start is remembered: later calls return the same error at once.
+    pub fn shared(kind: ServerKind, nodes: usize) -> Result<Arc<Cluster>, HarnessError> {
+        let mut guard = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let map = guard.get_or_insert_with(HashMap::new);
+        if let Some(found) = map.get(&(kind, nodes)) {
+            return found.clone();
+        }
+        let started = Cluster::start(kind, nodes).map(|mut c| {
+            // Shared clusters live in a static that is never dropped: the atexit handler
+            // kills their processes and removes their data dir.
+            if let Some(dir) = c.dir.take() {
+                process::register_dir(dir.keep());
+            }
+            Arc::new(c)
+        });
+        map.insert((kind, nodes), started.clone());
+        started
+    }
+
+    /// Starts a private cluster of `kind` with `nodes` nodes (or takes it from the external
+    /// provider); its processes are killed when it is dropped. Blocks until every node is ready.
+    ///
+    /// # Errors
+    /// As [`Cluster::shared`].
+    pub fn start(kind: ServerKind, nodes: usize) -> Result<Cluster, HarnessError> {
+        if nodes == 0 {
+            return Err(HarnessError::Io("a cluster needs at least one node".into()));
+        }
+        if let Some(addrs) = external::addrs(kind, nodes)? {
+            let nodes = addrs
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| Node::external(kind, i, a))
+                .collect();
+            return Ok(Cluster { kind, nodes, external: true, dir: None });
+        }
+        local::check_installed(kind)?;
+        let mut last = None;
+        for _attempt in 0..3 {
+            match Cluster::start_local(kind, nodes) {
+                Ok(c) => return Ok(c),
+                // A port taken between choosing and binding shows as a failed start: retry
+                // on fresh ports.
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| HarnessError::Io("cluster start failed".into())))
+    }
+
+    fn start_local(kind: ServerKind, n: usize) -> Result<Cluster, HarnessError> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("dlock-{kind}-"))
+            .tempdir()
+            .map_err(|e| HarnessError::Io(format!("cannot create a temp dir: {e}")))?;
+        let per = local::ports_per_node(kind);
+        let flat = local::free_ports(per * n)?;
+        let ports: Vec<Vec<u16>> = flat.chunks(per).map(<[u16]>::to_vec).collect();
+        let launches = local::launches(kind, dir.path(), &ports)?;
+        let mut nodes = Vec::with_capacity(n);
+        for (i, (launch, p)) in launches.into_iter().zip(&ports).enumerate() {
+            let addr = SocketAddr::from(([127, 0, 0, 1], p[0]));
+            nodes.push(Node::local(kind, i, addr, launch)?);
+        }
+        let cluster = Cluster { kind, nodes, external: false, dir: Some(dir) };
+        cluster.wait_ready(READY_TIMEOUT)?;
+        tracing::info!(%kind, nodes = n, endpoints = ?cluster.endpoints(), "cluster ready");
+        Ok(cluster)
+    }
+
+    /// Waits until every node serves requests.
+    ///
+    /// # Errors
+    /// [`HarnessError::NotReady`] with the logs when `timeout` passes or a node exits.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<(), HarnessError> {
+        let until = Instant::now() + timeout;
+        for node in &self.nodes {
+            node.wait_ready(until)?;
+        }
+        Ok(())
+    }
+
+    /// The server kind.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// Whether the servers come from the external provider.
+    pub fn is_external(&self) -> bool {
+        self.external
+    }
+
+    /// Client endpoints in node order: `redis://127.0.0.1:P`, `http://127.0.0.1:P` or
+    /// `127.0.0.1:P` (ZooKeeper).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.endpoint().to_string()).collect()
+    }
+
+    /// Client addresses in node order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.nodes.iter().map(Node::addr).collect()
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the cluster has no node (never true for a started cluster).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i` (node order as in [`Cluster::endpoints`]).
+    ///
+    /// # Panics
+    /// When `i >= len()`: a bug in the calling test.
+    pub fn node(&self, i: usize) -> &Node {
+        &self.nodes[i]
+    }
+
+    /// Every node.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The `DLOCK_*` variable that makes [`Cluster::shared`] in a child process reach these
+    /// same servers.
+    pub fn external_env(&self) -> Vec<(String, String)> {
+        vec![(self.kind.env_var().to_string(), self.endpoints().join(","))]
+    }
+
+    /// The captured output of every node, with a header per node.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("==== {} node {} ({}) ====\n{}", self.kind, n.index(), n.endpoint(), n.logs()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The index of the ZooKeeper leader (the node whose `srvr` reports `Mode: leader`).
+    /// `None` for other kinds or when no node reports it.
+    pub fn zk_leader(&self) -> Option<usize> {
+        if self.kind != ServerKind::Zk {
+            return None;
+        }
+        self.nodes
+            .iter()
+            .position(|n| local::zk_mode(n.addr()).as_deref() == Some("leader"))
+    }
+
+    /// The temp dir holding the nodes' data (local provider, private clusters).
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.path().to_path_buf())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            node.kill_quietly();
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! One server node: its process, its captured output, and the faults tests inflict on it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::Child;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::process::{self, Launch};
+use super::{HarnessError, READY_TIMEOUT, ServerKind, local};
+
+/// Captured output is kept up to this many bytes (the tail).
+const LOG_CAP: usize = 512 * 1024;
+
+/// One server node of a [`Cluster`](super::Cluster).
+pub struct Node {
+    kind: ServerKind,
+    index: usize,
+    addr: SocketAddr,
+    endpoint: String,
+    launch: Option<Launch>,
+    child: Mutex<Option<Child>>,
+    paused: Mutex<bool>,
+    log: Arc<Mutex<String>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("kind", &self.kind)
+            .field("index", &self.index)
+            .field("endpoint", &self.endpoint)
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Node {
+    pub(crate) fn external(kind: ServerKind, index: usize, addr: SocketAddr) -> Node {
+        Node {
+            kind,
+            index,
+            addr,
+            endpoint: kind.endpoint(addr),
+            launch: None,
+            child: Mutex::new(None),
+            paused: Mutex::new(false),
+            log: Arc::new(Mutex::new(String::from("(external server: no output captured)\n"))),
+        }
+    }
+
+    pub(crate) fn local(kind: ServerKind, index: usize, addr: SocketAddr, launch: Launch) -> Result<Node, HarnessError> {
+        let node = Node {
+            kind,
+            index,
+            addr,
+            endpoint: kind.endpoint(addr),
+            launch: Some(launch),
+            child: Mutex::new(None),
+            paused: Mutex::new(false),
+            log: Arc::new(Mutex::new(String::new())),
+        };
+        node.spawn()?;
+        Ok(node)
+    }
+
+    fn spawn(&self) -> Result<(), HarnessError> {
+        let Some(launch) = &self.launch else {
+            return Err(HarnessError::External("start a server".into()));
+        };
+        let mut child = process::spawn(launch.clone())
+            .map_err(|e| HarnessError::Io(format!("cannot start {}: {e}", launch.program.display())))?;
+        append(&self.log, &format!("---- started pid {} ----\n", child.id()));
+        if let Some(out) = child.stdout.take() {
+            capture(out, Arc::clone(&self.log));
+        }
+        if let Some(err) = child.stderr.take() {
+            capture(err, Arc::clone(&self.log));
+        }
+        *lock(&self.child) = Some(child);
+        *lock(&self.paused) = false;
+        Ok(())
+    }
+
+    /// Waits until the node serves requests or `until` passes.
+    pub(crate) fn wait_ready(&self, until: Instant) -> Result<(), HarnessError> {
+        loop {
+            if let Some(child) = lock(&self.child).as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(HarnessError::NotReady {
+                        what: format!("{} node {} ({}) exited with {status}", self.kind, self.index, self.endpoint),
+                        logs: self.logs(),
+                    });
+                }
+            }
+            if local::probe(self.kind, self.addr) {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(HarnessError::NotReady {
+                    what: format!("{} node {} ({})", self.kind, self.index, self.endpoint),
+                    logs: self.logs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The node's index in its cluster.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The node's client address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The node's client endpoint (see [`Cluster::endpoints`](super::Cluster::endpoints)).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The server process id, when this harness runs it.
+    pub fn pid(&self) -> Option<u32> {
+        lock(&self.child).as_ref().map(Child::id)
+    }
+
+    /// Whether the node's process is running (paused counts as running).
+    pub fn is_running(&self) -> bool {
+        lock(&self.child).as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Whether the node serves requests right now (protocol-level probe).
+    pub fn is_serving(&self) -> bool {
+        local::probe(self.kind, self.addr)
+    }
+
+    /// The node's captured output.
+    pub fn logs(&self) -> String {
+        lock(&self.log).clone()
+    }
+
+    /// SIGKILLs the node (its whole process group) and reaps it. Killing a stopped node is fine.
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] for an external node.
+    pub fn kill(&self) -> Result<(), HarnessError> {
+        if self.launch.is_none() {
+            return Err(HarnessError::External("kill a node".into()));
+        }
+        self.kill_quietly();
+        Ok(())
+    }
+
+    pub(crate) fn kill_quietly(&self) {
+        if let Some(mut child) = lock(&self.child).take() {
+            process::kill_and_reap(&mut child);
+            append(&self.log, "---- killed ----\n");
+        }
+        *lock(&self.paused) = false;
+    }
+
+    fn signal(&self, sig: i32, what: &str) -> Result<(), HarnessError> {
+        if self.launch.is_none() {
+            return Err(HarnessError::External(format!("{what} a node")));
+        }
+        let pid = self
+            .pid()
+            .ok_or_else(|| HarnessError::Io(format!("cannot {what} {} node {}: not running", self.kind, self.index)))?;
+        process::signal(pid, sig).map_err(|e| HarnessError::Io(format!("cannot {what} pid {pid}: {e}")))
+    }
+
+    /// Freezes the node with SIGSTOP (a hung server: connections stay open, nothing answers).
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] for an external node; [`HarnessError::Io`] when it is not
+    /// running.
+    pub fn pause(&self) -> Result<(), HarnessError> {
+        self.signal(libc::SIGSTOP, "pause")?;
+        *lock(&self.paused) = true;
+        append(&self.log, "---- paused (SIGSTOP) ----\n");
+        Ok(())
+    }
+
+    /// Resumes a paused node with SIGCONT.
+    ///
+    /// # Errors
+    /// As [`Node::pause`].
+    pub fn resume(&self) -> Result<(), HarnessError> {
+        self.signal(libc::SIGCONT, "resume")?;
+        *lock(&self.paused) = false;
+        append(&self.log, "---- resumed (SIGCONT) ----\n");
+        Ok(())
+    }
+
+    /// Whether the node is paused.
+    pub fn is_paused(&self) -> bool {
+        *lock(&self.paused)
+    }
+
+    /// Kills the node if it runs, starts it again on the same port with the same data dir, and
+    /// waits until it serves requests (for etcd and ZooKeeper that needs a quorum of the
+    /// cluster up).
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] for an external node; [`HarnessError::NotReady`] when it does
+    /// not come back within [`READY_TIMEOUT`].
+    pub fn restart(&self) -> Result<(), HarnessError> {
+        self.start_again()?;
+        self.wait_ready(Instant::now() + READY_TIMEOUT)
+    }
+
+    /// As [`Node::restart`] without waiting until the node serves.
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] for an external node; [`HarnessError::Io`] when it cannot be
+    /// spawned.
+    pub fn start_again(&self) -> Result<(), HarnessError> {
+        if self.launch.is_none() {
+            return Err(HarnessError::External("restart a node".into()));
+        }
+        self.kill_quietly();
+        self.spawn()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill_quietly();
+    }
+}
+
+fn append(log: &Mutex<String>, text: &str) {
+    let mut log = lock(log);
+    log.push_str(text);
+    if log.len() > LOG_CAP {
+        let mut cut = log.len() - LOG_CAP / 2;
+        while !log.is_char_boundary(cut) {
+            cut += 1;
+        }
+        log.replace_range(..cut, "[… earlier output dropped …]\n");
+    }
+}
+
+fn capture(stream: impl Read + Send + 'static, log: Arc<Mutex<String>>) {
+    let spawned = std::thread::Builder::new()
+        .name("dlock-harness-log".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(stream);
+            let mut line = Vec::new();
+            while let Ok(n) = reader.read_until(b'\n', &mut line) {
+                if n == 0 {
+                    break;
+                }
+                append(&log, &String::from_utf8_lossy(&line));
+                line.clear();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot capture server output: {e}");
+    }
+}
