@@ -23,7 +23,11 @@ pub struct ClientOptions {
 impl ClientOptions {
     /// Options for `namespace` with `ttl`, connecting directly.
     pub fn new(namespace: impl Into<String>, ttl: Duration) -> Self {
-        ClientOptions { namespace: namespace.into(), ttl, via: None }
+        ClientOptions {
+            namespace: namespace.into(),
+            ttl,
+            via: None,
+        }
     }
 
     /// Connect through the given proxy addresses (one per node).

@@ -5,15 +5,27 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use super::{HarnessError, ServerKind};
 
 /// The addresses named by `kind`'s variable when it is set and lists exactly `nodes` entries.
-pub(crate) fn addrs(kind: ServerKind, nodes: usize) -> Result<Option<Vec<SocketAddr>>, HarnessError> {
-    let Ok(value) = std::env::var(kind.env_var()) else { return Ok(None) };
-    let entries: Vec<&str> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+pub(crate) fn addrs(
+    kind: ServerKind,
+    nodes: usize,
+) -> Result<Option<Vec<SocketAddr>>, HarnessError> {
+    let Ok(value) = std::env::var(kind.env_var()) else {
+        return Ok(None);
+    };
+    let entries: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     if entries.len() != nodes {
         return Ok(None);
     }
     entries
         .iter()
-        .map(|e| parse(e).map_err(|why| HarnessError::BadEnv(format!("{}={value}: {why}", kind.env_var()))))
+        .map(|e| {
+            parse(e)
+                .map_err(|why| HarnessError::BadEnv(format!("{}={value}: {why}", kind.env_var())))
+        })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }

@@ -27,7 +27,9 @@ pub(crate) fn check_installed(kind: ServerKind) -> Result<(), HarnessError> {
     } else {
         Err(HarnessError::Missing {
             kind,
-            hint: format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkg}"),
+            hint: format!(
+                "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkg}"
+            ),
         })
     }
 }
@@ -69,7 +71,11 @@ static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// How to launch every node of a `kind` cluster with the given ports (`ports_per_node` each),
 /// data under `dir`. Writes config files.
-pub(crate) fn launches(kind: ServerKind, dir: &Path, ports: &[Vec<u16>]) -> Result<Vec<Launch>, HarnessError> {
+pub(crate) fn launches(
+    kind: ServerKind,
+    dir: &Path,
+    ports: &[Vec<u16>],
+) -> Result<Vec<Launch>, HarnessError> {
     let n = ports.len();
     let mut out = Vec::with_capacity(n);
     match kind {
@@ -218,11 +224,13 @@ fn path_str(p: &Path) -> String {
 }
 
 fn mkdir(p: &Path) -> Result<(), HarnessError> {
-    std::fs::create_dir_all(p).map_err(|e| HarnessError::Io(format!("cannot create {}: {e}", p.display())))
+    std::fs::create_dir_all(p)
+        .map_err(|e| HarnessError::Io(format!("cannot create {}: {e}", p.display())))
 }
 
 fn write(p: &Path, text: &str) -> Result<(), HarnessError> {
-    std::fs::write(p, text).map_err(|e| HarnessError::Io(format!("cannot write {}: {e}", p.display())))
+    std::fs::write(p, text)
+        .map_err(|e| HarnessError::Io(format!("cannot write {}: {e}", p.display())))
 }
 
 /// One request/reply exchange over a fresh connection; the reply read until EOF or `until`
@@ -253,15 +261,20 @@ fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<String> {
 /// Whether the server at `addr` serves requests (protocol-level check, not just the port).
 pub fn probe(kind: ServerKind, addr: SocketAddr) -> bool {
     match kind {
-        ServerKind::Redis => exchange(addr, b"PING\r\n", "\r\n").is_some_and(|r| r.starts_with("+PONG")),
+        ServerKind::Redis => {
+            exchange(addr, b"PING\r\n", "\r\n").is_some_and(|r| r.starts_with("+PONG"))
+        }
         ServerKind::Etcd => exchange(
             addr,
             b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
             "}",
         )
         .is_some_and(|r| r.contains("\"health\":\"true\"")),
-        ServerKind::Zk => exchange(addr, b"srvr", "\u{0}")
-            .is_some_and(|r| r.contains("Mode: standalone") || r.contains("Mode: leader") || r.contains("Mode: follower")),
+        ServerKind::Zk => exchange(addr, b"srvr", "\u{0}").is_some_and(|r| {
+            r.contains("Mode: standalone")
+                || r.contains("Mode: leader")
+                || r.contains("Mode: follower")
+        }),
     }
 }
 

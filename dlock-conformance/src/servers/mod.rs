@@ -119,7 +119,10 @@ impl fmt::Display for HarnessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HarnessError::Missing { kind, hint } => {
-                write!(f, "{kind} server binaries are not installed; install them with: {hint}")
+                write!(
+                    f,
+                    "{kind} server binaries are not installed; install them with: {hint}"
+                )
             }
             HarnessError::NotReady { what, logs } => {
                 write!(f, "{what} did not become ready; its output:\n{logs}")
@@ -201,7 +204,12 @@ impl Cluster {
                 .enumerate()
                 .map(|(i, a)| Node::external(kind, i, a))
                 .collect();
-            return Ok(Cluster { kind, nodes, external: true, dir: None });
+            return Ok(Cluster {
+                kind,
+                nodes,
+                external: true,
+                dir: None,
+            });
         }
         local::check_installed(kind)?;
         let mut last = None;
@@ -230,7 +238,12 @@ impl Cluster {
             let addr = SocketAddr::from(([127, 0, 0, 1], p[0]));
             nodes.push(Node::local(kind, i, addr, launch)?);
         }
-        let cluster = Cluster { kind, nodes, external: false, dir: Some(dir) };
+        let cluster = Cluster {
+            kind,
+            nodes,
+            external: false,
+            dir: Some(dir),
+        };
         cluster.wait_ready(READY_TIMEOUT)?;
         tracing::info!(%kind, nodes = n, endpoints = ?cluster.endpoints(), "cluster ready");
         Ok(cluster)
@@ -261,7 +274,10 @@ impl Cluster {
     /// Client endpoints in node order: `redis://127.0.0.1:P`, `http://127.0.0.1:P` or
     /// `127.0.0.1:P` (ZooKeeper).
     pub fn endpoints(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.endpoint().to_string()).collect()
+        self.nodes
+            .iter()
+            .map(|n| n.endpoint().to_string())
+            .collect()
     }
 
     /// Client addresses in node order.
@@ -302,7 +318,15 @@ impl Cluster {
     pub fn logs(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("==== {} node {} ({}) ====\n{}", self.kind, n.index(), n.endpoint(), n.logs()))
+            .map(|n| {
+                format!(
+                    "==== {} node {} ({}) ====\n{}",
+                    self.kind,
+                    n.index(),
+                    n.endpoint(),
+                    n.logs()
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }

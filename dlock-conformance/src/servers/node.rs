@@ -49,11 +49,18 @@ impl Node {
             launch: None,
             child: Mutex::new(None),
             paused: Mutex::new(false),
-            log: Arc::new(Mutex::new(String::from("(external server: no output captured)\n"))),
+            log: Arc::new(Mutex::new(String::from(
+                "(external server: no output captured)\n",
+            ))),
         }
     }
 
-    pub(crate) fn local(kind: ServerKind, index: usize, addr: SocketAddr, launch: Launch) -> Result<Node, HarnessError> {
+    pub(crate) fn local(
+        kind: ServerKind,
+        index: usize,
+        addr: SocketAddr,
+        launch: Launch,
+    ) -> Result<Node, HarnessError> {
         let node = Node {
             kind,
             index,
@@ -72,9 +79,13 @@ impl Node {
         let Some(launch) = &self.launch else {
             return Err(HarnessError::External("start a server".into()));
         };
-        let mut child = process::spawn(launch.clone())
-            .map_err(|e| HarnessError::Io(format!("cannot start {}: {e}", launch.program.display())))?;
-        append(&self.log, &format!("---- started pid {} ----\n", child.id()));
+        let mut child = process::spawn(launch.clone()).map_err(|e| {
+            HarnessError::Io(format!("cannot start {}: {e}", launch.program.display()))
+        })?;
+        append(
+            &self.log,
+            &format!("---- started pid {} ----\n", child.id()),
+        );
         if let Some(out) = child.stdout.take() {
             capture(out, Arc::clone(&self.log));
         }
@@ -92,7 +103,10 @@ impl Node {
             if let Some(child) = lock(&self.child).as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Err(HarnessError::NotReady {
-                        what: format!("{} node {} ({}) exited with {status}", self.kind, self.index, self.endpoint),
+                        what: format!(
+                            "{} node {} ({}) exited with {status}",
+                            self.kind, self.index, self.endpoint
+                        ),
                         logs: self.logs(),
                     });
                 }
@@ -132,7 +146,9 @@ impl Node {
 
     /// Whether the node's process is running (paused counts as running).
     pub fn is_running(&self) -> bool {
-        lock(&self.child).as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        lock(&self.child)
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Whether the node serves requests right now (protocol-level probe).
@@ -169,10 +185,14 @@ impl Node {
         if self.launch.is_none() {
             return Err(HarnessError::External(format!("{what} a node")));
         }
-        let pid = self
-            .pid()
-            .ok_or_else(|| HarnessError::Io(format!("cannot {what} {} node {}: not running", self.kind, self.index)))?;
-        process::signal(pid, sig).map_err(|e| HarnessError::Io(format!("cannot {what} pid {pid}: {e}")))
+        let pid = self.pid().ok_or_else(|| {
+            HarnessError::Io(format!(
+                "cannot {what} {} node {}: not running",
+                self.kind, self.index
+            ))
+        })?;
+        process::signal(pid, sig)
+            .map_err(|e| HarnessError::Io(format!("cannot {what} pid {pid}: {e}")))
     }
 
     /// Freezes the node with SIGSTOP (a hung server: connections stay open, nothing answers).

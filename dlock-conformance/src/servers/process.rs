@@ -48,7 +48,9 @@ fn registry() -> MutexGuard<'static, Option<Registry>> {
 
 extern "C" fn kill_all_at_exit() {
     // Never block at exit: if another thread holds the lock, PDEATHSIG is the backstop.
-    let Ok(mut guard) = REGISTRY.try_lock() else { return };
+    let Ok(mut guard) = REGISTRY.try_lock() else {
+        return;
+    };
     let Some(reg) = guard.as_mut() else { return };
     for &pid in &reg.pids {
         // SAFETY: plain syscalls on pids this process started and has not reaped.
@@ -81,7 +83,10 @@ fn ensure_atexit() {
 /// Registers a directory to remove at exit (data dirs of shared clusters).
 pub(crate) fn register_dir(dir: PathBuf) {
     ensure_atexit();
-    registry().get_or_insert_with(Registry::default).dirs.push(dir);
+    registry()
+        .get_or_insert_with(Registry::default)
+        .dirs
+        .push(dir);
 }
 
 /// Forgets a pid once its process was reaped (so a recycled pid is never killed).
@@ -101,7 +106,10 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Request>> {
                     let _ = req.reply.send(spawn_here(&req.launch));
                 }
             })
-            .map_or_else(|e| panic!("cannot start the harness spawner thread: {e}"), drop);
+            .map_or_else(
+                |e| panic!("cannot start the harness spawner thread: {e}"),
+                drop,
+            );
         Mutex::new(tx)
     })
 }
@@ -159,7 +167,11 @@ pub(crate) fn signal(pid: u32, sig: i32) -> io::Result<()> {
         libc::kill(-(pid as i32), sig);
         libc::kill(pid as i32, sig)
     };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// SIGKILLs `child`'s process group and reaps it.
