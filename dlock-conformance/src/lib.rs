@@ -2,6 +2,7 @@
 //! real-server harness.
 
 mod backend;
+pub mod faults;
 pub mod servers;
 
 pub use backend::{ClientOptions, TestBackend};

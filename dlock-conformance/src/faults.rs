@@ -1,0 +1,301 @@
+//! Fault tools: a TCP proxy that can pass, blackhole, reset or delay a client↔server link, per
+//! direction, switchable while traffic flows.
+//!
+//! ```no_run
+//! use dlock_conformance::faults::{Direction, Mode, Proxy};
+//! let upstream = "127.0.0.1:6379".parse().expect("address");
+//! let proxy = Proxy::start(upstream)?;
+//! // connect the client to proxy.addr() ...
+//! proxy.set(Mode::Blackhole); // a hung peer: connections stay open, bytes vanish
+//! proxy.set_direction(Direction::Downstream, Mode::Blackhole); // request arrives, reply is lost
+//! proxy.set(Mode::Pass);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What the proxy does with the bytes of one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward bytes as they come.
+    Pass,
+    /// Keep connections open and drop every byte (a hung peer or a silent partition).
+    Blackhole,
+    /// Reset every open connection (RST) and every new one at once.
+    Reset,
+    /// Forward bytes after this added latency.
+    Delay(Duration),
+}
+
+/// One direction of a proxied link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to server (requests).
+    Upstream,
+    /// Server to client (replies, watch events).
+    Downstream,
+}
+
+struct State {
+    up: watch::Sender<Mode>,
+    down: watch::Sender<Mode>,
+    connections: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    upstream: SocketAddr,
+}
+
+/// A TCP proxy in front of one server address, running on a runtime thread of its own so it
+/// works from sync and async tests alike. Dropping it closes every connection.
+pub struct Proxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("addr", &self.addr)
+            .field("upstream", &self.state.upstream)
+            .field("up", &*self.state.up.borrow())
+            .field("down", &*self.state.down.borrow())
+            .finish()
+    }
+}
+
+impl Proxy {
+    /// Listens on `127.0.0.1:<free port>` and forwards each accepted connection to `upstream`,
+    /// in [`Mode::Pass`].
+    ///
+    /// # Errors
+    /// When the listener or its runtime thread cannot be created.
+    pub fn start(upstream: SocketAddr) -> io::Result<Proxy> {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let state = Arc::new(State {
+            up: watch::Sender::new(Mode::Pass),
+            down: watch::Sender::new(Mode::Pass),
+            connections: AtomicU64::new(0),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
+            upstream,
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let st = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name(format!("dlock-proxy-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match TcpListener::from_std(std_listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!("proxy listener: {e}");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        _ = stopped => {}
+                        () = accept_loop(listener, st) => {}
+                    }
+                });
+                // Dropping the runtime drops every connection task and closes its sockets.
+            })?;
+        Ok(Proxy {
+            addr,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server address the proxy forwards to.
+    pub fn upstream(&self) -> SocketAddr {
+        self.state.upstream
+    }
+
+    /// Sets both directions. Takes effect at once, also on open connections.
+    pub fn set(&self, mode: Mode) {
+        self.state.up.send_replace(mode);
+        self.state.down.send_replace(mode);
+    }
+
+    /// Sets one direction. [`Mode::Reset`] resets the whole connection whichever direction it
+    /// is set on.
+    pub fn set_direction(&self, direction: Direction, mode: Mode) {
+        match direction {
+            Direction::Upstream => self.state.up.send_replace(mode),
+            Direction::Downstream => self.state.down.send_replace(mode),
+        };
+    }
+
+    /// The current mode of `direction`.
+    pub fn mode(&self, direction: Direction) -> Mode {
+        match direction {
+            Direction::Upstream => *self.state.up.borrow(),
+            Direction::Downstream => *self.state.down.borrow(),
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::Relaxed)
+    }
+
+    /// Bytes forwarded so far in `direction` (dropped bytes are not counted).
+    pub fn bytes(&self, direction: Direction) -> u64 {
+        match direction {
+            Direction::Upstream => self.state.bytes_up.load(Ordering::Relaxed),
+            Direction::Downstream => self.state.bytes_down.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn is_reset(st: &State) -> bool {
+    *st.up.borrow() == Mode::Reset || *st.down.borrow() == Mode::Reset
+}
+
+async fn accept_loop(listener: TcpListener, st: Arc<State>) {
+    loop {
+        let client = match listener.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                tracing::warn!("proxy accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        st.connections.fetch_add(1, Ordering::Relaxed);
+        let st = Arc::clone(&st);
+        tokio::spawn(async move {
+            if is_reset(&st) {
+                abort(client);
+                return;
+            }
+            let server = match TcpStream::connect(st.upstream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!("proxy upstream {}: {e}", st.upstream);
+                    abort(client);
+                    return;
+                }
+            };
+            link(client, server, st).await;
+        });
+    }
+}
+
+/// Closes with RST rather than FIN.
+fn abort(s: TcpStream) {
+    let _ = s.set_zero_linger();
+    drop(s);
+}
+
+async fn link(client: TcpStream, server: TcpStream, st: Arc<State>) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let (a, b) = tokio::join!(
+        pump(
+            &mut cr,
+            &mut sw,
+            st.up.subscribe(),
+            st.down.subscribe(),
+            &st.bytes_up
+        ),
+        pump(
+            &mut sr,
+            &mut cw,
+            st.down.subscribe(),
+            st.up.subscribe(),
+            &st.bytes_down
+        ),
+    );
+    if a == End::Reset || b == End::Reset {
+        if let Ok(c) = cr.reunite(cw) {
+            abort(c);
+        }
+        if let Ok(s) = sr.reunite(sw) {
+            abort(s);
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    Closed,
+    Reset,
+}
+
+async fn pump(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    mut other: watch::Receiver<Mode>,
+    count: &AtomicU64,
+) -> End {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if *mode.borrow_and_update() == Mode::Reset || *other.borrow_and_update() == Mode::Reset {
+            return End::Reset;
+        }
+        tokio::select! {
+            read = from.read(&mut buf) => {
+                let n = match read {
+                    Ok(0) | Err(_) => {
+                        let _ = to.shutdown().await;
+                        return End::Closed;
+                    }
+                    Ok(n) => n,
+                };
+                let current = *mode.borrow();
+                if let Mode::Delay(d) = current {
+                    tokio::time::sleep(d).await;
+                }
+                // Judge by the mode at forwarding time (it may have changed while delayed).
+                let current = *mode.borrow();
+                match current {
+                    Mode::Blackhole => continue,
+                    Mode::Reset => return End::Reset,
+                    Mode::Pass | Mode::Delay(_) => {}
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return End::Closed;
+                }
+                count.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            _ = mode.changed() => {}
+            _ = other.changed() => {}
+        }
+    }
+}

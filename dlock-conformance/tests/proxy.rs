@@ -1,0 +1,130 @@
+//! The fault proxy passes, blackholes, resets and delays, per direction, switchable live.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use dlock_conformance::faults::{Direction, Mode, Proxy};
+
+/// An echo server on a free port; returns its address.
+fn echo_server() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn roundtrip(s: &mut TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+    s.write_all(msg)?;
+    let mut buf = vec![0u8; msg.len()];
+    s.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn connect(p: &Proxy) -> TcpStream {
+    let s = TcpStream::connect(p.addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(400)))
+        .expect("timeout");
+    s
+}
+
+#[test]
+fn pass_blackhole_pass_on_one_connection() {
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    assert_eq!(roundtrip(&mut s, b"hello").expect("pass"), b"hello");
+    p.set(Mode::Blackhole);
+    let err = roundtrip(&mut s, b"lost").expect_err("blackholed bytes must not come back");
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err}"
+    );
+    p.set(Mode::Pass);
+    // The connection stayed open through the blackhole.
+    assert_eq!(
+        roundtrip(&mut s, b"again").expect("pass after blackhole"),
+        b"again"
+    );
+    assert_eq!(p.connections(), 1);
+    assert!(p.bytes(Direction::Upstream) >= 10);
+}
+
+#[test]
+fn downstream_only_blackhole_lets_requests_through() {
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    assert_eq!(roundtrip(&mut s, b"x").expect("pass"), b"x");
+    std::thread::sleep(Duration::from_millis(50)); // the proxy counts after its write
+    let down_before = p.bytes(Direction::Downstream);
+    p.set_direction(Direction::Downstream, Mode::Blackhole);
+    assert_eq!(p.mode(Direction::Upstream), Mode::Pass);
+    assert!(roundtrip(&mut s, b"req").is_err(), "the reply must be lost");
+    assert!(
+        p.bytes(Direction::Upstream) >= 4,
+        "the request went through"
+    );
+    assert_eq!(p.bytes(Direction::Downstream), down_before);
+}
+
+#[test]
+fn reset_closes_open_and_new_connections() {
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    assert_eq!(roundtrip(&mut s, b"x").expect("pass"), b"x");
+    p.set(Mode::Reset);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        roundtrip(&mut s, b"y").is_err(),
+        "a reset connection must fail"
+    );
+    let mut t = connect(&p);
+    assert!(
+        roundtrip(&mut t, b"z").is_err(),
+        "new connections are reset too"
+    );
+    p.set(Mode::Pass);
+    let mut u = connect(&p);
+    assert_eq!(roundtrip(&mut u, b"ok").expect("pass again"), b"ok");
+}
+
+#[test]
+fn delay_adds_latency() {
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    p.set_direction(Direction::Upstream, Mode::Delay(Duration::from_millis(200)));
+    let t = Instant::now();
+    assert_eq!(roundtrip(&mut s, b"slow").expect("delayed"), b"slow");
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn drop_closes_connections() {
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    assert_eq!(roundtrip(&mut s, b"x").expect("pass"), b"x");
+    drop(p);
+    let mut buf = [0u8; 1];
+    let r = s.write_all(b"y").and_then(|()| s.read(&mut buf));
+    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+}
