@@ -1,1 +1,15 @@
-//! dlock backend for redis (in progress).
+//! dlock backend for Redis: [`RedisLocker`], a lock on one Redis server with a fair, herd-free
+//! queue, and [`RedlockLocker`], the Redlock algorithm over N independent Redis nodes.
+//!
+//! Both implement [`dlock_core::Locker`]: fencing tokens with every grant, automatic renewal of
+//! every held lease in one round trip per period, a loss signal that fires before anyone else
+//! can be granted the lock, and release on crash after the TTL.
+
+mod conn;
+mod keys;
+mod redlock;
+mod scripts;
+mod single;
+
+pub use redlock::{RedlockLocker, RedlockLockerBuilder};
+pub use single::{DEFAULT_RETRY_DELAY, DEFAULT_TTL, RedisLocker, RedisLockerBuilder};

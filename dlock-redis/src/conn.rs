@@ -1,0 +1,140 @@
+//! Connections to one Redis server and the mapping of client errors to dlock errors.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{Counters, Error};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
+
+/// One server: its client (for extra connections such as pub/sub), a multiplexed
+/// auto-reconnecting connection, and its display name (never the password).
+#[derive(Clone)]
+pub(crate) struct Node {
+    pub(crate) client: Client,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) display: Arc<str>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("addr", &self.display).finish()
+    }
+}
+
+/// Parses a `redis://` / `rediss://` / `unix://` URL without any I/O.
+pub(crate) fn parse_url(option: &'static str, url: &str) -> Result<Client, Error> {
+    Client::open(url).map_err(|e| {
+        Error::invalid_option(
+            option,
+            format!(
+                "cannot parse the Redis URL: {}",
+                e.detail().unwrap_or("malformed URL")
+            ),
+        )
+    })
+}
+
+/// Opens the node's connection lazily: no I/O happens until the first request, so building a
+/// locker never blocks and a node that is down only makes requests to it fail.
+///
+/// Must run inside a tokio runtime.
+pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Error> {
+    let display: Arc<str> = Arc::from(client.get_connection_info().addr().to_string());
+    let config = ConnectionManagerConfig::new()
+        // dlock bounds every request itself; the client must fail fast rather than queue
+        // requests behind long reconnect back-offs.
+        .set_connection_timeout(Some(request_timeout))
+        .set_response_timeout(None)
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(5))
+        .set_max_delay(Duration::from_millis(100));
+    let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+        .map_err(|e| map_err(&display, "connecting", &e))?;
+    Ok(Node {
+        client,
+        conn,
+        display,
+    })
+}
+
+/// Maps a client error: connection problems are `Unavailable` (retryable), everything else is
+/// a `Backend` error.
+pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
+    let message = format!("{what} on {node}: {e}");
+    let source: dlock_core::BoxError = Box::new(e.clone());
+    if e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+    {
+        Error::unavailable(message, Some(source))
+    } else {
+        Error::backend(message, Some(source))
+    }
+}
+
+/// The error of a request cut by its time budget.
+pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
+    Error::unavailable(
+        format!("{what} on {node}: no reply within {budget:?}"),
+        None,
+    )
+}
+
+impl Node {
+    /// Runs one script invocation within `budget`, counting one request.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+        budget: Duration,
+        counters: &Counters,
+    ) -> Result<T, Error> {
+        counters.add_requests(1);
+        let mut conn = self.conn.clone();
+        bounded(&self.display, what, budget, async move {
+            inv.invoke_async::<T>(&mut conn).await
+        })
+        .await
+    }
+}
+
+/// Awaits a client future within `budget`, mapping its error.
+pub(crate) async fn bounded<T>(
+    node: &str,
+    what: &'static str,
+    budget: Duration,
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(budget, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(map_err(node, what, &e)),
+        Err(_) => Err(timed_out(node, what, budget)),
+    }
+}
+
+/// A Redis integer reply as a fencing counter.
+pub(crate) fn token_of(node: &str, v: i64) -> Result<u64, Error> {
+    u64::try_from(v).ok().filter(|t| *t > 0).ok_or_else(|| {
+        Error::backend(
+            format!("{node} returned an invalid fencing counter {v}"),
+            None,
+        )
+    })
+}
+
+/// A reply of the wrong shape.
+pub(crate) fn unexpected(node: &str, what: &str, reply: &[i64]) -> Error {
+    Error::backend(
+        format!("unexpected reply to {what} from {node}: {reply:?}"),
+        None,
+    )
+}
+
+/// Milliseconds for a Redis argument (TTLs are validated far below `u64::MAX` ms).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

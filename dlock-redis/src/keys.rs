@@ -1,0 +1,145 @@
+//! Key layout, key prefixes and owner values.
+
+use dlock_core::{Error, LockName};
+use rand::RngCore;
+
+/// The longest key prefix a locker accepts, in bytes.
+pub(crate) const MAX_PREFIX_LEN: usize = 512;
+
+/// Checks a key prefix: printable ASCII without whitespace, and without `{` or `}` (they would
+/// change the hash tag that keeps a lock's keys in one cluster slot).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid_option(
+            "key_prefix",
+            format!(
+                "{} bytes is longer than the maximum {MAX_PREFIX_LEN}",
+                prefix.len()
+            ),
+        ));
+    }
+    if let Some(at) = prefix
+        .bytes()
+        .position(|b| !b.is_ascii_graphic() || b == b'{' || b == b'}')
+    {
+        return Err(Error::invalid_option(
+            "key_prefix",
+            format!(
+                "byte {at} must be printable ASCII other than '{{' and '}}', without whitespace"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Turns a namespace (`a/b/c`) into a key prefix (`a/b/c/`), checking it.
+pub(crate) fn namespace_prefix(namespace: &str) -> Result<String, Error> {
+    if namespace.is_empty() {
+        return Ok(String::new());
+    }
+    let bad_segment = namespace.split('/').any(|s| {
+        s.is_empty()
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    });
+    if bad_segment {
+        return Err(Error::invalid_option(
+            "namespace",
+            format!(
+                "{namespace:?} must be segments of [A-Za-z0-9._-] joined by '/', without a leading or trailing '/'"
+            ),
+        ));
+    }
+    let prefix = format!("{namespace}/");
+    validate_prefix(&prefix)
+        .map_err(|_| Error::invalid_option("namespace", format!("{namespace:?} is too long")))?;
+    Ok(prefix)
+}
+
+/// The keys of one lock name. All share the hash tag `{name}`, so they live in one cluster slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Keys {
+    /// `<prefix>dlock:{name}`: the lock itself, a plain string holding the owner value with a TTL.
+    pub(crate) lock: String,
+    /// `<prefix>dlock:{name}:fence`: the fencing counter (never expires).
+    pub(crate) fence: String,
+    /// `<prefix>dlock:{name}:q`: the FIFO queue of waiter entries (a list).
+    pub(crate) queue: String,
+    /// `<prefix>dlock:{name}:qt`: waiter entry → deadline in server milliseconds (a hash).
+    pub(crate) deadlines: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, name: &LockName) -> Self {
+        let lock = format!("{prefix}dlock:{{{}}}", name.as_str());
+        Keys {
+            fence: format!("{lock}:fence"),
+            queue: format!("{lock}:q"),
+            deadlines: format!("{lock}:qt"),
+            lock,
+        }
+    }
+}
+
+/// A random 128-bit value, hex-encoded: unique per acquire call across all clients.
+pub(crate) fn random_id() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    let mut s = String::with_capacity(32);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("ns/", &LockName::new("a/b").expect("valid name"));
+        assert_eq!(k.lock, "ns/dlock:{a/b}");
+        assert_eq!(k.fence, "ns/dlock:{a/b}:fence");
+        assert_eq!(k.queue, "ns/dlock:{a/b}:q");
+        assert_eq!(k.deadlines, "ns/dlock:{a/b}:qt");
+    }
+
+    #[test]
+    fn names_are_isolated() {
+        let a = Keys::new("", &LockName::new("a").expect("valid name"));
+        let ab = Keys::new("", &LockName::new("ab").expect("valid name"));
+        let a_b = Keys::new("", &LockName::new("a/b").expect("valid name"));
+        for other in [&ab, &a_b] {
+            assert_ne!(a.lock, other.lock);
+            assert!(!other.lock.starts_with(&a.lock));
+        }
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        assert!(validate_prefix("app:").is_ok());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix("a b").is_err());
+        assert!(validate_prefix(&"x".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert_eq!(
+            namespace_prefix("t/run-1/s_2").ok().as_deref(),
+            Some("t/run-1/s_2/")
+        );
+        assert!(namespace_prefix("/a").is_err());
+        assert!(namespace_prefix("a//b").is_err());
+        assert!(namespace_prefix("a/").is_err());
+        assert_eq!(namespace_prefix("").ok().as_deref(), Some(""));
+    }
+
+    #[test]
+    fn owner_values_are_128_bit_and_distinct() {
+        let a = random_id();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, random_id());
+    }
+}

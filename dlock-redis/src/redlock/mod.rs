@@ -1,0 +1,2 @@
+pub struct RedlockLocker;
+pub struct RedlockLockerBuilder;

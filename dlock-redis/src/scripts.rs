@@ -1,0 +1,179 @@
+//! The Lua scripts. Each is loaded once per server and then called by SHA1 (`EVALSHA`);
+//! `redis::Script` loads it again when the server answers `NOSCRIPT` (after a restart or a
+//! `SCRIPT FLUSH`).
+//!
+//! Every script touches only the keys of ONE lock name (they share a hash tag), except
+//! [`RENEW`], which takes the keys of every lease a locker holds.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Server time in milliseconds and the queue purge, shared by the fair scripts.
+///
+/// A queue entry is `<locker id>.<sequence>`; the head's locker listens on the channel
+/// `<channel prefix><locker id>`.
+const FAIR_PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Drops queue heads whose deadline passed (crashed or vanished waiters); returns the live head.
+local function live_head(q, qt, now)
+  while true do
+    local head = redis.call('LINDEX', q, 0)
+    if not head then return nil end
+    local dl = tonumber(redis.call('HGET', qt, head))
+    if dl and dl > now then return head, dl end
+    redis.call('LPOP', q)
+    redis.call('HDEL', qt, head)
+  end
+end
+-- Tells the live head waiter (only it) to try again.
+local function notify_head(q, qt, chan_prefix)
+  local head = live_head(q, qt, now_ms())
+  if head then
+    local locker = string.match(head, '^([^.]+)')
+    if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
+  end
+end
+"#;
+
+/// Fair acquire.
+///
+/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry (`''` = try only, never
+/// enqueue), entry lifetime ms.
+///
+/// Returns `{1, token}` when granted; `{0, pttl, is_head}` when held by someone else;
+/// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
+const ACQUIRE_FAIR_BODY: &str = r#"
+local now = now_ms()
+local entry = ARGV[3]
+local function enqueue()
+  if entry == '' then return end
+  if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
+    redis.call('RPUSH', KEYS[3], entry)
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+end
+local head, head_dl = live_head(KEYS[3], KEYS[4], now)
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  -- Our own earlier grant (its reply was lost): the fence has not moved since.
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if holder then
+  enqueue()
+  local is_head = 0
+  if redis.call('LINDEX', KEYS[3], 0) == entry then is_head = 1 end
+  return {0, redis.call('PTTL', KEYS[1]), is_head}
+end
+if head and head ~= entry then
+  enqueue()
+  return {0, -3, 0, head_dl - now}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local token = redis.call('INCR', KEYS[2])
+if head then
+  redis.call('LPOP', KEYS[3])
+  redis.call('HDEL', KEYS[4], entry)
+end
+return {1, token}
+"#;
+
+/// Plain acquire (non-fair mode and Redlock nodes).
+///
+/// KEYS: lock, fence. ARGV: owner, ttl ms. Returns `{1, token}` or `{0, pttl}`.
+const ACQUIRE_PLAIN_SRC: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Fair release: compare-and-delete, then notify the head waiter.
+///
+/// KEYS: lock, queue, deadlines. ARGV: owner, channel prefix. Returns 1 when deleted.
+const RELEASE_FAIR_BODY: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  notify_head(KEYS[2], KEYS[3], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// Withdraws a waiter (cancel or timeout): removes its queue entry, deletes the lock if an
+/// in-flight attempt had granted it, and passes the baton when the waiter was the head.
+///
+/// KEYS: lock, queue, deadlines. ARGV: owner, entry, channel prefix.
+const WITHDRAW_BODY: &str = r#"
+local was_head = redis.call('LINDEX', KEYS[2], 0) == ARGV[2]
+redis.call('LREM', KEYS[2], 1, ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+local deleted = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  deleted = 1
+end
+if deleted == 1 or was_head then notify_head(KEYS[2], KEYS[3], ARGV[3]) end
+return deleted
+"#;
+
+/// Plain release: compare-and-delete. KEYS: lock. ARGV: owner. Returns 1 when deleted.
+const RELEASE_PLAIN_SRC: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
+/// Batched renewal: compare-and-PEXPIRE of every listed lock. Never re-creates a key.
+///
+/// KEYS: the locks. ARGV: ttl ms, then one owner per key. Returns one 1/0 per key.
+const RENEW_SRC: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  else
+    out[i] = 0
+  end
+end
+return out
+"#;
+
+/// Redlock fence write-back: raises the counter to at least ARGV[1]. KEYS: fence. Returns 1.
+const RAISE_FENCE_SRC: &str = r#"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"#;
+
+/// All scripts, built once per process.
+pub(crate) struct Scripts {
+    pub(crate) acquire_fair: Script,
+    pub(crate) acquire_plain: Script,
+    pub(crate) release_fair: Script,
+    pub(crate) withdraw: Script,
+    pub(crate) release_plain: Script,
+    pub(crate) renew: Script,
+    pub(crate) raise_fence: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire_fair: Script::new(&format!("{FAIR_PRELUDE}{ACQUIRE_FAIR_BODY}")),
+    acquire_plain: Script::new(ACQUIRE_PLAIN_SRC),
+    release_fair: Script::new(&format!("{FAIR_PRELUDE}{RELEASE_FAIR_BODY}")),
+    withdraw: Script::new(&format!("{FAIR_PRELUDE}{WITHDRAW_BODY}")),
+    release_plain: Script::new(RELEASE_PLAIN_SRC),
+    renew: Script::new(RENEW_SRC),
+    raise_fence: Script::new(RAISE_FENCE_SRC),
+});
+
+/// The process-wide scripts.
+pub(crate) fn scripts() -> &'static Scripts {
+    &SCRIPTS
+}

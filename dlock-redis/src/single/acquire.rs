@@ -1,0 +1,396 @@
+//! Acquiring: one script call per attempt; fair waiters sleep until notified or until their
+//! fallback timer, non-fair waiters retry after a randomized delay.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dlock_core::{Error, FencingToken, Lease, LockName};
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::Inner;
+use super::backend::{Held, SingleBackend};
+use super::notify::Notifier;
+use crate::conn::{millis, token_of, unexpected};
+use crate::keys::{Keys, random_id};
+use crate::scripts::scripts;
+
+/// What one attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    Granted(u64),
+    /// Someone holds the lock for `pttl` more (None: no TTL on the key).
+    Held {
+        pttl: Option<Duration>,
+        head: bool,
+    },
+    /// The lock is free, but another waiter is at the head of the queue for `head_left` more.
+    Turn {
+        head_left: Duration,
+    },
+}
+
+fn parse(node: &str, reply: &[i64]) -> Result<Reply, Error> {
+    let ms = |v: i64| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    match reply {
+        [1, token, ..] => Ok(Reply::Granted(token_of(node, *token)?)),
+        [0, -3, _, left] => Ok(Reply::Turn {
+            head_left: ms(*left),
+        }),
+        [0, pttl, rest @ ..] => Ok(Reply::Held {
+            pttl: (*pttl >= 0).then(|| ms(*pttl)),
+            head: rest.first() == Some(&1),
+        }),
+        _ => Err(unexpected(node, "acquire", reply)),
+    }
+}
+
+/// A request in flight or a queue entry: cleaned up when the acquire ends without a lease,
+/// including when its future is dropped.
+struct Pending {
+    backend: Arc<SingleBackend>,
+    notifier: Arc<Notifier>,
+    keys: Keys,
+    owner: String,
+    entry: Option<String>,
+    /// Something may be left at the server (a grant whose reply we did not see, a queue entry).
+    dirty: bool,
+}
+
+impl Pending {
+    /// Removes whatever we may have left at the server: our queue entry (passing the baton when
+    /// we were the head) and a lock an unseen reply may have granted.
+    async fn cleanup(
+        backend: &SingleBackend,
+        keys: &Keys,
+        owner: &str,
+        entry: Option<&str>,
+    ) -> Result<(), Error> {
+        match entry {
+            Some(entry) => {
+                let mut inv = scripts().withdraw.prepare_invoke();
+                inv.key(&keys.lock)
+                    .key(&keys.queue)
+                    .key(&keys.deadlines)
+                    .arg(owner)
+                    .arg(entry)
+                    .arg(&backend.channel_prefix);
+                backend
+                    .node
+                    .invoke::<i64>("withdraw", &inv, backend.request_timeout, &backend.counters)
+                    .await
+                    .map(|_| ())
+            }
+            None => backend.release_keys(keys, owner).await.map(|_| ()),
+        }
+    }
+
+    /// Gives up waiting: withdraws now (bounded), then reports the timeout.
+    async fn timeout(mut self, began: Instant) -> Error {
+        if self.dirty {
+            if let Err(e) = Self::cleanup(
+                &self.backend,
+                &self.keys,
+                &self.owner,
+                self.entry.as_deref(),
+            )
+            .await
+            {
+                tracing::warn!(lock = %self.keys.lock, error = %e, "withdrawing a timed-out waiter failed; its entry expires on its own");
+            }
+            self.dirty = false;
+        }
+        Error::Timeout {
+            waited: began.elapsed(),
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(entry) = &self.entry {
+            self.notifier.unregister(entry);
+        }
+        if !self.dirty {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock = %self.keys.lock, "acquire dropped outside a runtime; its entry expires on its own");
+            return;
+        };
+        let backend = Arc::clone(&self.backend);
+        let keys = self.keys.clone();
+        let owner = std::mem::take(&mut self.owner);
+        let entry = self.entry.take();
+        handle.spawn(async move {
+            if let Err(e) = Pending::cleanup(&backend, &keys, &owner, entry.as_deref()).await {
+                tracing::warn!(lock = %keys.lock, error = %e, "cleanup of a cancelled acquire failed; it expires on its own");
+            }
+        });
+    }
+}
+
+async fn attempt(inner: &Inner, p: &Pending, budget: Duration) -> Result<Reply, Error> {
+    let s = scripts();
+    let node = &inner.backend.node;
+    let reply: Vec<i64> = if inner.fair {
+        let mut inv = s.acquire_fair.prepare_invoke();
+        inv.key(&p.keys.lock)
+            .key(&p.keys.fence)
+            .key(&p.keys.queue)
+            .key(&p.keys.deadlines)
+            .arg(&p.owner)
+            .arg(millis(inner.ttl))
+            .arg(p.entry.as_deref().unwrap_or(""))
+            .arg(millis(entry_lifetime(inner.ttl)));
+        node.invoke("acquire", &inv, budget, &inner.counters)
+            .await?
+    } else {
+        let mut inv = s.acquire_plain.prepare_invoke();
+        inv.key(&p.keys.lock)
+            .key(&p.keys.fence)
+            .arg(&p.owner)
+            .arg(millis(inner.ttl));
+        node.invoke("acquire", &inv, budget, &inner.counters)
+            .await?
+    };
+    parse(&node.display, &reply)
+}
+
+/// How long a waiter's queue entry lives without a refresh. Waiters refresh it at least every
+/// TTL (their fallback timer), so it only expires when the waiter is gone.
+fn entry_lifetime(ttl: Duration) -> Duration {
+    ttl.saturating_mul(2)
+}
+
+fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
+    Pending {
+        backend: Arc::clone(&inner.backend),
+        notifier: Arc::clone(&inner.notifier),
+        keys,
+        owner: random_id(),
+        entry,
+        dirty: false,
+    }
+}
+
+/// Hands out the lease of a grant whose request was sent at `start`, or `None` when the reply
+/// came too late to be useful (the lock is then given back).
+async fn grant(
+    inner: &Inner,
+    name: &LockName,
+    mut p: Pending,
+    token: u64,
+    start: Instant,
+) -> Option<Lease> {
+    if Instant::now() >= inner.driver.deadline_from(start) {
+        tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
+        // `p` stays dirty: dropping it deletes the key (guarded by our owner value).
+        return None;
+    }
+    p.dirty = false;
+    let held = Held {
+        keys: p.keys.clone(),
+        owner: std::mem::take(&mut p.owner),
+    };
+    drop(p);
+    Some(
+        inner
+            .driver
+            .register(name.clone(), FencingToken(token), start, held),
+    )
+}
+
+pub(super) async fn try_acquire(
+    inner: &Arc<Inner>,
+    name: &LockName,
+) -> Result<Option<Lease>, Error> {
+    let mut p = pending(inner, Keys::new(&inner.prefix, name), None);
+    let start = Instant::now();
+    p.dirty = true;
+    match attempt(inner, &p, inner.request_timeout).await? {
+        Reply::Granted(token) => Ok(grant(inner, name, p, token, start).await),
+        Reply::Held { .. } | Reply::Turn { .. } => {
+            p.dirty = false;
+            Ok(None)
+        }
+    }
+}
+
+async fn notified(n: Option<&Arc<Notify>>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+pub(super) async fn acquire(
+    inner: &Arc<Inner>,
+    name: &LockName,
+    wait: Option<Duration>,
+) -> Result<Lease, Error> {
+    if wait == Some(Duration::ZERO) {
+        return try_acquire(inner, name).await?.ok_or(Error::Timeout {
+            waited: Duration::ZERO,
+        });
+    }
+    let began = Instant::now();
+    let deadline = wait.map(|w| began + w);
+    let keys = Keys::new(&inner.prefix, name);
+    let entry = inner.fair.then(|| {
+        format!(
+            "{}.{}",
+            inner.locker_id,
+            inner.seq.fetch_add(1, Ordering::Relaxed)
+        )
+    });
+    // Registered before the first attempt enqueues us: no notification can be missed.
+    let notify = entry.as_deref().map(|e| inner.notifier.register(e));
+    let mut p = pending(inner, keys, entry);
+    let mut waited = false;
+    loop {
+        let budget = match deadline {
+            Some(d) => inner
+                .request_timeout
+                .min(d.saturating_duration_since(Instant::now())),
+            None => inner.request_timeout,
+        };
+        if budget.is_zero() {
+            return Err(p.timeout(began).await);
+        }
+        let start = Instant::now();
+        p.dirty = true;
+        let reply = match attempt(inner, &p, budget).await {
+            Ok(r) => r,
+            Err(e) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(p.timeout(began).await);
+                }
+                // Dropping `p` withdraws in the background.
+                return Err(e);
+            }
+        };
+        let sleep = match reply {
+            Reply::Granted(token) => {
+                let keys = p.keys.clone();
+                let entry = p.entry.clone();
+                match grant(inner, name, p, token, start).await {
+                    Some(lease) => {
+                        tracing::debug!(lock = %name, token, waited = waited, "granted");
+                        return Ok(lease);
+                    }
+                    None => {
+                        // Too late: the key was given back; try again with a new owner value.
+                        p = pending(inner, keys, entry);
+                        if let Some(e) = &p.entry {
+                            // `grant` dropped the old guard, which unregistered the entry.
+                            let _ = inner.notifier.register(e);
+                        }
+                        continue;
+                    }
+                }
+            }
+            Reply::Held { pttl, head } => {
+                if p.entry.is_none() {
+                    // Non-fair: a failed attempt leaves nothing behind.
+                    p.dirty = false;
+                }
+                if inner.fair {
+                    if head {
+                        // The head sleeps until the holder's key expires (a crashed holder).
+                        pttl.map_or(inner.ttl, |t| t + Duration::from_millis(1))
+                    } else {
+                        // Others refresh their entry once per TTL.
+                        inner.ttl
+                    }
+                } else {
+                    jitter(pttl, inner.retry_delay)
+                }
+            }
+            Reply::Turn { head_left } => (head_left + Duration::from_millis(1)).min(inner.ttl),
+        };
+        if !waited {
+            waited = true;
+            inner.counters.add_waits(1);
+            if inner.fair {
+                inner.notifier.start();
+            }
+            tracing::debug!(lock = %name, "waiting");
+        }
+        let mut wake_at = Instant::now() + sleep;
+        if let Some(d) = deadline {
+            wake_at = wake_at.min(d);
+        }
+        tokio::select! {
+            () = notified(notify.as_ref()) => {}
+            () = tokio::time::sleep_until(wake_at) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(p.timeout(began).await);
+                }
+            }
+        }
+        inner.counters.add_wakeups(1);
+    }
+}
+
+/// A random delay in `[upper/2, upper]`, where `upper` is the retry bound or the holder's
+/// remaining TTL, whichever is shorter (never below 1 ms).
+fn jitter(pttl: Option<Duration>, retry_delay: Duration) -> Duration {
+    let upper = pttl
+        .map_or(retry_delay, |t| t.min(retry_delay))
+        .max(Duration::from_millis(1));
+    let lo = upper / 2;
+    let span = u64::try_from((upper - lo).as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    lo + Duration::from_micros(rand::rng().random_range(0..=span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse() {
+        assert_eq!(parse("n", &[1, 7]).ok(), Some(Reply::Granted(7)));
+        assert_eq!(
+            parse("n", &[0, 250, 1]).ok(),
+            Some(Reply::Held {
+                pttl: Some(Duration::from_millis(250)),
+                head: true
+            })
+        );
+        assert_eq!(
+            parse("n", &[0, -1]).ok(),
+            Some(Reply::Held {
+                pttl: None,
+                head: false
+            })
+        );
+        assert_eq!(
+            parse("n", &[0, -3, 0, 40]).ok(),
+            Some(Reply::Turn {
+                head_left: Duration::from_millis(40)
+            })
+        );
+        assert!(parse("n", &[1, 0]).is_err(), "token 0 is never issued");
+        assert!(parse("n", &[1, -5]).is_err());
+        assert!(parse("n", &[]).is_err());
+        assert!(parse("n", &[2]).is_err());
+    }
+
+    #[test]
+    fn jitter_stays_in_bounds() {
+        for _ in 0..1000 {
+            let d = jitter(Some(Duration::from_millis(500)), Duration::from_millis(40));
+            assert!(
+                d >= Duration::from_millis(20) && d <= Duration::from_millis(40),
+                "{d:?}"
+            );
+            let d = jitter(Some(Duration::ZERO), Duration::from_millis(40));
+            assert!(d <= Duration::from_millis(1) && d > Duration::ZERO, "{d:?}");
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The single-node renewal backend: batched compare-and-PEXPIRE and guarded release.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal};
+
+use crate::conn::{Node, millis};
+use crate::keys::Keys;
+use crate::scripts::scripts;
+
+/// One held lock: its keys and our owner value.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) keys: Keys,
+    pub(crate) owner: String,
+}
+
+/// Renews and releases the leases of one [`RedisLocker`](crate::RedisLocker).
+pub(crate) struct SingleBackend {
+    pub(crate) node: Node,
+    pub(crate) ttl: Duration,
+    pub(crate) fair: bool,
+    pub(crate) channel_prefix: String,
+    pub(crate) request_timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl SingleBackend {
+    /// Compare-and-delete; in fair mode also notifies the head waiter.
+    pub(crate) async fn release_keys(&self, keys: &Keys, owner: &str) -> Result<bool, Error> {
+        let s = scripts();
+        let deleted: i64 = if self.fair {
+            let mut inv = s.release_fair.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.queue)
+                .key(&keys.deadlines)
+                .arg(owner)
+                .arg(&self.channel_prefix);
+            self.node
+                .invoke("release", &inv, self.request_timeout, &self.counters)
+                .await?
+        } else {
+            let mut inv = s.release_plain.prepare_invoke();
+            inv.key(&keys.lock).arg(owner);
+            self.node
+                .invoke("release", &inv, self.request_timeout, &self.counters)
+                .await?
+        };
+        Ok(deleted == 1)
+    }
+}
+
+#[async_trait]
+impl RenewBackend for SingleBackend {
+    type Entry = Held;
+
+    async fn renew(&self, entries: &[Arc<Held>]) -> Result<Vec<Renewal>, Error> {
+        // ONE script call over every held lease: one round trip per renewal period.
+        let mut inv = scripts().renew.prepare_invoke();
+        inv.arg(millis(self.ttl));
+        for e in entries {
+            inv.key(&e.keys.lock);
+        }
+        for e in entries {
+            inv.arg(&e.owner);
+        }
+        // The driver bounds the call by the leases' remaining validity.
+        let replies: Vec<i64> = self
+            .node
+            .invoke("renew", &inv, self.ttl, &self.counters)
+            .await?;
+        if replies.len() != entries.len() {
+            return Err(crate::conn::unexpected(
+                &self.node.display,
+                "renew",
+                &replies,
+            ));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| {
+                if r == 1 {
+                    Renewal::Extended
+                } else {
+                    Renewal::Lost(LossReason::Gone(
+                        "the lock key is gone or holds another owner".into(),
+                    ))
+                }
+            })
+            .collect())
+    }
+
+    async fn release(&self, entry: &Held) -> Result<(), Error> {
+        self.release_keys(&entry.keys, &entry.owner)
+            .await
+            .map(|_| ())
+    }
+}

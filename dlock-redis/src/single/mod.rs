@@ -1,0 +1,279 @@
+//! The single-node Redis lock.
+
+mod acquire;
+mod backend;
+mod notify;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{
+    AcquireOptions, Capabilities, Counters, Error, FencingStrength, Lease, LockName, Locker,
+    RenewalDriver, Stats, validate_ttl,
+};
+
+use crate::conn::{self, Node};
+use crate::keys::{self, namespace_prefix, validate_prefix};
+use backend::SingleBackend;
+use notify::Notifier;
+
+/// The default lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The default upper bound of the randomized retry delay in non-fair mode.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+
+/// A lock on one Redis server (or one Redis Cluster slot owner).
+///
+/// - A lock `name` lives in the key `<prefix>dlock:{name}` (a plain string holding a random
+///   128-bit owner value, with a TTL), next to `<prefix>dlock:{name}:fence` (the fencing
+///   counter) and, in fair mode, `<prefix>dlock:{name}:q` / `:qt` (the waiter queue and its
+///   deadlines). The braces make them one hash tag, one cluster slot.
+/// - Acquire is one script call: `SET NX PX` plus `INCR` of the fence, atomically, so the token
+///   arrives with the grant. Release is a compare-and-delete. Every lease the locker holds is
+///   renewed in ONE script call every TTL/3.
+/// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
+///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
+///   queue. A release notifies ONLY the head waiter, over the locker's single pub/sub
+///   connection; a timer (the holder's remaining TTL) covers a lost message or a crashed
+///   holder. Non-fair mode retries after randomized, jittered delays.
+///
+/// Every client of one name must use the same mode: a non-fair client ignores the queue.
+/// Other clients that lock the same key with a plain `SET key value NX PX` exclude and are
+/// excluded by dlock.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock_core::{AcquireOptions, LockName, Locker};
+/// use dlock_redis::RedisLocker;
+/// # async fn demo() -> Result<(), dlock_core::Error> {
+/// let locker = RedisLocker::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .ttl(Duration::from_secs(10))
+///     .namespace("billing")
+///     .build()?;
+/// let lease = locker.acquire(&LockName::new("invoice/42")?, AcquireOptions::wait(Duration::from_secs(5))).await?;
+/// println!("token {}", lease.token());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisLocker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Arc<SingleBackend>,
+    driver: RenewalDriver<SingleBackend>,
+    counters: Arc<Counters>,
+    prefix: String,
+    ttl: Duration,
+    fair: bool,
+    request_timeout: Duration,
+    retry_delay: Duration,
+    notifier: Arc<Notifier>,
+    locker_id: String,
+    seq: AtomicU64,
+}
+
+impl std::fmt::Debug for RedisLocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLocker")
+            .field("node", &self.inner.backend.node.display)
+            .field("prefix", &self.inner.prefix)
+            .field("ttl", &self.inner.ttl)
+            .field("fair", &self.inner.fair)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RedisLocker`]; see [`RedisLocker::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisLockerBuilder {
+    url: Option<String>,
+    ttl: Duration,
+    prefix: Result<String, Error>,
+    fair: bool,
+    request_timeout: Option<Duration>,
+    retry_delay: Duration,
+}
+
+impl RedisLocker {
+    /// A builder with the defaults: TTL 30 s, no key prefix, fair mode on.
+    pub fn builder() -> RedisLockerBuilder {
+        RedisLockerBuilder {
+            url: None,
+            ttl: DEFAULT_TTL,
+            prefix: Ok(String::new()),
+            fair: true,
+            request_timeout: None,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+
+    /// The key prefix this locker works under.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// Whether the locker queues waiters fairly.
+    pub fn is_fair(&self) -> bool {
+        self.inner.fair
+    }
+
+    /// How many leases the locker holds and renews now.
+    pub fn held(&self) -> usize {
+        self.inner.driver.len()
+    }
+}
+
+impl RedisLockerBuilder {
+    /// The server: `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS, or
+    /// `unix:///path`. AUTH credentials in the URL are used on every connection.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The lease TTL: how long a crashed holder blocks others (default 30 s; 100 ms ..= 24 h).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// A raw prefix for every key (printable ASCII, no whitespace, no `{` or `}`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        self.prefix = validate_prefix(&prefix).map(|()| prefix);
+        self
+    }
+
+    /// A namespace: segments of `[A-Za-z0-9._-]` joined by `/`; keys get the prefix
+    /// `<namespace>/`.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.prefix = namespace_prefix(namespace);
+        self
+    }
+
+    /// Fair mode (default on): FIFO grants, only the head waiter is woken on release.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// The bound on one request to the server (default TTL/3, at most 2 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// Non-fair mode: the upper bound of the randomized retry delay (default 50 ms).
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// Checks every option and builds the locker. No I/O happens here: the connection is made
+    /// by the first request, so a server that is down makes requests fail with
+    /// [`Error::Unavailable`], not the build.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a missing or malformed URL, a TTL out of range, a bad key
+    /// prefix or namespace, a zero or too long request timeout or retry delay, or when called
+    /// outside a tokio runtime.
+    pub fn build(self) -> Result<RedisLocker, Error> {
+        let ttl = validate_ttl(self.ttl)?;
+        let prefix = self.prefix?;
+        let url = self
+            .url
+            .ok_or_else(|| Error::invalid_option("url", "a Redis URL is required"))?;
+        let client = conn::parse_url("url", &url)?;
+        let request_timeout = match self.request_timeout {
+            None => (ttl / 3).min(Duration::from_secs(2)),
+            Some(t) if t.is_zero() || t > ttl => {
+                return Err(Error::invalid_option(
+                    "request_timeout",
+                    format!("{t:?} must be above zero and at most the TTL {ttl:?}"),
+                ));
+            }
+            Some(t) => t,
+        };
+        if self.retry_delay.is_zero() || self.retry_delay > ttl {
+            return Err(Error::invalid_option(
+                "retry_delay",
+                format!(
+                    "{:?} must be above zero and at most the TTL {ttl:?}",
+                    self.retry_delay
+                ),
+            ));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::invalid_option(
+                "runtime",
+                "a RedisLocker must be built inside a tokio runtime",
+            ));
+        }
+        let node: Node = conn::open(client.clone(), request_timeout)?;
+        let counters = Arc::new(Counters::default());
+        let locker_id = keys::random_id();
+        let channel_prefix = format!("{prefix}dlock:notify:");
+        let backend = Arc::new(SingleBackend {
+            node,
+            ttl,
+            fair: self.fair,
+            channel_prefix: channel_prefix.clone(),
+            request_timeout,
+            counters: Arc::clone(&counters),
+        });
+        let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
+        let notifier = Notifier::new(
+            client,
+            format!("{channel_prefix}{locker_id}"),
+            request_timeout.max(Duration::from_millis(500)),
+        );
+        Ok(RedisLocker {
+            inner: Arc::new(Inner {
+                backend,
+                driver,
+                counters,
+                prefix,
+                ttl,
+                fair: self.fair,
+                request_timeout,
+                retry_delay: self.retry_delay,
+                notifier,
+                locker_id,
+                seq: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl Locker for RedisLocker {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        opts.validate()?;
+        acquire::acquire(&self.inner, name, opts.wait).await
+    }
+
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        acquire::try_acquire(&self.inner, name).await
+    }
+
+    fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(self.inner.ttl)
+            .with_fair_queue(self.inner.fair, self.inner.fair)
+            .with_fencing(FencingStrength::Linearizable)
+            .with_crash_release_slack(Duration::from_millis(250))
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+}

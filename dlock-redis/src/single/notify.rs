@@ -1,0 +1,154 @@
+//! One pub/sub connection per locker: the fair scripts publish to the head waiter's locker
+//! channel, and this task hands each message to the one local waiter it names.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::Client;
+use tokio::sync::{Notify, watch};
+
+/// Demultiplexes notifications to local waiters.
+pub(crate) struct Notifier {
+    client: Client,
+    channel: String,
+    connect_timeout: Duration,
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Whether the subscription is up right now.
+    up: watch::Sender<bool>,
+    /// Dropped with the notifier: ends the task.
+    _shutdown: watch::Sender<()>,
+    shutdown_rx: watch::Receiver<()>,
+    started: Once,
+}
+
+impl Notifier {
+    pub(crate) fn new(client: Client, channel: String, connect_timeout: Duration) -> Arc<Self> {
+        let (shutdown, shutdown_rx) = watch::channel(());
+        Arc::new(Notifier {
+            client,
+            channel,
+            connect_timeout,
+            waiters: Mutex::new(HashMap::new()),
+            up: watch::Sender::new(false),
+            _shutdown: shutdown,
+            shutdown_rx,
+            started: Once::new(),
+        })
+    }
+
+    fn waiters(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a waiter's queue entry; its `Notify` gets a permit for every message naming
+    /// it, and for every (re)subscription (a message may have been missed meanwhile).
+    pub(crate) fn register(&self, entry: &str) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        self.waiters().insert(entry.to_owned(), Arc::clone(&notify));
+        notify
+    }
+
+    pub(crate) fn unregister(&self, entry: &str) {
+        self.waiters().remove(entry);
+    }
+
+    /// Whether the subscription is up.
+    pub(crate) fn is_up(&self) -> bool {
+        *self.up.borrow()
+    }
+
+    /// Starts the subscription task (once). Must run inside a tokio runtime.
+    pub(crate) fn start(self: &Arc<Self>) {
+        self.started.call_once(|| {
+            let weak = Arc::downgrade(self);
+            let shutdown = self.shutdown_rx.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(run(weak, shutdown));
+            }
+        });
+    }
+
+    fn dispatch(&self, entry: &str) {
+        let notify = self.waiters().get(entry).cloned();
+        match notify {
+            Some(n) => n.notify_one(),
+            None => tracing::trace!(entry, "notification for a waiter that is gone"),
+        }
+    }
+
+    fn wake_all(&self) {
+        for n in self.waiters().values() {
+            n.notify_one();
+        }
+    }
+}
+
+async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
+    let mut failures: u32 = 0;
+    loop {
+        let Some(this) = weak.upgrade() else { return };
+        let client = this.client.clone();
+        let channel = this.channel.clone();
+        let connect_timeout = this.connect_timeout;
+        drop(this);
+        let connect = async {
+            let pubsub = client.get_async_pubsub().await?;
+            let (mut sink, stream) = pubsub.split();
+            sink.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>((sink, stream))
+        };
+        let connected = tokio::select! {
+            r = tokio::time::timeout(connect_timeout, connect) => r,
+            _ = shutdown.changed() => return,
+        };
+        match connected {
+            Ok(Ok((_sink, mut stream))) => {
+                failures = 0;
+                {
+                    let Some(this) = weak.upgrade() else { return };
+                    this.up.send_replace(true);
+                    tracing::debug!(channel = %this.channel, "notification channel subscribed");
+                    this.wake_all();
+                }
+                loop {
+                    let msg = tokio::select! {
+                        m = stream.next() => m,
+                        _ = shutdown.changed() => return,
+                    };
+                    let Some(this) = weak.upgrade() else { return };
+                    match msg {
+                        Some(msg) => match msg.get_payload::<String>() {
+                            Ok(entry) => this.dispatch(&entry),
+                            Err(e) => tracing::warn!(error = %e, "malformed notification ignored"),
+                        },
+                        None => {
+                            this.up.send_replace(false);
+                            tracing::warn!(channel = %this.channel, "notification channel lost; waiters fall back to timers");
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                failures += 1;
+                tracing::warn!(error = %e, failures, "cannot subscribe to the notification channel");
+            }
+            Err(_) => {
+                failures += 1;
+                tracing::warn!(
+                    failures,
+                    "subscribing to the notification channel timed out"
+                );
+            }
+        }
+        let backoff = Duration::from_millis(20)
+            .saturating_mul(1 << failures.min(6))
+            .min(Duration::from_secs(1));
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
