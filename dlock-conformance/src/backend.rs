@@ -69,4 +69,9 @@ pub trait TestBackend: Send + Sync + 'static {
     /// Environment variables that make a child process (the crash-test holder) reach the same
     /// servers through the `external` provider.
     fn child_env(&self) -> Vec<(String, String)>;
+
+    /// The servers' captured output, printed when a scenario fails. Empty by default.
+    fn logs(&self) -> String {
+        String::new()
+    }
 }

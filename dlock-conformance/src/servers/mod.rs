@@ -20,7 +20,7 @@
 mod external;
 pub mod local;
 mod node;
-mod process;
+pub(crate) mod process;
 
 #[cfg(feature = "containers")]
 pub mod containers;

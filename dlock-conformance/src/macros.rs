@@ -1,0 +1,56 @@
+//! The enrolment macro.
+
+/// Enrols a backend: expands to `mod $module { #[test] fn <scenario>() … }`, one test per
+/// scenario of [`Scenario::ALL`](crate::Scenario::ALL), plus the ignored `__crash_holder`
+/// helper that the crash-release scenario runs in a child process.
+///
+/// `$factory` is an expression of type `Arc<dyn TestBackend>`, evaluated in each test (cache the
+/// backend in a `std::sync::OnceLock`). It may call
+/// [`harness_unavailable`](crate::harness_unavailable) to skip when server binaries are missing.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($module:ident, $factory:expr) => {
+        #[allow(non_snake_case)]
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
+                $factory
+            }
+
+            $crate::conformance_tests!(@tests $module;
+                mutual_exclusion => MutualExclusion,
+                fencing_monotonic => FencingMonotonic,
+                fenced_resource => FencedResource,
+                try_acquire_held => TryAcquireHeld,
+                wait_timeout => WaitTimeout,
+                cancel => Cancel,
+                fifo => Fifo,
+                herd => Herd,
+                renewal => Renewal,
+                lost_before_stolen => LostBeforeStolen,
+                lost_after_break => LostAfterBreak,
+                release_idempotent => ReleaseIdempotent,
+                crash_release => CrashRelease,
+                name_isolation => NameIsolation,
+                bad_input => BadInput,
+                reentrancy => Reentrancy,
+            );
+
+            #[test]
+            #[ignore = "the crash-release scenario runs this in a child process"]
+            fn __crash_holder() {
+                $crate::scenarios::crash_holder_main(__factory);
+            }
+        }
+    };
+    (@tests $module:ident; $($test:ident => $variant:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::__run(stringify!($module), $crate::Scenario::$variant, __factory);
+            }
+        )*
+    };
+}

@@ -1,0 +1,380 @@
+//! The one scenario list. Each scenario is an async function over a [`Ctx`] that returns
+//! `Ok(())`, or a [`Verdict`] saying why it failed or does not apply; [`run`] turns that into a
+//! report [`Row`].
+
+mod basic;
+mod crash;
+mod exclusion;
+mod lease;
+mod queue;
+mod util;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::{Capabilities, Locker};
+use serde_json::{Map, Value};
+
+use crate::report::{Row, Status};
+use crate::{ClientOptions, TestBackend};
+
+pub use crash::crash_holder_main;
+
+/// Every scenario, in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// 8 clients × 50 read-sleep-write sections: exact count, no overlapping holds.
+    MutualExclusion,
+    /// Tokens strictly increase across grants, also after a forced expiry.
+    FencingMonotonic,
+    /// A fenced resource rejects the stale holder's write after a takeover.
+    FencedResource,
+    /// `try_acquire` on a held name returns `None` at once and leaves nothing behind.
+    TryAcquireHeld,
+    /// A bounded wait returns `Timeout` and leaves nothing behind.
+    WaitTimeout,
+    /// A dropped pending acquire leaves nothing behind; the next waiter gets the lock promptly.
+    Cancel,
+    /// 16 queued waiters are granted in enqueue order.
+    Fifo,
+    /// Wakeups per release and requests per handoff stay flat for N = 1, 8, 32 waiters.
+    Herd,
+    /// A lease stays held for ≥ 5 × TTL while a contender keeps failing.
+    Renewal,
+    /// A holder cut off from the servers learns of the loss before a contender gets the lock.
+    LostBeforeStolen,
+    /// A holder broken from the server side learns of it within the TTL.
+    LostAfterBreak,
+    /// Release is idempotent; a retried release never deletes a newer holder's lock.
+    ReleaseIdempotent,
+    /// A SIGKILLed holder process's lock is free within [TTL − drift, TTL + slack].
+    CrashRelease,
+    /// `a`, `a/b` and `ab` never block each other.
+    NameIsolation,
+    /// Bad names, TTLs and waits give typed errors before any I/O.
+    BadInput,
+    /// The core re-entrancy wrapper over the backend.
+    Reentrancy,
+}
+
+impl Scenario {
+    /// Every scenario.
+    pub const ALL: [Scenario; 16] = [
+        Scenario::MutualExclusion,
+        Scenario::FencingMonotonic,
+        Scenario::FencedResource,
+        Scenario::TryAcquireHeld,
+        Scenario::WaitTimeout,
+        Scenario::Cancel,
+        Scenario::Fifo,
+        Scenario::Herd,
+        Scenario::Renewal,
+        Scenario::LostBeforeStolen,
+        Scenario::LostAfterBreak,
+        Scenario::ReleaseIdempotent,
+        Scenario::CrashRelease,
+        Scenario::NameIsolation,
+        Scenario::BadInput,
+        Scenario::Reentrancy,
+    ];
+
+    /// The scenario's name (also its test function's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::MutualExclusion => "mutual_exclusion",
+            Scenario::FencingMonotonic => "fencing_monotonic",
+            Scenario::FencedResource => "fenced_resource",
+            Scenario::TryAcquireHeld => "try_acquire_held",
+            Scenario::WaitTimeout => "wait_timeout",
+            Scenario::Cancel => "cancel",
+            Scenario::Fifo => "fifo",
+            Scenario::Herd => "herd",
+            Scenario::Renewal => "renewal",
+            Scenario::LostBeforeStolen => "lost_before_stolen",
+            Scenario::LostAfterBreak => "lost_after_break",
+            Scenario::ReleaseIdempotent => "release_idempotent",
+            Scenario::CrashRelease => "crash_release",
+            Scenario::NameIsolation => "name_isolation",
+            Scenario::BadInput => "bad_input",
+            Scenario::Reentrancy => "reentrancy",
+        }
+    }
+
+    /// The lease TTL the scenario's clients use.
+    pub fn ttl(self) -> Duration {
+        match self {
+            Scenario::Renewal => Duration::from_secs(1),
+            _ => Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a scenario did not pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A check failed.
+    Fail(String),
+    /// The scenario does not apply (capability gate); the reason is printed.
+    Skip(String),
+}
+
+impl From<dlock_core::Error> for Verdict {
+    fn from(e: dlock_core::Error) -> Self {
+        Verdict::Fail(format!("unexpected error: {e}"))
+    }
+}
+
+/// Fails the scenario with a formatted reason unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::scenarios::Verdict::Fail(format!($($fmt)+)));
+        }
+    };
+}
+pub(crate) use ensure;
+
+/// What a scenario works with: the backend, its namespace, its TTL, and the figures it reports.
+pub struct Ctx {
+    backend: Arc<dyn TestBackend>,
+    module: String,
+    scenario: Scenario,
+    namespace: String,
+    figures: Mutex<Map<String, Value>>,
+}
+
+/// One id per test process, so runs never collide in a shared server.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("p{}-{:x}", std::process::id(), nanos % (1 << 40))
+    })
+}
+
+impl Ctx {
+    /// A context for `scenario` against `backend`; `module` is the enrolment's module name
+    /// (used to re-execute the test binary for the crash-release holder).
+    pub fn new(backend: Arc<dyn TestBackend>, module: &str, scenario: Scenario) -> Ctx {
+        let namespace = format!("dlock-test/{}/{}/{}", run_id(), module, scenario.name());
+        Ctx {
+            backend,
+            module: module.to_string(),
+            scenario,
+            namespace,
+            figures: Mutex::new(Map::new()),
+        }
+    }
+
+    /// The backend under test.
+    pub fn backend(&self) -> &Arc<dyn TestBackend> {
+        &self.backend
+    }
+
+    /// The scenario's namespace.
+    pub fn ns(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The scenario's lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.scenario.ttl()
+    }
+
+    /// Records a measured figure.
+    pub fn figure(&self, key: &str, value: impl Into<Value>) {
+        self.figures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), value.into());
+    }
+
+    /// Records a duration figure in milliseconds (with µs precision).
+    pub fn figure_ms(&self, key: &str, d: Duration) {
+        let ms = (d.as_secs_f64() * 1e6).round() / 1e3;
+        self.figure(key, ms);
+    }
+
+    /// A new client in the scenario's namespace with the scenario's TTL.
+    ///
+    /// # Errors
+    /// [`Verdict::Fail`] when the backend cannot build it.
+    pub async fn client(&self) -> Result<Arc<dyn Locker>, Verdict> {
+        self.client_with(ClientOptions::new(self.namespace.clone(), self.ttl()))
+            .await
+    }
+
+    /// A new client with explicit options.
+    ///
+    /// # Errors
+    /// [`Verdict::Fail`] when the backend cannot build it.
+    pub async fn client_with(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Verdict> {
+        self.backend
+            .client(opts)
+            .await
+            .map_err(|e| Verdict::Fail(format!("cannot build a client: {e}")))
+    }
+
+    /// `n` new clients.
+    ///
+    /// # Errors
+    /// As [`Ctx::client`].
+    pub async fn clients(&self, n: usize) -> Result<Vec<Arc<dyn Locker>>, Verdict> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.client().await?);
+        }
+        Ok(out)
+    }
+
+    /// What the backend keeps under the namespace right now.
+    ///
+    /// # Errors
+    /// [`Verdict::Fail`] when the server cannot be read.
+    pub async fn leftovers(&self) -> Result<Vec<String>, Verdict> {
+        self.backend
+            .leftovers(&self.namespace)
+            .await
+            .map_err(|e| Verdict::Fail(format!("leak audit cannot read the server: {e}")))
+    }
+
+    /// The capabilities of a fresh client.
+    ///
+    /// # Errors
+    /// As [`Ctx::client`].
+    pub async fn capabilities(&self) -> Result<Capabilities, Verdict> {
+        Ok(self.client().await?.capabilities())
+    }
+
+    fn take_figures(&self) -> Map<String, Value> {
+        std::mem::take(&mut *self.figures.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
+    match ctx.scenario {
+        Scenario::MutualExclusion => exclusion::mutual_exclusion(ctx).await,
+        Scenario::FencingMonotonic => exclusion::fencing_monotonic(ctx).await,
+        Scenario::FencedResource => exclusion::fenced_resource(ctx).await,
+        Scenario::TryAcquireHeld => basic::try_acquire_held(ctx).await,
+        Scenario::WaitTimeout => basic::wait_timeout(ctx).await,
+        Scenario::Cancel => queue::cancel(ctx).await,
+        Scenario::Fifo => queue::fifo(ctx).await,
+        Scenario::Herd => queue::herd(ctx).await,
+        Scenario::Renewal => lease::renewal(ctx).await,
+        Scenario::LostBeforeStolen => lease::lost_before_stolen(ctx).await,
+        Scenario::LostAfterBreak => lease::lost_after_break(ctx).await,
+        Scenario::ReleaseIdempotent => basic::release_idempotent(ctx).await,
+        Scenario::CrashRelease => crash::crash_release(ctx).await,
+        Scenario::NameIsolation => basic::name_isolation(ctx).await,
+        Scenario::BadInput => basic::bad_input(ctx).await,
+        Scenario::Reentrancy => basic::reentrancy(ctx).await,
+    }
+}
+
+/// The longest a scenario may run before it fails as hung.
+pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Runs one scenario against `backend` on a runtime of its own, then audits the namespace for
+/// leftovers (waiting up to 2 × TTL + 1 s for expiries), and returns its row. Never panics on a
+/// scenario failure: panics inside the scenario become a failed row.
+pub fn run(backend: Arc<dyn TestBackend>, module: &str, scenario: Scenario) -> Row {
+    let name = backend.name().to_string();
+    let ctx = Arc::new(Ctx::new(backend, module, scenario));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return row(
+                &name,
+                scenario,
+                Status::Fail,
+                format!("cannot build a runtime: {e}"),
+                Map::new(),
+            );
+        }
+    };
+    let c = Arc::clone(&ctx);
+    let outcome = runtime.block_on(async move {
+        let task = tokio::spawn(async move {
+            let result = dispatch(&c).await;
+            if result.is_ok() {
+                audit(&c).await
+            } else {
+                result
+            }
+        });
+        match tokio::time::timeout(SCENARIO_TIMEOUT, task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(Verdict::Fail(format!(
+                "panicked: {}",
+                panic_message(join.into_panic())
+            ))),
+            Err(_) => Err(Verdict::Fail(format!(
+                "did not finish within {SCENARIO_TIMEOUT:?}"
+            ))),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    let figures = ctx.take_figures();
+    match outcome {
+        Ok(()) => row(&name, scenario, Status::Pass, String::new(), figures),
+        Err(Verdict::Fail(reason)) => row(&name, scenario, Status::Fail, reason, figures),
+        Err(Verdict::Skip(reason)) => row(&name, scenario, Status::Skip, reason, figures),
+    }
+}
+
+/// Every scenario leaves nothing behind once its leases are released or expired.
+async fn audit(ctx: &Ctx) -> Result<(), Verdict> {
+    let bound = ctx.ttl() * 2 + Duration::from_secs(1);
+    let began = tokio::time::Instant::now();
+    loop {
+        let left = ctx.leftovers().await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if began.elapsed() >= bound {
+            return Err(Verdict::Fail(format!(
+                "leak audit: {} entries still under {} {bound:?} after the scenario: {left:?}",
+                left.len(),
+                ctx.ns()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn row(
+    backend: &str,
+    scenario: Scenario,
+    status: Status,
+    reason: String,
+    figures: Map<String, Value>,
+) -> Row {
+    Row {
+        backend: backend.to_string(),
+        scenario: scenario.name().to_string(),
+        status,
+        reason,
+        figures,
+    }
+}
+
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = payload.downcast_ref::<crate::SkipBackend>() {
+        s.0.clone()
+    } else {
+        "a non-string panic".to_string()
+    }
+}

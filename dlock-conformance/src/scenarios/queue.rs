@@ -1,0 +1,238 @@
+//! Waiting: cancellation, FIFO order, herd effect.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, Locker, Stats};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::util::{name, settle, wait_growth, within};
+use super::{Ctx, Verdict, ensure};
+
+/// How long to wait for a new waiter's entry to show at the server before moving on.
+const QUEUE_SHOW: Duration = Duration::from_millis(1000);
+/// Extra settling after a waiter's entry shows (its watch is being set up).
+const QUEUE_SETTLE: Duration = Duration::from_millis(30);
+
+type Waiter = JoinHandle<Result<Instant, dlock_core::Error>>;
+
+/// Spawns a waiter that acquires, notes the grant time, holds for `hold`, and releases.
+fn spawn_waiter(
+    c: Arc<dyn Locker>,
+    lock: dlock_core::LockName,
+    hold: Duration,
+    order: Option<(usize, Arc<Mutex<Vec<usize>>>)>,
+) -> Waiter {
+    tokio::spawn(async move {
+        let lease = c
+            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(60)))
+            .await?;
+        let at = Instant::now();
+        if let Some((i, order)) = order {
+            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        }
+        tokio::time::sleep(hold).await;
+        lease.release().await?;
+        Ok(at)
+    })
+}
+
+async fn joined(w: Waiter, what: &str) -> Result<Instant, Verdict> {
+    match w.await {
+        Ok(Ok(at)) => Ok(at),
+        Ok(Err(e)) => Err(Verdict::Fail(format!("{what} failed: {e}"))),
+        Err(e) => Err(Verdict::Fail(format!(
+            "{what} panicked or was cancelled: {e}"
+        ))),
+    }
+}
+
+/// Enqueues a waiter and waits until its entry shows at the server (or a bounded time).
+async fn enqueue(ctx: &Ctx, w: impl FnOnce() -> Waiter) -> Result<Waiter, Verdict> {
+    let base = ctx.leftovers().await?.len();
+    let waiter = w();
+    wait_growth(ctx, base, QUEUE_SHOW).await?;
+    tokio::time::sleep(QUEUE_SETTLE).await;
+    Ok(waiter)
+}
+
+/// A pending acquire that is dropped leaves nothing behind, and the waiter queued behind it gets
+/// the lock right after the holder releases, not a TTL later.
+pub(crate) async fn cancel(ctx: &Ctx) -> Result<(), Verdict> {
+    let (a, b, c) = (
+        ctx.client().await?,
+        ctx.client().await?,
+        ctx.client().await?,
+    );
+    let lock = name("cancel")?;
+    let la = a.acquire(&lock, AcquireOptions::wait(ctx.ttl())).await?;
+    let held = ctx.leftovers().await?;
+    let lb = lock.clone();
+    let wb = enqueue(ctx, move || {
+        tokio::spawn(async move {
+            b.acquire(&lb, AcquireOptions::forever())
+                .await
+                .map(|_| Instant::now())
+        })
+    })
+    .await?;
+    let with_b = ctx.leftovers().await?;
+    let wc = enqueue(ctx, || {
+        spawn_waiter(c, lock.clone(), Duration::from_millis(5), None)
+    })
+    .await?;
+    let with_both = ctx.leftovers().await?;
+    wb.abort();
+    let cancelled = wb.await;
+    ensure!(
+        cancelled.as_ref().is_err_and(|e| e.is_cancelled()),
+        "the cancelled acquire completed: {cancelled:?}"
+    );
+    // B's entry (if the backend keeps one per waiter) must go; C's stays.
+    let b_entries = with_b.len().saturating_sub(held.len());
+    let want_len = with_both.len().saturating_sub(b_entries);
+    let began = Instant::now();
+    loop {
+        let now = ctx.leftovers().await?;
+        if now.len() == want_len {
+            ctx.figure_ms("cancel_cleanup_ms", began.elapsed());
+            break;
+        }
+        if began.elapsed() > Duration::from_millis(500) {
+            return Err(Verdict::Fail(format!(
+                "a cancelled acquire left entries behind: holder only {held:?}, with both waiters {with_both:?}, after cancelling {now:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    la.release().await?;
+    let granted = within(
+        ctx.ttl() * 2,
+        joined(wc, "the waiter behind the cancelled one"),
+    )
+    .await
+    .ok_or_else(|| {
+        Verdict::Fail("the waiter behind a cancelled acquire never got the lock".into())
+    })??;
+    let handoff = granted.saturating_duration_since(released);
+    ctx.figure_ms("handoff_ms", handoff);
+    ensure!(
+        handoff < ctx.ttl() / 2,
+        "the next waiter got the lock {handoff:?} after the release: the cancelled waiter's entry blocked it"
+    );
+    match settle(ctx, &[], ctx.ttl()).await? {
+        Ok(_) => Ok(()),
+        Err(left) => Err(Verdict::Fail(format!(
+            "entries left after every waiter finished: {left:?}"
+        ))),
+    }
+}
+
+/// 16 waiters queued one after another are granted in enqueue order.
+pub(crate) async fn fifo(ctx: &Ctx) -> Result<(), Verdict> {
+    let holder = ctx.client().await?;
+    if !holder.capabilities().fair {
+        return Err(Verdict::Skip(
+            "the backend is not fair (capabilities.fair = false)".into(),
+        ));
+    }
+    const N: usize = 16;
+    let waiters = ctx.clients(N).await?;
+    let lock = name("fifo")?;
+    let lh = holder
+        .acquire(&lock, AcquireOptions::wait(ctx.ttl()))
+        .await?;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, w) in waiters.into_iter().enumerate() {
+        let o = Arc::clone(&order);
+        tasks.push(
+            enqueue(ctx, || {
+                spawn_waiter(w, lock.clone(), Duration::from_millis(5), Some((i, o)))
+            })
+            .await?,
+        );
+    }
+    lh.release().await?;
+    for (i, t) in tasks.into_iter().enumerate() {
+        within(Duration::from_secs(60), joined(t, &format!("waiter {i}")))
+            .await
+            .ok_or_else(|| Verdict::Fail(format!("waiter {i} never got the lock")))??;
+    }
+    let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    ctx.figure("grant_order", order.clone());
+    let want: Vec<usize> = (0..N).collect();
+    ensure!(order == want, "grants out of enqueue order: {order:?}");
+    Ok(())
+}
+
+fn sum(stats: &[Stats]) -> (u64, u64) {
+    stats
+        .iter()
+        .fold((0, 0), |(w, r), s| (w + s.wakeups, r + s.requests))
+}
+
+/// With N = 1, 8, 32 queued waiters, each release wakes one waiter and each handoff costs the
+/// same number of requests.
+pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
+    let holder = ctx.client().await?;
+    if !holder.capabilities().herd_free {
+        return Err(Verdict::Skip(
+            "the backend is not herd-free (capabilities.herd_free = false)".into(),
+        ));
+    }
+    let mut per_release = Vec::new();
+    for n in [1usize, 8, 32] {
+        let lock = name(&format!("herd-{n}"))?;
+        let waiters = ctx.clients(n).await?;
+        let lh = holder
+            .acquire(&lock, AcquireOptions::wait(ctx.ttl()))
+            .await?;
+        let mut tasks = Vec::new();
+        for w in &waiters {
+            tasks.push(
+                enqueue(ctx, || {
+                    spawn_waiter(Arc::clone(w), lock.clone(), Duration::from_millis(5), None)
+                })
+                .await?,
+            );
+        }
+        let before: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        lh.release().await?;
+        for (i, t) in tasks.into_iter().enumerate() {
+            within(
+                Duration::from_secs(60),
+                joined(t, &format!("waiter {i} of {n}")),
+            )
+            .await
+            .ok_or_else(|| Verdict::Fail(format!("waiter {i} of {n} never got the lock")))??;
+        }
+        let after: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        let ((w0, r0), (w1, r1)) = (sum(&before), sum(&after));
+        let wakeups = (w1 - w0) as f64 / n as f64;
+        let requests = (r1 - r0) as f64 / n as f64;
+        ctx.figure(
+            &format!("wakeups_per_release_n{n}"),
+            (wakeups * 100.0).round() / 100.0,
+        );
+        ctx.figure(
+            &format!("requests_per_handoff_n{n}"),
+            (requests * 100.0).round() / 100.0,
+        );
+        per_release.push((n, wakeups, requests));
+    }
+    let (_, _, r1) = per_release[0];
+    for &(n, wakeups, requests) in &per_release {
+        ensure!(
+            wakeups <= 2.0,
+            "{wakeups:.2} wakeups per release with {n} waiters: a release wakes more than one waiter"
+        );
+        ensure!(
+            requests <= 2.0 * r1 + 2.0,
+            "{requests:.2} requests per handoff with {n} waiters vs {r1:.2} with one: not flat"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! Small helpers shared by the scenarios.
+
+use std::time::Duration;
+
+use dlock_core::LockName;
+use tokio::time::Instant;
+
+use super::{Ctx, Verdict};
+
+/// A valid lock name (the scenarios only use literal, valid names).
+pub(crate) fn name(s: &str) -> Result<LockName, Verdict> {
+    LockName::new(s)
+        .map_err(|e| Verdict::Fail(format!("the suite's own lock name {s:?} was rejected: {e}")))
+}
+
+/// Waits until the namespace holds more than `base` entries (a waiter has queued), up to
+/// `bound`. Backends whose waiters leave no server entry never grow: then it waits `bound`.
+/// Returns the count seen last.
+pub(crate) async fn wait_growth(ctx: &Ctx, base: usize, bound: Duration) -> Result<usize, Verdict> {
+    let until = Instant::now() + bound;
+    loop {
+        let n = ctx.leftovers().await?.len();
+        if n > base || Instant::now() >= until {
+            return Ok(n);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the namespace's entries equal `expected` (as multisets), up to `bound`.
+/// Returns how long it took, or the entries seen last.
+pub(crate) async fn settle(
+    ctx: &Ctx,
+    expected: &[String],
+    bound: Duration,
+) -> Result<Result<Duration, Vec<String>>, Verdict> {
+    let began = Instant::now();
+    let mut want = expected.to_vec();
+    want.sort();
+    loop {
+        let mut got = ctx.leftovers().await?;
+        got.sort();
+        if got == want {
+            return Ok(Ok(began.elapsed()));
+        }
+        if began.elapsed() >= bound {
+            return Ok(Err(got));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The system-wide monotonic clock (CLOCK_MONOTONIC) in nanoseconds: comparable across
+/// processes on one host, unlike `Instant`.
+#[allow(unsafe_code)]
+pub(crate) fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_MONOTONIC always exists.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Awaits `fut` for at most `bound`; `None` when it did not finish.
+pub(crate) async fn within<T>(
+    bound: Duration,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::time::timeout(bound, fut).await.ok()
+}

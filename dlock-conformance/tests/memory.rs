@@ -1,0 +1,13 @@
+//! The memory backend runs the whole scenario list.
+
+use std::sync::{Arc, OnceLock};
+
+use dlock_conformance::TestBackend;
+use dlock_conformance::memory::MemoryBackend;
+
+fn memory() -> Arc<dyn TestBackend> {
+    static BACKEND: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(BACKEND.get_or_init(|| Arc::new(MemoryBackend::new())))
+}
+
+dlock_conformance::conformance_tests!(memory, memory());
