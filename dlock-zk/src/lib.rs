@@ -1,1 +1,12 @@
-//! dlock backend for zk (in progress).
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod config;
+mod contend;
+mod errors;
+mod locker;
+mod paths;
+mod session;
+
+pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
+pub use locker::ZkLocker;

@@ -1,0 +1,317 @@
+//! One contender in a lock's queue: protected create, predecessor watch, cleanup.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dlock_core::Error;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::errors::{map, session_ended, transient};
+use crate::paths::{create_prefix, is_ours, node_name, sorted_contenders};
+use crate::session::{DeleteTarget, Session, delete_target};
+
+/// How an attempt ended when it did not fail.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Our node is the lowest: the lock is ours. `proof` is when the request that showed it
+    /// was sent (the session was alive then).
+    Granted { path: String, czxid: i64, proof: Instant },
+    /// Someone else holds the lock (only for single attempts).
+    Busy,
+}
+
+/// Why an attempt has to start over or stop.
+#[derive(Debug)]
+pub(crate) enum Retry {
+    /// The session ended: its nodes are gone; open a new session and start over.
+    SessionEnded(#[allow(dead_code, reason = "shown in logs")] String),
+    /// Our node vanished while the session lives (deleted from outside): start over.
+    NodeVanished,
+    /// Give up with this error.
+    Fatal(Error),
+}
+
+/// One contender: owns its (future) node and removes it unless the node became a lease.
+pub(crate) struct Contender {
+    sess: Arc<Session>,
+    parent: String,
+    uuid: String,
+    acls: zk::Acls<'static>,
+    no_container: Arc<AtomicBool>,
+    path: Option<String>,
+    create_sent: bool,
+    armed: bool,
+}
+
+impl Contender {
+    pub(crate) fn new(sess: Arc<Session>, parent: String, acls: zk::Acls<'static>, no_container: Arc<AtomicBool>) -> Self {
+        Contender {
+            sess,
+            parent,
+            uuid: uuid::Uuid::new_v4().to_string(),
+            acls,
+            no_container,
+            path: None,
+            create_sent: false,
+            armed: true,
+        }
+    }
+
+    /// The node now belongs to a lease (or to nobody): nothing to clean up.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    fn target(&self) -> Option<DeleteTarget> {
+        if !self.armed || !self.create_sent {
+            return None;
+        }
+        Some(match &self.path {
+            Some(p) => DeleteTarget::Path(p.clone()),
+            None => DeleteTarget::Uuid { parent: self.parent.clone(), uuid: self.uuid.clone() },
+        })
+    }
+
+    /// Removes our node now (bounded wait), handing it to a background retry if that fails.
+    pub(crate) async fn remove_now(&mut self) {
+        let Some(target) = self.target() else { return };
+        self.armed = false;
+        if self.sess.is_ended() {
+            return;
+        }
+        let bound = (self.sess.timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
+        match tokio::time::timeout(bound, delete_target(&self.sess.client, &self.sess.counters, &target)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if session_ended(&e) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(?target, error = %e, "contender delete failed; retrying in the background");
+                self.sess.spawn_delete(target);
+            }
+            Err(_) => self.sess.spawn_delete(target),
+        }
+    }
+
+    /// Creates our node (protected) and waits for it to become the lowest. With `single`,
+    /// returns [`Outcome::Busy`] instead of waiting.
+    ///
+    /// Cancel safety: dropping the future leaves the contender armed; dropping the contender
+    /// removes its node in the background.
+    pub(crate) async fn run(&mut self, single: bool) -> Result<Outcome, Retry> {
+        let czxid = self.create().await?;
+        let Some(path) = self.path.clone() else {
+            return Err(Retry::Fatal(Error::backend("ZooKeeper create returned no path", None)));
+        };
+        let me = node_name(&path).to_owned();
+        let counters = Arc::clone(&self.sess.counters);
+        let client = self.sess.client.clone();
+        let mut waited = false;
+        loop {
+            let proof = Instant::now();
+            counters.add_requests(1);
+            let children = match client.list_children(&self.parent).await {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => return Err(self.vanished()),
+                Err(e) => {
+                    self.classify(e)?;
+                    pause().await;
+                    continue;
+                }
+            };
+            let sorted = sorted_contenders(children);
+            let Some(index) = sorted.iter().position(|(_, n)| *n == me) else {
+                return Err(self.vanished());
+            };
+            if index == 0 {
+                return Ok(Outcome::Granted { path, czxid, proof });
+            }
+            if single {
+                return Ok(Outcome::Busy);
+            }
+            if !waited {
+                waited = true;
+                counters.add_waits(1);
+            }
+            let predecessor = format!("{}/{}", self.parent, sorted[index - 1].1);
+            tracing::trace!(node = %me, %predecessor, "waiting for the predecessor");
+            counters.add_requests(1);
+            // getData rather than exists: a watch is left only when the node exists.
+            let watcher = match client.get_and_watch_data(&predecessor).await {
+                Ok((_, _, watcher)) => watcher,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => {
+                    self.classify(e)?;
+                    pause().await;
+                    continue;
+                }
+            };
+            let event = watcher.changed().await;
+            counters.add_wakeups(1);
+            if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
+                return Err(self.ended(&format!("{}", event.session_state)));
+            }
+        }
+    }
+
+    /// Our node is gone: because the session ended, or because someone deleted it.
+    fn vanished(&mut self) -> Retry {
+        self.armed = false;
+        if self.sess.is_ended() {
+            return self.ended("ended while waiting");
+        }
+        tracing::warn!(parent = %self.parent, "our contender node vanished; starting over");
+        Retry::NodeVanished
+    }
+
+    fn ended(&mut self, why: &str) -> Retry {
+        self.armed = false;
+        self.sess.mark_ended(why);
+        Retry::SessionEnded(why.to_owned())
+    }
+
+    /// Transient errors are retried (after a short pause); a session end or a hard error stops.
+    fn classify(&mut self, e: zk::Error) -> Result<(), Retry> {
+        if session_ended(&e) {
+            return Err(self.ended(&e.to_string()));
+        }
+        if transient(&e) {
+            return Ok(());
+        }
+        Err(Retry::Fatal(map("lock request", e)))
+    }
+
+    /// Creates `<parent>/_c_<uuid>-lock-<seq>`; on a lost reply finds it by uuid instead of
+    /// creating a second one. Returns the node's czxid.
+    async fn create(&mut self) -> Result<i64, Retry> {
+        let prefix = create_prefix(&self.parent, &self.uuid);
+        let client = self.sess.client.clone();
+        let counters = Arc::clone(&self.sess.counters);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);
+        loop {
+            self.create_sent = true;
+            counters.add_requests(1);
+            match client.create(&prefix, &[], &options).await {
+                Ok((stat, seq)) => {
+                    let path = format!("{prefix}{seq}");
+                    self.path = Some(path.clone());
+                    if stat.czxid > 0 {
+                        return Ok(stat.czxid);
+                    }
+                    // Servers before 3.5 return no stat on create.
+                    counters.add_requests(1);
+                    match client.check_stat(&path).await {
+                        Ok(Some(stat)) => return Ok(stat.czxid),
+                        Ok(None) => return Err(self.vanished()),
+                        Err(e) => return Err(self.classify(e).err().unwrap_or(Retry::NodeVanished)),
+                    }
+                }
+                Err(zk::Error::NoNode) => self.ensure_parent().await?,
+                Err(e) if transient(&e) => {
+                    tracing::debug!(error = %e, "create reply lost; looking for our node by uuid");
+                    if let Some(found) = self.find_ours().await? {
+                        return Ok(found);
+                    }
+                }
+                Err(e) => {
+                    self.classify(e)?;
+                    pause().await;
+                }
+            }
+        }
+    }
+
+    /// Looks for our node after a create whose reply was lost. A node of ours left by an
+    /// OLDER session is deleted, never adopted.
+    async fn find_ours(&mut self) -> Result<Option<i64>, Retry> {
+        let client = self.sess.client.clone();
+        let counters = Arc::clone(&self.sess.counters);
+        loop {
+            counters.add_requests(2);
+            let listed = match client.sync(&self.parent).await {
+                Ok(()) | Err(zk::Error::NoNode) => client.list_children(&self.parent).await,
+                Err(e) => Err(e),
+            };
+            let children = match listed {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => return Ok(None),
+                Err(e) => {
+                    self.classify(e)?;
+                    pause().await;
+                    continue;
+                }
+            };
+            let mut found = None;
+            let uuid = self.uuid.clone();
+            for child in children.into_iter().filter(|c| is_ours(c, &uuid)) {
+                let path = format!("{}/{child}", self.parent);
+                counters.add_requests(1);
+                match client.check_stat(&path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == self.sess.id && found.is_none() => {
+                        found = Some((path, stat.czxid));
+                    }
+                    Ok(Some(stat)) => {
+                        tracing::warn!(%path, owner = %format_args!("{:#x}", stat.ephemeral_owner), "deleting a node of ours left by another session");
+                        counters.add_requests(1);
+                        match client.delete(&path, Some(stat.version)).await {
+                            Ok(()) | Err(zk::Error::NoNode) => {}
+                            Err(e) => self.classify(e)?,
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => self.classify(e)?,
+                }
+            }
+            return Ok(found.map(|(path, czxid)| {
+                self.path = Some(path);
+                czxid
+            }));
+        }
+    }
+
+    /// Creates the lock's parent (and ancestors) as container nodes where the server supports
+    /// them, persistent nodes otherwise.
+    async fn ensure_parent(&mut self) -> Result<(), Retry> {
+        let client = self.sess.client.clone();
+        loop {
+            let mode = if self.no_container.load(Ordering::Relaxed) {
+                zk::CreateMode::Persistent
+            } else {
+                zk::CreateMode::Container
+            };
+            self.sess.counters.add_requests(1);
+            match client.mkdir(&self.parent, &mode.with_acls(self.acls)).await {
+                Ok(()) => return Ok(()),
+                Err(zk::Error::Unimplemented | zk::Error::BadArguments(_)) if mode == zk::CreateMode::Container => {
+                    tracing::info!("the server has no container nodes; lock parents are persistent");
+                    self.no_container.store(true, Ordering::Relaxed);
+                }
+                Err(zk::Error::NoNode) => {
+                    return Err(Retry::Fatal(Error::backend(
+                        "ZooKeeper: the chroot of the connect string does not exist",
+                        None,
+                    )));
+                }
+                Err(e) => {
+                    self.classify(e)?;
+                    pause().await;
+                }
+            }
+        }
+    }
+}
+
+/// A short pause before retrying after a transient error (requests issued while disconnected
+/// wait for the reconnect inside the client, so this only spaces out flapping connections).
+async fn pause() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        if let Some(target) = self.target() {
+            tracing::debug!(?target, "contender dropped; removing its node in the background");
+            self.sess.spawn_delete(target);
+        }
+    }
+}

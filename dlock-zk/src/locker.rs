@@ -1,0 +1,296 @@
+//! The ZooKeeper [`Locker`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{
+    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Lease, LockName, Locker, Stats,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::config::{Config, ZkLockerBuilder};
+use crate::contend::{Contender, Outcome, Retry};
+use crate::paths::parent_path;
+use crate::session::{NodeEntry, Session};
+
+/// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
+///
+/// One locker is one ZooKeeper session. Each acquire creates an EPHEMERAL_SEQUENTIAL node
+/// `<root>/<encoded name>/_c_<uuid>-lock-<seq>`; the lowest sequence holds the lock and every
+/// other contender watches only its predecessor (a release wakes exactly one waiter, in FIFO
+/// order). The fencing token is the node's `czxid`.
+///
+/// The lease TTL is the session timeout the server negotiated. All leases of the locker are
+/// renewed together with one request per TTL/3; if the session ends every lease is lost at once,
+/// and if the connection is cut the leases are lost at their deadline (send time of the last
+/// answered request + negotiated timeout − drift) unless the client reconnects in time. After a
+/// session ends, the next acquire opens a new session transparently.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dlock_core::{AcquireOptions, LockName, Locker};
+/// use dlock_zk::ZkLocker;
+/// # async fn demo() -> Result<(), dlock_core::Error> {
+/// let locker = ZkLocker::builder("127.0.0.1:2181").ttl(Duration::from_secs(6)).build().await?;
+/// let name = LockName::new("orders/42")?;
+/// let lease = locker.acquire(&name, AcquireOptions::wait(Duration::from_secs(5))).await?;
+/// // Pass lease.token() to the protected resource; stop when lease.lost() resolves.
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct ZkLocker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: Config,
+    counters: Arc<Counters>,
+    acls: zk::Acls<'static>,
+    no_container: Arc<AtomicBool>,
+    /// The current session; replaced after it ends.
+    slot: Mutex<Option<Arc<Session>>>,
+    /// A copy of the current session for the fast path.
+    current: StdMutex<Option<Arc<Session>>>,
+    negotiated_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for ZkLocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkLocker")
+            .field("config", &self.inner.cfg)
+            .field("negotiated_timeout", &self.negotiated_timeout())
+            .finish()
+    }
+}
+
+impl ZkLocker {
+    /// A builder for a locker on the ensemble `connect` (`host:port[,host:port…][/chroot]`).
+    pub fn builder(connect: impl Into<String>) -> ZkLockerBuilder {
+        ZkLockerBuilder::new(connect)
+    }
+
+    pub(crate) async fn open(cfg: Config) -> Result<Self, Error> {
+        let counters = Arc::new(Counters::default());
+        let session = Session::open(&cfg, Arc::clone(&counters)).await?;
+        let negotiated = duration_ms(session.timeout);
+        Ok(ZkLocker {
+            inner: Arc::new(Inner {
+                acls: cfg.acl.acls(),
+                cfg,
+                counters,
+                no_container: Arc::new(AtomicBool::new(false)),
+                current: StdMutex::new(Some(Arc::clone(&session))),
+                slot: Mutex::new(Some(session)),
+                negotiated_ms: AtomicU64::new(negotiated),
+            }),
+        })
+    }
+
+    /// The session timeout the server granted (the lease TTL), as of the latest session.
+    pub fn negotiated_timeout(&self) -> Duration {
+        Duration::from_millis(self.inner.negotiated_ms.load(Ordering::Relaxed))
+    }
+
+    /// The session timeout this locker asked for.
+    pub fn requested_timeout(&self) -> Duration {
+        self.inner.cfg.ttl
+    }
+
+    /// The id of the current ZooKeeper session (`None` when it ended and no new one is open yet).
+    pub fn session_id(&self) -> Option<i64> {
+        self.current().filter(|s| !s.is_ended()).map(|s| s.id)
+    }
+
+    /// The znode under which this locker keeps the nodes of lock `name`.
+    pub fn lock_path(&self, name: &LockName) -> String {
+        parent_path(&self.inner.cfg.base, &name.encoded())
+    }
+
+    /// For tests and fault drills: ends the current session from the server side (another
+    /// connection resumes it and closes it), as an expiry would. Every lease of the session is
+    /// lost; the next acquire opens a new session.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the server cannot be reached.
+    #[doc(hidden)]
+    pub async fn expire_session_for_test(&self) -> Result<(), Error> {
+        let Some(sess) = self.current() else { return Ok(()) };
+        let other = zk::Client::connector()
+            .with_session(sess.client.session().clone())
+            .with_session_timeout(sess.timeout)
+            .connect(&self.inner.cfg.connect)
+            .await
+            .map_err(|e| crate::errors::map("connect", e))?;
+        drop(other);
+        // Closing is asynchronous: wait until our own client hears about it.
+        let mut watcher = sess.client.state_watcher();
+        let wait = sess.timeout * 2;
+        let _ = tokio::time::timeout(wait, async {
+            while !watcher.state().is_terminated() {
+                // Make the client talk to the server so it learns of the expiry.
+                let _ = sess.client.check_stat("/").await;
+                let _ = tokio::time::timeout(Duration::from_millis(50), watcher.changed()).await;
+            }
+        })
+        .await;
+        Ok(())
+    }
+
+    fn current(&self) -> Option<Arc<Session>> {
+        self.inner.current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The live session, opening a new one if the last ended.
+    async fn session(&self) -> Result<Arc<Session>, Error> {
+        if let Some(s) = self.current() {
+            if !s.is_ended() {
+                return Ok(s);
+            }
+        }
+        let mut slot = self.inner.slot.lock().await;
+        if let Some(s) = slot.as_ref() {
+            if !s.is_ended() {
+                return Ok(Arc::clone(s));
+            }
+        }
+        let s = Session::open(&self.inner.cfg, Arc::clone(&self.inner.counters)).await?;
+        self.inner.negotiated_ms.store(duration_ms(s.timeout), Ordering::Relaxed);
+        *slot = Some(Arc::clone(&s));
+        *self.inner.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&s));
+        Ok(s)
+    }
+
+    async fn attempt(&self, name: &LockName, wait: Option<Duration>, single: bool) -> Result<Option<Lease>, Error> {
+        let began = Instant::now();
+        let deadline = wait.map(|w| began + w);
+        let parent = self.lock_path(name);
+        let mut restarts: u32 = 0;
+        loop {
+            let sess = match within(deadline, self.session()).await {
+                Some(r) => r?,
+                None => {
+                    return Err(Error::unavailable(
+                        format!("no ZooKeeper session could be opened within {:?}", began.elapsed()),
+                        None,
+                    ));
+                }
+            };
+            let mut contender = Contender::new(
+                Arc::clone(&sess),
+                parent.clone(),
+                self.inner.acls,
+                Arc::clone(&self.inner.no_container),
+            );
+            let outcome = within(deadline, contender.run(single)).await;
+            let retry = match outcome {
+                Some(Ok(Outcome::Granted { path, czxid, proof })) => {
+                    contender.disarm();
+                    let token = FencingToken(u64::try_from(czxid).unwrap_or_default());
+                    tracing::debug!(lock = %name, %token, node = %path, waited = ?began.elapsed(), "granted");
+                    let lease = sess.driver.register(name.clone(), token, proof, NodeEntry { path, czxid });
+                    return Ok(Some(lease));
+                }
+                Some(Ok(Outcome::Busy)) => {
+                    contender.remove_now().await;
+                    return Ok(None);
+                }
+                None => {
+                    contender.remove_now().await;
+                    let waited = began.elapsed();
+                    if !sess.is_connected() {
+                        return Err(Error::unavailable(
+                            format!("ZooKeeper unreachable (session {:#x} disconnected) for the whole wait of {waited:?}", sess.id),
+                            None,
+                        ));
+                    }
+                    return Err(Error::Timeout { waited });
+                }
+                Some(Err(Retry::Fatal(e))) => {
+                    contender.remove_now().await;
+                    return Err(e);
+                }
+                Some(Err(retry)) => retry,
+            };
+            contender.remove_now().await;
+            drop(contender);
+            restarts += 1;
+            tracing::info!(lock = %name, ?retry, restarts, "starting the acquire over");
+            if single && restarts >= 3 {
+                return Err(Error::unavailable(format!("ZooKeeper attempt kept failing: {retry:?}"), None));
+            }
+            let pause = Duration::from_millis(20).saturating_mul(restarts.min(25));
+            if let Some(d) = deadline {
+                if Instant::now() + pause >= d {
+                    return Err(Error::Timeout { waited: began.elapsed() });
+                }
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Runs `fut` until `deadline` (if any); `None` when the deadline passed first.
+async fn within<F: std::future::Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Locker for ZkLocker {
+    /// Queues for the lock and waits for its turn.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a bad wait (before any I/O); [`Error::Timeout`] when the wait
+    /// elapses (our node is removed first); [`Error::Unavailable`] when no server could be
+    /// reached during the wait; [`Error::Backend`] when the server refuses (e.g. ACLs).
+    ///
+    /// # Cancel safety
+    /// Dropping the future removes our node in the background (retried until it is gone or the
+    /// session ends).
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        opts.validate()?;
+        match self.attempt(name, opts.wait, false).await? {
+            Some(lease) => Ok(lease),
+            None => Err(Error::backend("ZooKeeper acquire ended without a grant", None)),
+        }
+    }
+
+    /// Creates a node and checks once; if it is not the lowest, deletes it and returns `None`.
+    ///
+    /// # Errors
+    /// As [`ZkLocker::acquire`], without `Timeout`.
+    ///
+    /// # Cancel safety
+    /// As [`ZkLocker::acquire`].
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        self.attempt(name, None, true).await
+    }
+
+    fn ttl(&self) -> Duration {
+        self.negotiated_timeout()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let ttl = self.negotiated_timeout();
+        // The server expires sessions on tick boundaries (tickTime <= timeout / 2), after the
+        // last packet it received; allow for that plus the watch notification.
+        Capabilities::new(ttl)
+            .with_fair_queue(true, true)
+            .with_fencing(FencingStrength::Linearizable)
+            .with_crash_release_slack(ttl / 2 + Duration::from_millis(300))
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+}

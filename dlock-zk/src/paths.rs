@@ -1,0 +1,253 @@
+//! Znode layout, compatible with Curator's `InterProcessMutex`.
+//!
+//! A lock `name` lives in the parent `<root>/<name.encoded()>`; every contender is an
+//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered by the sequence
+//! after the last `lock-`, so the protection prefix never changes the order.
+
+use std::fmt::Write as _;
+
+use dlock_core::Error;
+
+/// The lock-name marker Curator's `InterProcessMutex` uses.
+pub(crate) const LOCK_MARKER: &str = "lock-";
+/// The protection prefix Curator puts before the uuid.
+pub(crate) const PROTECTED_PREFIX: &str = "_c_";
+
+/// The parent node of a lock: `<root>/<encoded name>`.
+pub(crate) fn parent_path(root: &str, encoded: &str) -> String {
+    let mut p = String::with_capacity(root.len() + 1 + encoded.len());
+    p.push_str(root.trim_end_matches('/'));
+    p.push('/');
+    p.push_str(encoded);
+    p
+}
+
+/// The path given to a sequential create: `<parent>/_c_<uuid>-lock-`.
+pub(crate) fn create_prefix(parent: &str, uuid: &str) -> String {
+    let mut p = String::with_capacity(parent.len() + 48);
+    let _ = write!(p, "{parent}/{PROTECTED_PREFIX}{uuid}-{LOCK_MARKER}");
+    p
+}
+
+/// The sequence number of a contender node's name, or `None` when the name is not a contender
+/// (no `lock-` marker, or no number after it).
+pub(crate) fn sequence_of(child: &str) -> Option<i64> {
+    let at = child.rfind(LOCK_MARKER)?;
+    let digits = &child[at + LOCK_MARKER.len()..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<i64>().ok()
+}
+
+/// Whether `child` was created by the contender with this protection uuid.
+pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
+    child
+        .strip_prefix(PROTECTED_PREFIX)
+        .and_then(|rest| rest.strip_prefix(uuid))
+        .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Contender children sorted by sequence (ties broken by name, for determinism).
+pub(crate) fn sorted_contenders(children: Vec<String>) -> Vec<(i64, String)> {
+    let mut v: Vec<(i64, String)> = children
+        .into_iter()
+        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The last segment of a path.
+pub(crate) fn node_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Checks one znode path segment given by the user (root or namespace).
+fn check_segment(option: &'static str, seg: &str) -> Result<(), Error> {
+    if seg.is_empty() {
+        return Err(Error::invalid_option(option, "empty path segment ('//' or a trailing '/')"));
+    }
+    if seg == "." || seg == ".." {
+        return Err(Error::invalid_option(option, format!("segment {seg:?} is not allowed")));
+    }
+    if let Some(bad) = seg
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '@' | '+' | '=')))
+    {
+        return Err(Error::invalid_option(
+            option,
+            format!("character {bad:?} is not allowed in a znode name (allowed: [A-Za-z0-9._:@+=-])"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates an absolute znode path given as the locker's root: `/` or `/a/b` (no trailing `/`,
+/// no `.`/`..` segment, not under the reserved `/zookeeper`).
+pub(crate) fn validate_root(root: &str) -> Result<(), Error> {
+    if root == "/" {
+        return Ok(());
+    }
+    let Some(rest) = root.strip_prefix('/') else {
+        return Err(Error::invalid_option("root", format!("{root:?} must start with '/'")));
+    };
+    for seg in rest.split('/') {
+        check_segment("root", seg)?;
+    }
+    if rest == "zookeeper" || rest.starts_with("zookeeper/") {
+        return Err(Error::invalid_option("root", "/zookeeper is reserved by the server"));
+    }
+    Ok(())
+}
+
+/// Validates a relative namespace `a/b/c` that is appended to the root.
+pub(crate) fn validate_namespace(ns: &str) -> Result<(), Error> {
+    if ns.starts_with('/') || ns.ends_with('/') {
+        return Err(Error::invalid_option("namespace", "must not start or end with '/'"));
+    }
+    for seg in ns.split('/') {
+        check_segment("namespace", seg)?;
+    }
+    Ok(())
+}
+
+/// Joins root and namespace into the locker's base path.
+pub(crate) fn join_root(root: &str, ns: Option<&str>) -> String {
+    match ns {
+        None => root.to_owned(),
+        Some(ns) if root == "/" => format!("/{ns}"),
+        Some(ns) => format!("{root}/{ns}"),
+    }
+}
+
+/// Validates a ZooKeeper connect string: `host:port[,host:port…][/chroot]`, each address
+/// optionally prefixed by `tcp://`.
+pub(crate) fn validate_connect(connect: &str) -> Result<(), Error> {
+    let bad = |why: String| Error::invalid_option("connect", why);
+    if connect.trim().is_empty() {
+        return Err(bad("the connect string is empty".into()));
+    }
+    let (hosts, chroot) = match connect.find('/') {
+        // A `tcp://` scheme contains slashes; look for the chroot after the last address.
+        _ if connect.contains("://") => split_chroot_after_schemes(connect),
+        Some(i) => (&connect[..i], Some(&connect[i..])),
+        None => (connect, None),
+    };
+    if let Some(chroot) = chroot {
+        validate_root(chroot).map_err(|e| bad(format!("bad chroot {chroot:?}: {e}")))?;
+    }
+    for addr in hosts.split(',') {
+        let addr = addr.strip_prefix("tcp://").unwrap_or(addr);
+        if addr.contains("://") {
+            return Err(bad(format!("{addr:?}: only the tcp:// scheme is supported")));
+        }
+        let (host, port) = if let Some(rest) = addr.strip_prefix('[') {
+            let Some((h, p)) = rest.split_once("]:") else {
+                return Err(bad(format!("{addr:?} is not [ipv6]:port")));
+            };
+            (h, p)
+        } else {
+            let Some((h, p)) = addr.rsplit_once(':') else {
+                return Err(bad(format!("{addr:?} has no port (host:port)")));
+            };
+            (h, p)
+        };
+        if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
+            return Err(bad(format!("{addr:?} has an invalid host")));
+        }
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(bad(format!("{addr:?} has an invalid port {port:?}"))),
+        }
+    }
+    Ok(())
+}
+
+fn split_chroot_after_schemes(connect: &str) -> (&str, Option<&str>) {
+    let last = connect.rsplit(',').next().unwrap_or(connect);
+    let base = connect.len() - last.len();
+    let after_scheme = last.find("://").map_or(0, |i| i + 3);
+    match last[after_scheme..].find('/') {
+        Some(i) => {
+            let at = base + after_scheme + i;
+            (&connect[..at], Some(&connect[at..]))
+        }
+        None => (connect, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_is_parsed_after_the_last_marker() {
+        assert_eq!(sequence_of("_c_1b2c-lock-0000000007"), Some(7));
+        assert_eq!(sequence_of("_c_lock-x-lock-0000000012"), Some(12));
+        assert_eq!(sequence_of("lock-0000000003"), Some(3));
+        assert_eq!(sequence_of("_c_abc-lock-"), None);
+        assert_eq!(sequence_of("_c_abc-lock-12a"), None);
+        assert_eq!(sequence_of("other"), None);
+        assert_eq!(sequence_of("_c_x-lock-2147483648000"), Some(2_147_483_648_000));
+    }
+
+    #[test]
+    fn contenders_sort_by_sequence_not_by_uuid() {
+        let sorted = sorted_contenders(vec![
+            "_c_ffff-lock-0000000002".into(),
+            "_c_0000-lock-0000000010".into(),
+            "junk".into(),
+            "_c_aaaa-lock-0000000001".into(),
+        ]);
+        let names: Vec<_> = sorted.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["_c_aaaa-lock-0000000001", "_c_ffff-lock-0000000002", "_c_0000-lock-0000000010"]);
+    }
+
+    #[test]
+    fn ownership_is_by_uuid() {
+        assert!(is_ours("_c_abc-lock-0000000001", "abc"));
+        assert!(!is_ours("_c_abcd-lock-0000000001", "abc"));
+        assert!(!is_ours("abc-lock-0000000001", "abc"));
+    }
+
+    #[test]
+    fn layout() {
+        assert_eq!(parent_path("/dlock", "a%2Fb"), "/dlock/a%2Fb");
+        assert_eq!(parent_path("/", "a"), "/a");
+        assert_eq!(create_prefix("/dlock/a", "u"), "/dlock/a/_c_u-lock-");
+        assert_eq!(node_name("/dlock/a/_c_u-lock-1"), "_c_u-lock-1");
+        assert_eq!(join_root("/dlock", Some("t/1")), "/dlock/t/1");
+        assert_eq!(join_root("/", Some("t")), "/t");
+    }
+
+    #[test]
+    fn roots_and_namespaces() {
+        for ok in ["/", "/dlock", "/a/b-c/d_e.f"] {
+            assert!(validate_root(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "dlock", "/a/", "//a", "/a/../b", "/a/./b", "/zookeeper", "/zookeeper/x", "/a b", "/é"] {
+            assert!(validate_root(bad).is_err(), "{bad}");
+        }
+        assert!(validate_namespace("dlock-test/run1/scenario_x").is_ok());
+        for bad in ["", "/a", "a/", "a//b", "..", "a/./b", "a b"] {
+            assert!(validate_namespace(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connect_strings() {
+        for ok in [
+            "127.0.0.1:2181",
+            "a:1,b:2,c:3",
+            "a:1,b:2/chroot/x",
+            "tcp://a:1,tcp://b:2/chroot",
+            "[::1]:2181",
+        ] {
+            assert!(validate_connect(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", " ", "host", "host:", "host:0", "host:99999", ":2181", "a:1,,b:2", "a:1/bad/", "http://a:1"] {
+            assert!(validate_connect(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! One ZooKeeper session of a locker, its renewal backend and its state watcher.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{Counters, Error, LossReason, RenewBackend, RenewalDriver, Renewal};
+use zookeeper_client as zk;
+
+use crate::config::Config;
+use crate::errors::{map, session_ended, transient};
+use crate::paths::is_ours;
+
+/// The most lock nodes one renewal request reads back (rotating through the held set). The
+/// request proves the session alive whatever the count; reading nodes back also detects a
+/// lock node deleted by an operator.
+const RENEW_WINDOW: usize = 64;
+
+/// One held lock node, as the renewal driver keeps it.
+#[derive(Debug)]
+pub(crate) struct NodeEntry {
+    /// Full path of our EPHEMERAL_SEQUENTIAL node.
+    pub(crate) path: String,
+    /// Its creation zxid (the fencing token).
+    pub(crate) czxid: i64,
+}
+
+/// A live ZooKeeper session with its own renewal driver (the driver's TTL is the timeout the
+/// server negotiated for this session).
+pub(crate) struct Session {
+    pub(crate) client: zk::Client,
+    pub(crate) id: i64,
+    pub(crate) timeout: Duration,
+    pub(crate) driver: RenewalDriver<SessionBackend>,
+    pub(crate) ended: Arc<AtomicBool>,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Session {
+    /// Opens a session with the requested timeout and starts watching its state.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no server answers within the client library's connect window
+    /// (about the requested session timeout).
+    pub(crate) async fn open(cfg: &Config, counters: Arc<Counters>) -> Result<Arc<Session>, Error> {
+        let mut connector = zk::Client::connector().with_session_timeout(cfg.ttl);
+        if let Some((user, password)) = &cfg.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        counters.add_requests(1);
+        let client = connector
+            .connect(&cfg.connect)
+            .await
+            .map_err(|e| map("connect", e))?;
+        let id = client.session_id().0;
+        let timeout = client.session_timeout();
+        let ended = Arc::new(AtomicBool::new(false));
+        let backend = Arc::new(SessionBackend {
+            client: client.clone(),
+            session_id: id,
+            counters: Arc::clone(&counters),
+            cursor: AtomicUsize::new(0),
+            ended: Arc::clone(&ended),
+        });
+        let driver = RenewalDriver::new(backend, timeout, Arc::clone(&counters));
+        let watcher = client.state_watcher();
+        let session = Arc::new(Session {
+            client,
+            id,
+            timeout,
+            driver: driver.clone(),
+            ended: Arc::clone(&ended),
+            counters,
+        });
+        tracing::info!(session = %format_args!("{id:#x}"), requested = ?cfg.ttl, negotiated = ?timeout, "ZooKeeper session opened");
+        tokio::spawn(watch_state(Arc::downgrade(&session), driver, watcher, ended, id, timeout));
+        Ok(session)
+    }
+
+    /// Whether the session is over (expired, closed or failed authentication).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire) || self.client.state().is_terminated()
+    }
+
+    /// Records that an operation saw the session end; its leases are lost at once.
+    pub(crate) fn mark_ended(&self, why: &str) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            self.driver
+                .lose_all(&LossReason::SessionEnded(format!("ZooKeeper session {:#x}: {why}", self.id)));
+        }
+    }
+
+    /// Whether the client is connected to a server right now.
+    pub(crate) fn is_connected(&self) -> bool {
+        matches!(
+            self.client.state(),
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+        )
+    }
+
+    /// Spawns the guarded, retried delete of one of our nodes.
+    pub(crate) fn spawn_delete(&self, target: DeleteTarget) {
+        spawn_delete(self.client.clone(), Arc::clone(&self.ended), Arc::clone(&self.counters), target);
+    }
+}
+
+/// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
+/// Disconnected suspends them (renewals then fail and the driver declares them lost at their
+/// deadline unless the client reconnects in time).
+///
+/// Holds the driver (so it can declare losses even after the locker is dropped) but no strong
+/// reference to the session: it ends once the session is over, or once the locker dropped the
+/// session and no lease is left.
+async fn watch_state(
+    session: Weak<Session>,
+    driver: RenewalDriver<SessionBackend>,
+    mut watcher: zk::StateWatcher,
+    ended: Arc<AtomicBool>,
+    id: i64,
+    timeout: Duration,
+) {
+    let check = (timeout / 3).max(Duration::from_millis(50));
+    loop {
+        let state = match tokio::time::timeout(check, watcher.changed()).await {
+            Ok(state) => state,
+            Err(_) => {
+                if session.strong_count() == 0 && driver.is_empty() {
+                    return;
+                }
+                continue;
+            }
+        };
+        match state {
+            zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed => {
+                tracing::warn!(session = %format_args!("{id:#x}"), %state, leases = driver.len(), "ZooKeeper session ended; its leases are lost");
+                ended.store(true, Ordering::Release);
+                driver.lose_all(&LossReason::SessionEnded(format!("ZooKeeper session {id:#x} {state}")));
+                return;
+            }
+            zk::SessionState::Disconnected => {
+                tracing::warn!(session = %format_args!("{id:#x}"), leases = driver.len(), "ZooKeeper connection lost; leases suspended until reconnect or deadline");
+            }
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                tracing::info!(session = %format_args!("{id:#x}"), %state, "ZooKeeper connection re-established");
+            }
+        }
+    }
+}
+
+/// What a background delete removes.
+#[derive(Debug, Clone)]
+pub(crate) enum DeleteTarget {
+    /// A node whose path we know.
+    Path(String),
+    /// A node whose create reply we never saw: find it by its protection uuid.
+    Uuid { parent: String, uuid: String },
+}
+
+/// Deletes the target until it is gone or the session ends. Never deletes anyone else's node:
+/// paths and uuids are unique to one contender.
+pub(crate) fn spawn_delete(client: zk::Client, ended: Arc<AtomicBool>, counters: Arc<Counters>, target: DeleteTarget) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(?target, "no runtime to delete a contender node on; it goes when the session ends");
+        return;
+    };
+    handle.spawn(async move {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            if ended.load(Ordering::Acquire) || client.state().is_terminated() {
+                return;
+            }
+            match delete_target(&client, &counters, &target).await {
+                Ok(()) => {
+                    tracing::debug!(?target, "contender node removed");
+                    return;
+                }
+                Err(e) if session_ended(&e) => return,
+                Err(e) if transient(&e) => {
+                    tracing::debug!(?target, error = %e, "deleting a contender node failed; retrying");
+                }
+                Err(e) => {
+                    tracing::warn!(?target, error = %e, "cannot delete a contender node; it goes when the session ends");
+                    return;
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    });
+}
+
+/// One attempt at deleting the target. A node already gone is success.
+pub(crate) async fn delete_target(client: &zk::Client, counters: &Counters, target: &DeleteTarget) -> Result<(), zk::Error> {
+    match target {
+        DeleteTarget::Path(path) => delete_path(client, counters, path).await,
+        DeleteTarget::Uuid { parent, uuid } => {
+            // Catch up with the leader first: the lost create may have been applied by another
+            // server than the one we are connected to now.
+            counters.add_requests(2);
+            match client.sync(parent).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+            let children = match client.list_children(parent).await {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            for child in children.iter().filter(|c| is_ours(c, uuid)) {
+                delete_path(client, counters, &format!("{parent}/{child}")).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn delete_path(client: &zk::Client, counters: &Counters, path: &str) -> Result<(), zk::Error> {
+    counters.add_requests(1);
+    match client.delete(path, None).await {
+        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Renews every lease of one session with ONE request per period.
+pub(crate) struct SessionBackend {
+    client: zk::Client,
+    session_id: i64,
+    counters: Arc<Counters>,
+    cursor: AtomicUsize,
+    ended: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl RenewBackend for SessionBackend {
+    type Entry = NodeEntry;
+
+    /// One multi-read of (up to [`RENEW_WINDOW`]) held nodes. Its success proves the session was
+    /// alive when the request was sent, so no other session can be granted these locks before
+    /// send time + negotiated timeout (the driver's deadline). Nodes read back missing or owned
+    /// by another session are lost; a session that ended loses everything.
+    async fn renew(&self, entries: &[Arc<NodeEntry>]) -> Result<Vec<Renewal>, Error> {
+        let n = entries.len();
+        let mut out = vec![Renewal::Extended; n];
+        if n == 0 {
+            return Ok(out);
+        }
+        let start = self.cursor.fetch_add(RENEW_WINDOW, Ordering::Relaxed) % n;
+        let window: Vec<usize> = (0..n.min(RENEW_WINDOW)).map(|i| (start + i) % n).collect();
+        let mut reader = self.client.new_multi_reader();
+        for &i in &window {
+            reader
+                .add_get_data(&entries[i].path)
+                .map_err(|e| map("renewal request", e))?;
+        }
+        self.counters.add_requests(1);
+        let results = match reader.commit().await {
+            Ok(r) => r,
+            Err(e) if session_ended(&e) => {
+                self.ended.store(true, Ordering::Release);
+                let reason = LossReason::SessionEnded(format!("ZooKeeper session {:#x}: {e}", self.session_id));
+                return Ok(vec![Renewal::Lost(reason); n]);
+            }
+            Err(e) => return Err(map("renewal", e)),
+        };
+        if results.len() != window.len() {
+            return Err(Error::backend(
+                format!("ZooKeeper renewal: {} results for {} reads", results.len(), window.len()),
+                None,
+            ));
+        }
+        for (&i, result) in window.iter().zip(results) {
+            let entry = &entries[i];
+            out[i] = match result {
+                zk::MultiReadResult::Data { stat, .. } => {
+                    if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid {
+                        Renewal::Extended
+                    } else {
+                        Renewal::Lost(LossReason::Gone(format!("lock node {} now belongs to another session", entry.path)))
+                    }
+                }
+                zk::MultiReadResult::Error { err: zk::Error::NoNode } => {
+                    Renewal::Lost(LossReason::Gone(format!("lock node {} was deleted", entry.path)))
+                }
+                // The session answered, which is what the deadline rests on.
+                _ => Renewal::Extended,
+            };
+        }
+        Ok(out)
+    }
+
+    /// Deletes the lease's node (by its unique path). If the delete cannot be confirmed, it is
+    /// retried in the background until it succeeds or the session ends, so a failed release
+    /// never wedges the lock, and the error is reported.
+    async fn release(&self, entry: &NodeEntry) -> Result<(), Error> {
+        match delete_path(&self.client, &self.counters, &entry.path).await {
+            Ok(()) => Ok(()),
+            Err(e) if session_ended(&e) => Ok(()),
+            Err(e) => {
+                if transient(&e) {
+                    spawn_delete(
+                        self.client.clone(),
+                        Arc::clone(&self.ended),
+                        Arc::clone(&self.counters),
+                        DeleteTarget::Path(entry.path.clone()),
+                    );
+                }
+                Err(map("release", e))
+            }
+        }
+    }
+}
