@@ -1,1 +1,20 @@
-//! dlock backend for etcd (in progress).
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod builder;
+mod errors;
+mod keys;
+mod locker;
+mod ops;
+mod session;
+mod slots;
+
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL,
+    EtcdLockerBuilder,
+};
+pub use locker::EtcdLocker;
+
+/// The etcd client library this crate is built on, re-exported for TLS options and for
+/// fenced writes in your own transactions.
+pub use etcd_client;

@@ -1,0 +1,383 @@
+//! Configuration of an [`EtcdLocker`](crate::EtcdLocker), validated before any I/O.
+
+use std::time::Duration;
+
+use dlock_core::{Error, validate_ttl};
+
+use crate::EtcdLocker;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "dlock";
+/// The default lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// The default timeout of one request to etcd.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default timeout of opening a connection to one endpoint.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+const MAX_PREFIX_LEN: usize = 512;
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(10);
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Builds an [`EtcdLocker`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dlock_core::Error> {
+/// use std::time::Duration;
+/// use dlock_etcd::EtcdLocker;
+///
+/// let locker = EtcdLocker::builder()
+///     .endpoints(["http://127.0.0.1:2379"])
+///     .ttl(Duration::from_secs(5))
+///     .prefix("myapp/locks")
+///     .build()
+///     .await?;
+/// # let _ = locker; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdLockerBuilder {
+    endpoints: Vec<String>,
+    ttl: Duration,
+    prefix: String,
+    user: Option<(String, String)>,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<etcd_client::TlsOptions>,
+}
+
+impl std::fmt::Debug for EtcdLockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLockerBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("ttl", &self.ttl)
+            .field("prefix", &self.prefix)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EtcdLockerBuilder {
+    fn default() -> Self {
+        EtcdLockerBuilder {
+            endpoints: Vec::new(),
+            ttl: DEFAULT_TTL,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            user: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            #[cfg(feature = "tls")]
+            tls: None,
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) endpoints: Vec<String>,
+    /// The effective TTL: the requested TTL rounded up to whole seconds.
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_secs: i64,
+    pub(crate) prefix: String,
+    pub(crate) request_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+}
+
+impl EtcdLockerBuilder {
+    /// The etcd endpoints (`http://host:port`, `https://host:port` with the `tls` feature, or
+    /// `host:port`). At least one is required.
+    pub fn endpoints<I, S>(mut self, endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.endpoints = endpoints.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The session lease TTL (default 10 s): how long a crashed holder blocks others.
+    ///
+    /// etcd lease TTLs are whole seconds, so the TTL is **rounded up** to the next whole second
+    /// (1.2 s becomes 2 s); [`Locker::ttl`](dlock_core::Locker::ttl) reports the rounded value,
+    /// and deadlines are computed from it. The server may keep a lease longer than asked (its
+    /// minimum TTL is 1.5 × the election timeout, and a leader change restarts every lease's
+    /// TTL), never shorter.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The key prefix (default `dlock`): every key this locker writes lies under `<prefix>/`.
+    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, no leading or trailing `/`. Prefixes of
+    /// different lockers should not nest (`a` and `a/b`), or a lock named `b` under `a` would
+    /// share keys with the whole namespace `a/b`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Same as [`EtcdLockerBuilder::prefix`].
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        self.prefix(namespace)
+    }
+
+    /// Authenticate with etcd's user/password authentication.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), password.into()));
+        self
+    }
+
+    /// Timeout of one request to etcd (default 5 s). A request without a reply in time fails
+    /// with [`Error::Unavailable`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Timeout of opening a TCP connection to one endpoint (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// TLS settings (CA, client identity, domain), passed through to etcd-client. Use
+    /// `https://` endpoints with it.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Checks every option without connecting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] naming the bad option: no endpoints, a malformed endpoint, a TTL
+    /// outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
+    /// prefix, an empty user name, a zero or absurd timeout, an `https://` endpoint without
+    /// the `tls` feature.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.config().map(|_| ())
+    }
+
+    pub(crate) fn config(&self) -> Result<Config, Error> {
+        if self.endpoints.is_empty() {
+            return Err(Error::invalid_option("endpoints", "at least one etcd endpoint is required"));
+        }
+        for e in &self.endpoints {
+            check_endpoint(e, cfg!(feature = "tls"))?;
+        }
+        let ttl = validate_ttl(self.ttl)?;
+        let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let ttl_secs = i64::try_from(whole)
+            .map_err(|_| Error::invalid_option("ttl", "too long for an etcd lease"))?;
+        let effective = Duration::from_secs(whole);
+        if effective != ttl {
+            tracing::info!(requested = ?ttl, effective = ?effective, "etcd lease TTLs are whole seconds; TTL rounded up");
+        }
+        check_prefix(&self.prefix)?;
+        if let Some((user, _)) = &self.user {
+            if user.is_empty() {
+                return Err(Error::invalid_option("user", "the user name is empty"));
+            }
+        }
+        for (option, t) in [
+            ("request_timeout", self.request_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if !(MIN_REQUEST_TIMEOUT..=MAX_REQUEST_TIMEOUT).contains(&t) {
+                return Err(Error::invalid_option(
+                    option,
+                    format!("{t:?} is outside {MIN_REQUEST_TIMEOUT:?}..={MAX_REQUEST_TIMEOUT:?}"),
+                ));
+            }
+        }
+        Ok(Config {
+            endpoints: self.endpoints.clone(),
+            ttl: effective,
+            ttl_secs,
+            prefix: self.prefix.clone(),
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+        })
+    }
+
+    pub(crate) fn connect_options(&self, cfg: &Config) -> etcd_client::ConnectOptions {
+        let keep_alive = cfg.request_timeout.min(Duration::from_secs(2));
+        #[allow(unused_mut)]
+        let mut opts = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(cfg.connect_timeout)
+            .with_keep_alive(keep_alive, keep_alive)
+            .with_keep_alive_while_idle(true)
+            .with_require_leader(true);
+        if let Some((user, password)) = &self.user {
+            opts = opts.with_user(user.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            opts = opts.with_tls(tls.clone());
+        }
+        opts
+    }
+
+    /// Validates the options, then connects.
+    ///
+    /// Connecting is lazy for plain endpoints (the first request opens the connection); with
+    /// [`EtcdLockerBuilder::user`] it authenticates at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] (see [`EtcdLockerBuilder::validate`]) before any I/O;
+    /// [`Error::Unavailable`] when etcd cannot be reached to authenticate;
+    /// [`Error::Backend`] when etcd rejects the credentials.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is created at the server before the locker's first acquire.
+    pub async fn build(self) -> Result<EtcdLocker, Error> {
+        let cfg = self.config()?;
+        let opts = self.connect_options(&cfg);
+        EtcdLocker::connect(cfg, opts).await
+    }
+}
+
+fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
+    let bad = |why: &str| Error::invalid_option("endpoints", format!("{e:?}: {why}"));
+    let rest = if let Some(rest) = e.strip_prefix("http://") {
+        rest
+    } else if let Some(rest) = e.strip_prefix("https://") {
+        if !tls {
+            return Err(bad("https endpoints need dlock-etcd's `tls` feature"));
+        }
+        rest
+    } else if e.contains("://") {
+        return Err(bad("only http:// and https:// endpoints are supported"));
+    } else {
+        e
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(bad("no host"));
+    }
+    if authority.contains('/') || authority.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("expected host:port"));
+    }
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return Err(bad("expected host:port (the port is required)"));
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("the port must be a number in 1..=65535")),
+    }
+}
+
+fn check_prefix(p: &str) -> Result<(), Error> {
+    let bad = |why: &str| Error::invalid_option("prefix", format!("{p:?}: {why}"));
+    if p.is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    if p.len() > MAX_PREFIX_LEN {
+        return Err(bad("longer than 512 bytes"));
+    }
+    if p.starts_with('/') || p.ends_with('/') {
+        return Err(bad("must not start or end with '/'"));
+    }
+    for seg in p.split('/') {
+        if seg.is_empty() {
+            return Err(bad("empty segment ('//')"));
+        }
+        if seg == "." || seg == ".." {
+            return Err(bad("'.' or '..' segment"));
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        {
+            return Err(bad("segments may hold only [A-Za-z0-9._:-]"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dlock_core::ErrorKind;
+
+    fn base() -> EtcdLockerBuilder {
+        EtcdLockerBuilder::default().endpoints(["http://127.0.0.1:2379"])
+    }
+
+    fn option_of(b: &EtcdLockerBuilder) -> Option<&'static str> {
+        match b.config() {
+            Ok(_) => None,
+            Err(Error::InvalidOption { option, .. }) => Some(option),
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    #[test]
+    fn table() {
+        let cases: Vec<(EtcdLockerBuilder, Option<&str>)> = vec![
+            (base(), None),
+            (base().endpoints(["127.0.0.1:2379", "http://[::1]:2379/"]), None),
+            (EtcdLockerBuilder::default(), Some("endpoints")),
+            (base().endpoints(["http://127.0.0.1"]), Some("endpoints")),
+            (base().endpoints(["http://:2379"]), Some("endpoints")),
+            (base().endpoints(["http://h:0"]), Some("endpoints")),
+            (base().endpoints(["http://h:99999"]), Some("endpoints")),
+            (base().endpoints(["tcp://h:1"]), Some("endpoints")),
+            (base().endpoints(["http://h:1/path"]), Some("endpoints")),
+            (base().endpoints(["h 1:2"]), Some("endpoints")),
+            (base().ttl(Duration::ZERO), Some("ttl")),
+            (base().ttl(Duration::from_millis(50)), Some("ttl")),
+            (base().ttl(Duration::from_secs(365 * 24 * 3600)), Some("ttl")),
+            (base().prefix(""), Some("prefix")),
+            (base().prefix("/a"), Some("prefix")),
+            (base().prefix("a/"), Some("prefix")),
+            (base().prefix("a//b"), Some("prefix")),
+            (base().prefix("a/../b"), Some("prefix")),
+            (base().prefix("a b"), Some("prefix")),
+            (base().prefix("a%2Fb"), Some("prefix")),
+            (base().prefix("dlock-test/run_1/mutual-exclusion"), None),
+            (base().user("", "pw"), Some("user")),
+            (base().user("root", ""), None),
+            (base().request_timeout(Duration::ZERO), Some("request_timeout")),
+            (base().connect_timeout(Duration::from_secs(3600)), Some("connect_timeout")),
+        ];
+        for (b, want) in &cases {
+            assert_eq!(option_of(b), *want, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn https_needs_the_tls_feature() {
+        let b = base().endpoints(["https://127.0.0.1:2379"]);
+        assert_eq!(option_of(&b).is_some(), !cfg!(feature = "tls"));
+    }
+
+    #[test]
+    fn ttl_is_rounded_up_to_whole_seconds() {
+        let cfg = base().ttl(Duration::from_millis(1200)).config().expect("valid");
+        assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(2), 2));
+        let cfg = base().ttl(Duration::from_millis(100)).config().expect("valid");
+        assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(1), 1));
+        let cfg = base().ttl(Duration::from_secs(3)).config().expect("valid");
+        assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(3), 3));
+    }
+
+    #[tokio::test]
+    async fn build_rejects_before_any_io() {
+        // No server listens on port 1; an invalid TTL must be reported, not a connection error.
+        let err = EtcdLockerBuilder::default()
+            .endpoints(["http://127.0.0.1:1"])
+            .ttl(Duration::ZERO)
+            .build()
+            .await
+            .expect_err("invalid ttl");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    }
+}

@@ -1,0 +1,478 @@
+//! [`EtcdLocker`]: the [`Locker`] on etcd.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{
+    AcquireOptions, Capabilities, Counters, Error, FencingToken, Lease, LockName, Locker,
+    LossReason, RenewalDriver, Stats,
+};
+use etcd_client::{Client, EventType, WatchFilterType, WatchOptions};
+use tokio::time::Instant;
+
+use crate::builder::{Config, EtcdLockerBuilder};
+use crate::errors;
+use crate::keys;
+use crate::ops::{Etcd, Recheck};
+use crate::session::{Backend, Entry, KeepAlive, LockEntry, Session, spawn_cleanup};
+use crate::slots::{SlotGuard, Slots};
+
+/// A distributed mutex on etcd, compatible with etcd's own `concurrency.Mutex` and
+/// `etcdctl lock`.
+///
+/// One locker holds one etcd lease (its session) and renews it with one keep-alive stream,
+/// however many locks it holds. A lock named `n` is the key range `<prefix>/<n encoded>/`;
+/// each contender puts one key `<prefix>/<n encoded>/<lease id in hex>` and the key with the
+/// lowest create revision holds the lock. Waiters watch only the key just ahead of them, so
+/// a release wakes exactly one waiter, in FIFO order. The fencing token is the key's create
+/// revision. See the crate documentation for the full algorithm.
+///
+/// Cloning is cheap and shares the session.
+#[derive(Clone)]
+pub struct EtcdLocker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    etcd: Etcd,
+    cfg: Config,
+    driver: RenewalDriver<Backend>,
+    /// The driver's own counters (its grants include the session sentinels).
+    driver_counters: Arc<Counters>,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    slots: Slots,
+    session_losses: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for EtcdLocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLocker")
+            .field("endpoints", &self.inner.cfg.endpoints)
+            .field("prefix", &self.inner.cfg.prefix)
+            .field("ttl", &self.inner.cfg.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a wait for the predecessor's deletion ended.
+enum WaitEnd {
+    /// The predecessor was deleted (or the watch was cancelled by etcd, e.g. compaction):
+    /// re-check.
+    Wake,
+    /// Our session lease ended.
+    SessionEnded,
+    /// The caller's wait elapsed.
+    Deadline,
+    /// The watch failed; re-check after a pause.
+    Failed(Error),
+}
+
+/// How one queue attempt (on one session) ended.
+enum Attempt {
+    Granted(Lease),
+    NotOwner,
+    Timeout,
+    Requeue,
+}
+
+/// Our queue key until it is either handed to a lease or deleted. Dropping it (a cancelled
+/// acquire) deletes the key in the background.
+struct Pending {
+    etcd: Etcd,
+    key: String,
+    rev: Option<i64>,
+    session: Arc<Session>,
+    slot: Option<SlotGuard>,
+}
+
+impl Pending {
+    /// Deletes our key now; on failure keeps deleting in the background.
+    async fn delete_now(mut self) {
+        let Some(slot) = self.slot.take() else { return };
+        let result = match self.rev {
+            Some(rev) => self.etcd.delete_guarded(&self.key, rev, None).await,
+            None => self.etcd.delete_unknown(&self.key).await,
+        };
+        match result {
+            Ok(_) => drop(slot),
+            Err(e) => {
+                tracing::warn!(key = %self.key, error = %e, "deleting our queue key failed; retrying in the background");
+                spawn_cleanup(self.etcd.clone(), self.key.clone(), self.rev, Arc::clone(&self.session), slot);
+            }
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            spawn_cleanup(self.etcd.clone(), self.key.clone(), self.rev, Arc::clone(&self.session), slot);
+        }
+    }
+}
+
+impl EtcdLocker {
+    /// A builder; see [`EtcdLockerBuilder`].
+    pub fn builder() -> EtcdLockerBuilder {
+        EtcdLockerBuilder::default()
+    }
+
+    pub(crate) async fn connect(cfg: Config, opts: etcd_client::ConnectOptions) -> Result<Self, Error> {
+        let started = Instant::now();
+        let client = match tokio::time::timeout(cfg.request_timeout, Client::connect(&cfg.endpoints, Some(opts))).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(errors::map("connect", e)),
+            Err(_) => return Err(errors::no_reply("connect", started.elapsed())),
+        };
+        let counters = Arc::new(Counters::default());
+        let driver_counters = Arc::new(Counters::default());
+        let etcd = Etcd {
+            client,
+            request_timeout: cfg.request_timeout,
+            counters,
+        };
+        let backend = Arc::new(Backend { etcd: etcd.clone() });
+        let driver = RenewalDriver::new(backend, cfg.ttl, Arc::clone(&driver_counters));
+        Ok(EtcdLocker {
+            inner: Arc::new(Inner {
+                etcd,
+                cfg,
+                driver,
+                driver_counters,
+                session: tokio::sync::Mutex::new(None),
+                slots: Slots::default(),
+                session_losses: Arc::new(AtomicU64::new(0)),
+            }),
+        })
+    }
+
+    /// The name to give `etcdctl lock` (or etcd's `concurrency.NewMutex`) so that it contends
+    /// with this locker for `name`: `<prefix>/<name with '/' encoded as %2F>`.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: dlock_etcd::EtcdLocker) -> Result<(), dlock_core::Error> {
+    /// let name = dlock_core::LockName::new("orders/42")?;
+    /// assert_eq!(locker.etcd_mutex_name(&name), "dlock/orders%2F42");
+    /// # Ok(()) }
+    /// ```
+    pub fn etcd_mutex_name(&self, name: &LockName) -> String {
+        keys::etcd_mutex_name(&self.inner.cfg.prefix, name)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.cfg.prefix
+    }
+
+    /// The underlying etcd client (for fenced writes in your own transactions, e.g. comparing
+    /// a stored fence against [`Lease::token`]).
+    pub fn client(&self) -> &Client {
+        &self.inner.etcd.client
+    }
+
+    /// The current session lease id, if a session is open and alive.
+    pub async fn session_lease(&self) -> Option<i64> {
+        let s = self.inner.session.lock().await;
+        s.as_ref().filter(|s| s.is_live()).map(|s| s.id())
+    }
+
+    /// Returns the live session, granting a new lease when there is none or the last one
+    /// ended.
+    async fn session(&self, deadline: Option<Instant>) -> Result<Arc<Session>, Error> {
+        let inner = &self.inner;
+        let mut current = inner.session.lock().await;
+        if let Some(s) = current.as_ref() {
+            if s.is_live() {
+                return Ok(Arc::clone(s));
+            }
+        }
+        if let Some(old) = current.take() {
+            let id = old.id();
+            tracing::info!(lease = format_args!("{id:x}"), "session lease ended; granting a new one");
+            inner.driver.lose_where(
+                &LossReason::SessionEnded(format!("etcd lease {id:x} ended")),
+                |e| e.lease_id() == id,
+            );
+        }
+        let start = Instant::now();
+        let mut leases = inner.etcd.client.lease_client();
+        let granted = inner
+            .etcd
+            .call("lease grant", deadline, leases.grant(inner.cfg.ttl_secs, None))
+            .await?;
+        if granted.ttl() < inner.cfg.ttl_secs {
+            return Err(errors::unexpected(
+                "lease grant",
+                format!("asked a {} s lease, got {} s", inner.cfg.ttl_secs, granted.ttl()),
+            ));
+        }
+        let id = granted.id();
+        let ka = Arc::new(KeepAlive::new(id, inner.etcd.clone()));
+        // The sentinel: an internal lease that keeps the session renewed while we only wait.
+        let sentinel_name = LockName::new("session").map_err(|e| errors::unexpected("session", e))?;
+        let sentinel = inner.driver.register(sentinel_name, FencingToken(0), start, Entry::Session(Arc::clone(&ka)));
+        let session = Arc::new(Session::new(ka, sentinel, inner.cfg.ttl));
+        let ended = session.ended();
+        let driver = inner.driver.clone();
+        let losses = Arc::clone(&inner.session_losses);
+        tokio::spawn(async move {
+            let reason = ended.await;
+            if reason != LossReason::Released {
+                losses.fetch_add(1, Ordering::Relaxed);
+                driver.lose_where(&reason, |e| e.lease_id() == id);
+            }
+        });
+        tracing::debug!(lease = format_args!("{id:x}"), ttl_s = inner.cfg.ttl_secs, "session lease granted");
+        *current = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    async fn lock(&self, name: &LockName, wait: Option<Duration>, try_only: bool) -> Result<Option<Lease>, Error> {
+        let started = Instant::now();
+        let deadline = wait.map(|w| started + w);
+        let range = keys::lock_range(&self.inner.cfg.prefix, name);
+        let mut counted_wait = false;
+        loop {
+            let session = self.session(deadline).await?;
+            let key = keys::contender_key(&range, session.id());
+            let slot = if try_only {
+                match self.inner.slots.try_lock(&key) {
+                    Some(slot) => slot,
+                    // Another task of this locker holds or queues for this name.
+                    None => return Ok(None),
+                }
+            } else {
+                match deadline {
+                    None => self.inner.slots.lock(&key).await,
+                    Some(d) => match tokio::time::timeout_at(d, self.inner.slots.lock(&key)).await {
+                        Ok(slot) => slot,
+                        Err(_) => return Err(Error::Timeout { waited: started.elapsed() }),
+                    },
+                }
+            };
+            let pending = Pending {
+                etcd: self.inner.etcd.clone(),
+                key,
+                rev: None,
+                session,
+                slot: Some(slot),
+            };
+            match self.attempt(name, &range, pending, deadline, try_only, &mut counted_wait).await? {
+                Attempt::Granted(lease) => return Ok(Some(lease)),
+                Attempt::NotOwner => return Ok(None),
+                Attempt::Timeout => return Err(Error::Timeout { waited: started.elapsed() }),
+                Attempt::Requeue => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(Error::Timeout { waited: started.elapsed() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enqueues on one session and waits for ownership.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        range: &str,
+        mut pending: Pending,
+        deadline: Option<Instant>,
+        try_only: bool,
+        counted_wait: &mut bool,
+    ) -> Result<Attempt, Error> {
+        let inner = &self.inner;
+        let etcd = &inner.etcd;
+        let session = Arc::clone(&pending.session);
+        // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
+        let enq = etcd.enqueue(range, &pending.key, session.id(), deadline).await?;
+        if enq.rev <= 0 {
+            return Err(errors::unexpected("enqueue transaction", format!("create revision {}", enq.rev)));
+        }
+        let rev = enq.rev;
+        pending.rev = Some(rev);
+        let mut predecessor = enq.predecessor;
+        let mut header_rev = enq.header_rev;
+        let mut backoff = Duration::from_millis(20);
+        while let Some(pred) = predecessor.take() {
+            if try_only {
+                pending.delete_now().await;
+                return Ok(Attempt::NotOwner);
+            }
+            if !*counted_wait {
+                *counted_wait = true;
+                inner.etcd.counters.add_waits(1);
+            }
+            tracing::trace!(lock = %name, key = %pending.key, %pred, "waiting for the predecessor's deletion");
+            match self.wait_deleted(&pred, header_rev, &session, deadline).await {
+                WaitEnd::Wake => {
+                    inner.etcd.counters.add_wakeups(1);
+                    backoff = Duration::from_millis(20);
+                }
+                WaitEnd::SessionEnded => return Ok(Attempt::Requeue),
+                WaitEnd::Deadline => {
+                    pending.delete_now().await;
+                    return Ok(Attempt::Timeout);
+                }
+                WaitEnd::Failed(e) => {
+                    tracing::debug!(lock = %name, error = %e, "watch failed; re-checking");
+                    if !self.pause(backoff, &session, deadline).await {
+                        return Ok(if session.is_live() {
+                            pending.delete_now().await;
+                            Attempt::Timeout
+                        } else {
+                            Attempt::Requeue
+                        });
+                    }
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+            }
+            match etcd.recheck(range, &pending.key, rev, deadline).await {
+                Ok(Recheck::Owner) => {}
+                Ok(Recheck::KeyGone) => {
+                    tracing::debug!(lock = %name, key = %pending.key, "our queue key is gone; queueing again");
+                    return Ok(Attempt::Requeue);
+                }
+                Ok(Recheck::Behind { predecessor: p, header_rev: h }) => {
+                    predecessor = Some(p);
+                    header_rev = h;
+                }
+                Err(e) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // The wait ended while etcd did not answer: report that, not a timeout.
+                        pending.delete_now().await;
+                        return Err(e);
+                    }
+                    if !session.is_live() {
+                        return Ok(Attempt::Requeue);
+                    }
+                    tracing::debug!(lock = %name, error = %e, "re-check failed; retrying");
+                    predecessor = Some(pred);
+                    if !self.pause(backoff, &session, deadline).await && !session.is_live() {
+                        return Ok(Attempt::Requeue);
+                    }
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+        // We own the lock if our session is still alive: never grant on a dead lease (the
+        // grant could be stale).
+        if !session.is_live() {
+            return Ok(Attempt::Requeue);
+        }
+        let start = session.last_ack_start();
+        let key = pending.key.clone();
+        let slot = pending.slot.take();
+        drop(pending);
+        let entry = Entry::Lock(LockEntry {
+            key,
+            rev,
+            session,
+            slot: Mutex::new(slot),
+        });
+        let token = u64::try_from(rev).map_err(|_| errors::unexpected("grant", "negative revision"))?;
+        let lease = inner.driver.register(name.clone(), FencingToken(token), start, entry);
+        inner.etcd.counters.add_grants(1);
+        tracing::debug!(lock = %name, token, "lock granted");
+        Ok(Attempt::Granted(lease))
+    }
+
+    /// Sleeps `d`, unless the session ends or the deadline comes first: returns whether the
+    /// full pause elapsed.
+    async fn pause(&self, d: Duration, session: &Session, deadline: Option<Instant>) -> bool {
+        let mut until = Instant::now() + d;
+        let mut cut = false;
+        if let Some(dl) = deadline {
+            if dl < until {
+                until = dl;
+                cut = true;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => !cut,
+            _ = session.ended() => false,
+        }
+    }
+
+    /// Watches `pred` for deletion, from the revision after our read.
+    async fn wait_deleted(&self, pred: &str, header_rev: i64, session: &Session, deadline: Option<Instant>) -> WaitEnd {
+        let etcd = &self.inner.etcd;
+        let watch = async {
+            let mut watcher = etcd.client.watch_client();
+            let opts = WatchOptions::new()
+                .with_start_revision(header_rev.saturating_add(1))
+                .with_filters([WatchFilterType::NoPut]);
+            let mut stream = etcd.call("watch", None, watcher.watch(pred, Some(opts))).await?;
+            loop {
+                match stream.message().await {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() {
+                            // Compacted past our start revision, or cancelled by the server:
+                            // re-check instead of trusting the watch.
+                            tracing::debug!(reason = resp.cancel_reason(), compact = resp.compact_revision(), "watch cancelled by etcd");
+                            return Ok(());
+                        }
+                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                            return Ok(());
+                        }
+                    }
+                    Ok(None) => return Err(Error::unavailable("watch: stream closed by etcd", None)),
+                    Err(e) => return Err(errors::map("watch", e)),
+                }
+            }
+        };
+        let until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = watch => match r {
+                Ok(()) => WaitEnd::Wake,
+                Err(e) => WaitEnd::Failed(e),
+            },
+            _ = session.ended() => WaitEnd::SessionEnded,
+            () = until => WaitEnd::Deadline,
+        }
+    }
+}
+
+#[async_trait]
+impl Locker for EtcdLocker {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        opts.validate()?;
+        match self.lock(name, opts.wait, false).await? {
+            Some(lease) => Ok(lease),
+            None => Err(errors::unexpected("acquire", "no lease after waiting")),
+        }
+    }
+
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        self.lock(name, None, true).await
+    }
+
+    fn ttl(&self) -> Duration {
+        self.inner.cfg.ttl
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // etcd's lessor checks expiry every 500 ms; the waiter then needs a watch event and a
+        // read.
+        Capabilities::new(self.inner.cfg.ttl)
+            .with_fair_queue(true, true)
+            .with_crash_release_slack(Duration::from_millis(1000))
+    }
+
+    fn stats(&self) -> Stats {
+        let mut stats = self.inner.etcd.counters.snapshot();
+        let driver = self.inner.driver_counters.snapshot();
+        stats.renewals = driver.renewals;
+        stats.renewal_failures = driver.renewal_failures;
+        stats.losses = driver
+            .losses
+            .saturating_sub(self.inner.session_losses.load(Ordering::Relaxed));
+        stats
+    }
+}

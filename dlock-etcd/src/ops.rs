@@ -1,0 +1,214 @@
+//! The etcd requests of the lock algorithm, each bounded by a timeout.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{Counters, Error};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse,
+};
+use tokio::time::Instant;
+
+use crate::errors;
+
+/// The etcd client with the locker's request timeout and counters.
+#[derive(Clone)]
+pub(crate) struct Etcd {
+    pub(crate) client: Client,
+    pub(crate) request_timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// What the enqueue transaction found.
+#[derive(Debug)]
+pub(crate) struct Enqueued {
+    /// Our key's create revision (the fencing token once we own the lock).
+    pub(crate) rev: i64,
+    /// The store revision the reads were made at.
+    pub(crate) header_rev: i64,
+    /// The key with the highest create revision below ours, if any (`None`: we own the lock).
+    pub(crate) predecessor: Option<String>,
+}
+
+/// What re-checking after a wake-up found.
+#[derive(Debug)]
+pub(crate) enum Recheck {
+    /// Our key is gone (lease expired or the key was deleted).
+    KeyGone,
+    /// No key below ours: we own the lock.
+    Owner,
+    /// Still waiting behind this key; the reads were made at `header_rev`.
+    Behind { predecessor: String, header_rev: i64 },
+}
+
+impl Etcd {
+    /// Runs one request, bounded by the request timeout and by `deadline` (the caller's wait).
+    /// A request cut by either gets [`Error::Unavailable`]: etcd did not answer in time.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        deadline: Option<Instant>,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Error> {
+        self.counters.add_requests(1);
+        let mut until = Instant::now() + self.request_timeout;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        let started = Instant::now();
+        match tokio::time::timeout_at(until, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(errors::map(what, e)),
+            Err(_) => Err(errors::no_reply(what, started.elapsed())),
+        }
+    }
+
+    /// One transaction: create our key under the session lease unless it exists, and read the
+    /// contenders around it. Same compare and branches as etcd's `concurrency.Mutex`, plus the
+    /// predecessor read in the same round trip.
+    pub(crate) async fn enqueue(
+        &self,
+        range: &str,
+        key: &str,
+        lease: i64,
+        deadline: Option<Instant>,
+    ) -> Result<Enqueued, Error> {
+        const WHAT: &str = "enqueue transaction";
+        // After our put, our key has the highest create revision in the range: the two newest
+        // keys are ours and our predecessor.
+        let newest_two = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(2);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+                TxnOp::get(range, Some(newest_two)),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.call(WHAT, deadline, kv.txn(txn)).await?;
+        let header_rev = header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let ops = resp.op_responses();
+        if resp.succeeded() {
+            let kvs = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+            let rev = header_rev;
+            let mine = kvs.first().ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
+            if mine.key() != key.as_bytes() || mine.create_revision() != rev {
+                return Err(errors::unexpected(WHAT, "our key is not the newest in its range"));
+            }
+            let predecessor = kvs.get(1).map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+            Ok(Enqueued { rev, header_rev, predecessor })
+        } else {
+            // Our key exists already (a retried request of ours, or an older queue entry of
+            // this session): keep its place, as etcd's Mutex does.
+            let kvs = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
+            let rev = kvs
+                .first()
+                .map(KeyValue::create_revision)
+                .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
+            match self.recheck(range, key, rev, deadline).await? {
+                Recheck::KeyGone => Err(errors::unexpected(WHAT, "our key vanished while enqueueing")),
+                Recheck::Owner => Ok(Enqueued { rev, header_rev, predecessor: None }),
+                Recheck::Behind { predecessor, header_rev } => {
+                    Ok(Enqueued { rev, header_rev, predecessor: Some(predecessor) })
+                }
+            }
+        }
+    }
+
+    /// One read-only transaction: does our key still exist with our revision, and which key is
+    /// the newest below it.
+    pub(crate) async fn recheck(
+        &self,
+        range: &str,
+        key: &str,
+        rev: i64,
+        deadline: Option<Instant>,
+    ) -> Result<Recheck, Error> {
+        const WHAT: &str = "re-check transaction";
+        let below_us = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(rev.saturating_sub(1))
+            .with_limit(1)
+            .with_keys_only();
+        let txn = Txn::new().and_then([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(range, Some(below_us)),
+        ]);
+        let mut kv = self.client.kv_client();
+        let resp = self.call(WHAT, deadline, kv.txn(txn)).await?;
+        let header_rev = header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let ops = resp.op_responses();
+        let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
+        if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
+            return Ok(Recheck::KeyGone);
+        }
+        let below = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        Ok(match below.first() {
+            None => Recheck::Owner,
+            Some(kv) => Recheck::Behind {
+                predecessor: String::from_utf8_lossy(kv.key()).into_owned(),
+                header_rev,
+            },
+        })
+    }
+
+    /// Deletes `key` if its create revision is still `rev` (never a newer incarnation).
+    /// Returns whether it deleted something.
+    pub(crate) async fn delete_guarded(
+        &self,
+        key: &str,
+        rev: i64,
+        deadline: Option<Instant>,
+    ) -> Result<bool, Error> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::delete(key, None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.call("guarded delete", deadline, kv.txn(txn)).await?;
+        Ok(resp.succeeded())
+    }
+
+    /// Deletes `key` whatever its revision, after reading it (used when an enqueue reply was
+    /// lost and our revision is unknown; the caller owns the key's slot, so no other user of
+    /// the key exists). Returns whether it deleted something.
+    pub(crate) async fn delete_unknown(&self, key: &str) -> Result<bool, Error> {
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .call("read before delete", None, kv.get(key, Some(GetOptions::new().with_keys_only())))
+            .await?;
+        match resp.kvs().first() {
+            None => Ok(false),
+            Some(found) => self.delete_guarded(key, found.create_revision(), None).await,
+        }
+    }
+
+    /// Revokes a session lease; a lease that is already gone counts as revoked.
+    pub(crate) async fn revoke(&self, lease: i64) -> Result<(), Error> {
+        let mut leases = self.client.lease_client();
+        self.counters.add_requests(1);
+        let started = Instant::now();
+        match tokio::time::timeout(self.request_timeout, leases.revoke(lease)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if errors::is_lease_not_found(&e) => Ok(()),
+            Ok(Err(e)) => Err(errors::map("lease revoke", e)),
+            Err(_) => Err(errors::no_reply("lease revoke", started.elapsed())),
+        }
+    }
+}
+
+fn header_revision(resp: &TxnResponse) -> Option<i64> {
+    resp.header().map(etcd_client::ResponseHeader::revision)
+}
+
+fn get_kvs(ops: &[TxnOpResponse], at: usize) -> Option<&[KeyValue]> {
+    match ops.get(at)? {
+        TxnOpResponse::Get(get) => Some(get.kvs()),
+        _ => None,
+    }
+}

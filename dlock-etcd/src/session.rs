@@ -1,0 +1,256 @@
+//! The session lease, its one keep-alive stream, and the renewal backend.
+//!
+//! Every locker holds ONE etcd lease (its session); every lock key it creates is attached to
+//! it. Core's [`RenewalDriver`](dlock_core::RenewalDriver) renews all held locks of the locker
+//! in one [`RenewBackend::renew`] call, which sends ONE keep-alive per session on one
+//! long-lived keep-alive stream. The session itself is registered with the driver as an
+//! internal lease (the "sentinel"), so it is kept alive while the locker only waits, and its
+//! deadline is the deadline of every lock of the session.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{Error, Lease, LossReason, Renewal, RenewBackend, drift};
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use tokio::time::Instant;
+
+use crate::errors;
+use crate::ops::Etcd;
+use crate::slots::SlotGuard;
+
+/// The keep-alive stream of one session lease.
+pub(crate) struct KeepAlive {
+    pub(crate) id: i64,
+    etcd: Etcd,
+    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+}
+
+impl KeepAlive {
+    pub(crate) fn new(id: i64, etcd: Etcd) -> Self {
+        KeepAlive {
+            id,
+            etcd,
+            stream: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Sends one keep-alive and waits for its reply: `Ok(true)` when the lease was extended,
+    /// `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not found").
+    ///
+    /// # Cancel safety
+    /// The stream is taken out while a request is in flight and put back only after its reply
+    /// was read, so a cancelled call can never leave a stale reply for the next one: the next
+    /// call opens a fresh stream.
+    async fn once(&self, timeout: Duration) -> Result<bool, Error> {
+        const WHAT: &str = "lease keep-alive";
+        let mut slot = self.stream.lock().await;
+        let taken = slot.take();
+        let started = Instant::now();
+        let attempt = async {
+            match taken {
+                None => {
+                    // Opening the stream sends the first keep-alive and reads its reply.
+                    let mut leases = self.etcd.client.lease_client();
+                    match leases.keep_alive(self.id).await {
+                        Ok(pair) => Ok((true, Some(pair))),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
+                        Err(e) => Err(errors::map(WHAT, e)),
+                    }
+                }
+                Some((mut keeper, mut stream)) => {
+                    keeper.keep_alive().await.map_err(|e| errors::map(WHAT, e))?;
+                    match stream.message().await {
+                        Ok(Some(reply)) if reply.ttl() > 0 => Ok((true, Some((keeper, stream)))),
+                        Ok(Some(_)) => Ok((false, None)),
+                        Ok(None) => Err(Error::unavailable("lease keep-alive: stream closed by etcd", None)),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
+                        Err(e) => Err(errors::map(WHAT, e)),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok((alive, pair))) => {
+                *slot = pair;
+                Ok(alive)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(errors::no_reply(WHAT, started.elapsed())),
+        }
+    }
+}
+
+/// One session: its lease and the sentinel that keeps it renewed.
+pub(crate) struct Session {
+    pub(crate) ka: Arc<KeepAlive>,
+    sentinel: Lease,
+    ttl: Duration,
+}
+
+impl Session {
+    pub(crate) fn new(ka: Arc<KeepAlive>, sentinel: Lease, ttl: Duration) -> Self {
+        Session { ka, sentinel, ttl }
+    }
+
+    /// The session lease id.
+    pub(crate) fn id(&self) -> i64 {
+        self.ka.id
+    }
+
+    /// Whether the lease is known alive now (not lost, deadline not passed).
+    pub(crate) fn is_live(&self) -> bool {
+        !self.sentinel.is_lost()
+    }
+
+    /// The send time of the last acknowledged keep-alive (or of the grant): every lock of the
+    /// session is safe until this + TTL − drift.
+    pub(crate) fn last_ack_start(&self) -> Instant {
+        let span = self.ttl.saturating_sub(drift(self.ttl));
+        let deadline = self.sentinel.deadline();
+        deadline.checked_sub(span).unwrap_or(deadline)
+    }
+
+    /// Resolves when the session is lost (or released).
+    pub(crate) fn ended(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
+        self.sentinel.lost()
+    }
+}
+
+/// What the renewal driver keeps per lease.
+pub(crate) enum Entry {
+    /// The session itself (the sentinel).
+    Session(Arc<KeepAlive>),
+    /// One held lock.
+    Lock(LockEntry),
+}
+
+impl Entry {
+    fn keep_alive(&self) -> &Arc<KeepAlive> {
+        match self {
+            Entry::Session(ka) => ka,
+            Entry::Lock(l) => &l.session.ka,
+        }
+    }
+
+    /// The session lease this entry belongs to.
+    pub(crate) fn lease_id(&self) -> i64 {
+        self.keep_alive().id
+    }
+}
+
+/// One held lock: its key and create revision, and the key's slot in the locker.
+pub(crate) struct LockEntry {
+    pub(crate) key: String,
+    pub(crate) rev: i64,
+    pub(crate) session: Arc<Session>,
+    pub(crate) slot: Mutex<Option<SlotGuard>>,
+}
+
+impl LockEntry {
+    fn take_slot(&self) -> Option<SlotGuard> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The renewal backend of one locker.
+pub(crate) struct Backend {
+    pub(crate) etcd: Etcd,
+}
+
+#[async_trait]
+impl RenewBackend for Backend {
+    type Entry = Entry;
+
+    async fn renew(&self, entries: &[Arc<Entry>]) -> Result<Vec<Renewal>, Error> {
+        // One keep-alive per session, whatever the number of locks it holds.
+        let mut sessions: Vec<Arc<KeepAlive>> = Vec::new();
+        for e in entries {
+            let ka = e.keep_alive();
+            if !sessions.iter().any(|s| s.id == ka.id) {
+                sessions.push(Arc::clone(ka));
+            }
+        }
+        let mut alive: HashMap<i64, bool> = HashMap::with_capacity(sessions.len());
+        for ka in sessions {
+            let ok = ka.once(self.etcd.request_timeout).await?;
+            if !ok {
+                tracing::warn!(lease = format_args!("{:x}", ka.id), "etcd says the session lease is gone");
+            }
+            alive.insert(ka.id, ok);
+        }
+        Ok(entries
+            .iter()
+            .map(|e| {
+                if alive.get(&e.lease_id()).copied().unwrap_or(false) {
+                    Renewal::Extended
+                } else {
+                    Renewal::Lost(LossReason::SessionEnded(format!(
+                        "etcd lease {:x} expired or was revoked",
+                        e.lease_id()
+                    )))
+                }
+            })
+            .collect())
+    }
+
+    async fn release(&self, entry: &Entry) -> Result<(), Error> {
+        match entry {
+            Entry::Session(ka) => self.etcd.revoke(ka.id).await,
+            Entry::Lock(lock) => match self.etcd.delete_guarded(&lock.key, lock.rev, None).await {
+                Ok(_) => {
+                    drop(lock.take_slot());
+                    Ok(())
+                }
+                Err(e) => {
+                    // Never leak the key of a live session: keep deleting in the background.
+                    if let Some(slot) = lock.take_slot() {
+                        spawn_cleanup(
+                            self.etcd.clone(),
+                            lock.key.clone(),
+                            Some(lock.rev),
+                            Arc::clone(&lock.session),
+                            slot,
+                        );
+                    }
+                    Err(e)
+                }
+            },
+        }
+    }
+}
+
+/// Deletes `key` (guarded by `rev` when known) in the background, retrying until it is gone
+/// or the session ends (the key then expires with the lease). Holds the key's slot meanwhile.
+pub(crate) fn spawn_cleanup(etcd: Etcd, key: String, rev: Option<i64>, session: Arc<Session>, slot: SlotGuard) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(%key, "no runtime to delete the key; it expires with the session lease");
+        return;
+    };
+    runtime.spawn(async move {
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            if !session.is_live() {
+                tracing::debug!(%key, "session ended; the key expires with its lease");
+                break;
+            }
+            let result = match rev {
+                Some(rev) => etcd.delete_guarded(&key, rev, None).await,
+                None => etcd.delete_unknown(&key).await,
+            };
+            match result {
+                Ok(_) => {
+                    tracing::debug!(%key, "queue key deleted");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, retry_in = ?backoff, "deleting a queue key failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        drop(slot);
+    });
+}
