@@ -1,0 +1,326 @@
+//! Every checker is proven able to fail: deliberately broken memory backends fail the matching
+//! scenario (and the honest memory backend passes it, in tests/memory.rs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_conformance::memory::MemoryBackend;
+use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend, scenarios};
+use dlock_core::memory::Defect;
+use dlock_core::{
+    AcquireOptions, Capabilities, Error, Lease, LockName, Locker, MemoryLocker, MemoryServer, Stats,
+};
+
+fn run(backend: impl TestBackend, scenario: Scenario) -> Row {
+    let row = scenarios::run(Arc::new(backend), "checkers", scenario);
+    println!("{}", row.summary());
+    row
+}
+
+fn assert_caught(row: &Row, needle: &str) {
+    assert_eq!(
+        row.status,
+        Status::Fail,
+        "the broken backend passed: {}",
+        row.summary()
+    );
+    assert!(
+        row.reason.contains(needle),
+        "failed for another reason than expected ({needle:?}): {}",
+        row.reason
+    );
+}
+
+#[test]
+fn no_fencing_fails_token_monotonicity() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::NoFencing),
+        Scenario::FencingMonotonic,
+    );
+    assert_caught(&row, "was granted after token");
+}
+
+#[test]
+fn no_fencing_fails_the_fenced_resource() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::NoFencing),
+        Scenario::FencedResource,
+    );
+    assert_caught(&row, "stale holder's write");
+}
+
+#[test]
+fn unguarded_release_fails_release_retry() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::UnguardedRelease),
+        Scenario::ReleaseIdempotent,
+    );
+    assert_caught(&row, "deleted the newer holder's lock");
+}
+
+#[test]
+fn early_expiry_fails_lost_before_stolen() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::EarlyExpiry),
+        Scenario::LostBeforeStolen,
+    );
+    assert_caught(&row, "BEFORE the cut-off holder's lost() fired");
+}
+
+#[test]
+fn lifo_fails_fifo() {
+    // The LIFO memory variant grants newest-first; it may also stall (it wakes the head, which
+    // may not go): either way the FIFO checker must fail it.
+    let row = run(MemoryBackend::with_defect(Defect::Lifo), Scenario::Fifo);
+    assert_eq!(
+        row.status,
+        Status::Fail,
+        "the broken backend passed: {}",
+        row.summary()
+    );
+    assert!(
+        row.reason.contains("out of enqueue order") || row.reason.contains("waiter 0"),
+        "{}",
+        row.reason
+    );
+}
+
+#[test]
+fn wake_all_is_not_claimed_herd_free_and_skips() {
+    // Honest capabilities: a wake-all backend does not claim herd-freedom, so herd is skipped
+    // with a reason.
+    let row = run(MemoryBackend::with_defect(Defect::WakeAll), Scenario::Herd);
+    assert_eq!(row.status, Status::Skip, "{}", row.summary());
+    assert!(row.reason.contains("herd-free"), "{}", row.reason);
+}
+
+#[test]
+fn wake_all_claiming_herd_free_fails_herd() {
+    let row = run(
+        Wrapped::new(
+            MemoryBackend::with_defect(Defect::WakeAll),
+            Twist::ClaimHerdFree,
+        ),
+        Scenario::Herd,
+    );
+    assert_caught(&row, "wakes more than one waiter");
+    assert!(
+        row.figures.contains_key("wakeups_per_release_n8"),
+        "{}",
+        row.summary()
+    );
+}
+
+#[test]
+fn split_brain_fails_mutual_exclusion() {
+    let row = run(SplitBrain, Scenario::MutualExclusion);
+    assert_caught(&row, "overlapping holds");
+}
+
+#[test]
+fn colliding_names_fail_name_isolation() {
+    let row = run(
+        Wrapped::new(MemoryBackend::new(), Twist::FirstCharOnly),
+        Scenario::NameIsolation,
+    );
+    assert_caught(&row, "blocks");
+}
+
+#[test]
+fn accepting_a_zero_ttl_fails_bad_input() {
+    let row = run(
+        Wrapped::new(MemoryBackend::new(), Twist::ClampTtl),
+        Scenario::BadInput,
+    );
+    assert_caught(&row, "TTL");
+}
+
+#[test]
+fn leaking_waiters_fail_the_leak_audits() {
+    for s in [
+        Scenario::WaitTimeout,
+        Scenario::TryAcquireHeld,
+        Scenario::Cancel,
+    ] {
+        let row = run(Wrapped::new(MemoryBackend::new(), Twist::LeakOnFailure), s);
+        assert_caught(&row, "left entries behind");
+    }
+}
+
+#[test]
+fn a_lease_that_is_never_lost_fails_lost_after_break() {
+    let row = run(
+        Wrapped::new(MemoryBackend::new(), Twist::NeverBreak),
+        Scenario::LostAfterBreak,
+    );
+    assert_caught(&row, "did not fire");
+}
+
+// ---- broken backends built from the memory backend ----
+
+/// Every client locks against a server of its own: no exclusion at all.
+struct SplitBrain;
+
+#[async_trait]
+impl TestBackend for SplitBrain {
+    fn name(&self) -> &str {
+        "memory-split-brain"
+    }
+    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
+        Vec::new()
+    }
+    async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        Ok(Arc::new(
+            MemoryLocker::builder()
+                .ttl(opts.ttl)
+                .server(MemoryServer::new())
+                .build()?,
+        ))
+    }
+    async fn leftovers(&self, _namespace: &str) -> Result<Vec<String>, Error> {
+        Ok(Vec::new())
+    }
+    async fn break_holder(&self, _namespace: &str, _name: &LockName) -> Result<(), Error> {
+        Ok(())
+    }
+    fn child_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Twist {
+    /// Claims herd-freedom it does not have.
+    ClaimHerdFree,
+    /// Locks only the first character of each name (`a`, `a/b`, `ab` collide).
+    FirstCharOnly,
+    /// Clamps bad TTLs to a valid one instead of rejecting them.
+    ClampTtl,
+    /// The leak hook reports a phantom entry after any failed or cancelled attempt.
+    LeakOnFailure,
+    /// break_holder does nothing.
+    NeverBreak,
+}
+
+struct Wrapped {
+    inner: MemoryBackend,
+    twist: Twist,
+    leaked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Wrapped {
+    fn new(inner: MemoryBackend, twist: Twist) -> Self {
+        Wrapped {
+            inner,
+            twist,
+            leaked: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl TestBackend for Wrapped {
+    fn name(&self) -> &str {
+        "memory-wrapped"
+    }
+    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
+        Vec::new()
+    }
+    async fn client(&self, mut opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        if self.twist == Twist::ClampTtl {
+            opts.ttl = opts
+                .ttl
+                .clamp(Duration::from_millis(100), Duration::from_secs(3600));
+        }
+        let inner = self.inner.client(opts).await?;
+        Ok(Arc::new(Twisted {
+            inner,
+            twist: self.twist,
+            leaked: Arc::clone(&self.leaked),
+        }))
+    }
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
+        let mut left = self.inner.leftovers(namespace).await?;
+        if self.leaked.load(std::sync::atomic::Ordering::SeqCst) {
+            left.push("phantom:leaked-waiter".into());
+        }
+        Ok(left)
+    }
+    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        if self.twist == Twist::NeverBreak {
+            return Ok(());
+        }
+        self.inner.break_holder(namespace, name).await
+    }
+    fn child_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+struct Twisted {
+    inner: Arc<dyn Locker>,
+    twist: Twist,
+    leaked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Twisted {
+    fn map(&self, name: &LockName) -> Result<LockName, Error> {
+        if self.twist == Twist::FirstCharOnly {
+            return LockName::new(&name.as_str()[..1]);
+        }
+        Ok(name.clone())
+    }
+
+    fn leak(&self) {
+        if self.twist == Twist::LeakOnFailure {
+            self.leaked.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// Marks a leak when an acquire future is dropped before it finished.
+struct LeakOnDrop<'a>(&'a Twisted, bool);
+
+impl Drop for LeakOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.leak();
+        }
+    }
+}
+
+#[async_trait]
+impl Locker for Twisted {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        let mut guard = LeakOnDrop(self, false);
+        let got = self.inner.acquire(&self.map(name)?, opts).await;
+        guard.1 = got.is_ok();
+        got
+    }
+
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        let got = self.inner.try_acquire(&self.map(name)?).await?;
+        if got.is_none() {
+            self.leak();
+        }
+        Ok(got)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.inner.ttl()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let caps = self.inner.capabilities();
+        if self.twist == Twist::ClaimHerdFree {
+            caps.with_fair_queue(true, true)
+        } else {
+            caps
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+}
