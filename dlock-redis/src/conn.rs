@@ -8,11 +8,10 @@ use dlock_core::{Counters, Error};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
 
-/// One server: its client (for extra connections such as pub/sub), a multiplexed
-/// auto-reconnecting connection, and its display name (never the password).
+/// One server: a multiplexed auto-reconnecting connection and its display name (never the
+/// password).
 #[derive(Clone)]
 pub(crate) struct Node {
-    pub(crate) client: Client,
     pub(crate) conn: ConnectionManager,
     pub(crate) display: Arc<str>,
 }
@@ -50,13 +49,9 @@ pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Er
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(5))
         .set_max_delay(Duration::from_millis(100));
-    let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+    let conn = ConnectionManager::new_lazy_with_config(client, config)
         .map_err(|e| map_err(&display, "connecting", &e))?;
-    Ok(Node {
-        client,
-        conn,
-        display,
-    })
+    Ok(Node { conn, display })
 }
 
 /// Maps a client error: connection problems are `Unavailable` (retryable), everything else is

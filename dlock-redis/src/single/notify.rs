@@ -54,11 +54,6 @@ impl Notifier {
         self.waiters().remove(entry);
     }
 
-    /// Whether the subscription is up.
-    pub(crate) fn is_up(&self) -> bool {
-        *self.up.borrow()
-    }
-
     /// Starts the subscription task (once). Must run inside a tokio runtime.
     pub(crate) fn start(self: &Arc<Self>) {
         self.started.call_once(|| {

@@ -1,0 +1,237 @@
+//! One Redlock attempt, and the retry loop around it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{Error, FencingToken, Lease, LockName, NodeError};
+use futures::future::join_all;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::RInner;
+use super::backend::{RHeld, RedlockBackend};
+use super::quorum::{token_plan, validity};
+use crate::conn::{millis, token_of, unexpected};
+use crate::keys::{Keys, random_id};
+use crate::scripts::scripts;
+
+/// How one attempt ended.
+enum Outcome {
+    Granted(Lease),
+    /// Other owners hold the lock on enough nodes (or the nodes split): try again later.
+    Busy,
+    /// No quorum for another reason (slow nodes, validity used up, fence write-back failed).
+    Failed(Error),
+    /// Too many nodes are unreachable for any quorum: retrying now cannot help.
+    Unreachable(Error),
+}
+
+/// Unlocks every node in the background if an attempt is dropped half-way.
+struct Attempt {
+    backend: Arc<RedlockBackend>,
+    keys: Keys,
+    owner: String,
+    dirty: bool,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.dirty {
+            self.backend
+                .unlock_detached(self.keys.clone(), std::mem::take(&mut self.owner));
+        }
+    }
+}
+
+fn cause(node: &str, what: impl ToString) -> NodeError {
+    NodeError {
+        node: node.to_owned(),
+        cause: what.to_string(),
+    }
+}
+
+async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration) -> Outcome {
+    let b = &inner.backend;
+    let n = b.nodes.len();
+    let mut guard = Attempt {
+        backend: Arc::clone(b),
+        keys: keys.clone(),
+        owner: random_id(),
+        dirty: true,
+    };
+    let owner = guard.owner.clone();
+    let ttl_ms = millis(inner.ttl);
+    let start = Instant::now();
+    let replies = join_all(b.nodes.iter().map(|node| {
+        let owner = &owner;
+        async move {
+            let mut inv = scripts().acquire_plain.prepare_invoke();
+            inv.key(&keys.lock).key(&keys.fence).arg(owner).arg(ttl_ms);
+            node.invoke::<Vec<i64>>("acquire", &inv, budget, &b.counters)
+                .await
+        }
+    }))
+    .await;
+
+    let mut granted: Vec<(usize, u64)> = Vec::with_capacity(n);
+    let mut busy = 0usize;
+    let mut errors = 0usize;
+    let mut causes = Vec::new();
+    for (i, (node, reply)) in b.nodes.iter().zip(replies).enumerate() {
+        match reply.as_deref() {
+            Ok([1, counter, ..]) => match token_of(&node.display, *counter) {
+                Ok(c) => granted.push((i, c)),
+                Err(e) => causes.push(cause(&node.display, e)),
+            },
+            Ok([0, ..]) => {
+                busy += 1;
+                causes.push(cause(&node.display, "held by another owner"));
+            }
+            Ok(other) => causes.push(cause(
+                &node.display,
+                unexpected(&node.display, "acquire", other),
+            )),
+            Err(e) => {
+                errors += 1;
+                causes.push(cause(&node.display, e));
+            }
+        }
+    }
+
+    if granted.len() >= b.quorum {
+        if let Some((token, laggards)) = token_plan(&granted) {
+            let at_max = granted.len() - laggards.len();
+            let mut raised = 0;
+            if at_max < b.quorum {
+                // Write the token back, so that a majority holds a counter >= token.
+                if let Some(left) = validity(inner.ttl, start.elapsed()) {
+                    let budget = budget.min(left);
+                    let results = join_all(laggards.iter().map(|&i| {
+                        let node = &b.nodes[i];
+                        async move {
+                            let mut inv = scripts().raise_fence.prepare_invoke();
+                            inv.key(&keys.fence).arg(token);
+                            node.invoke::<i64>("fence write-back", &inv, budget, &b.counters)
+                                .await
+                        }
+                    }))
+                    .await;
+                    for (&i, r) in laggards.iter().zip(results) {
+                        match r {
+                            Ok(_) => raised += 1,
+                            Err(e) => causes.push(cause(&b.nodes[i].display, e)),
+                        }
+                    }
+                }
+            }
+            if at_max + raised >= b.quorum && validity(inner.ttl, start.elapsed()).is_some() {
+                guard.dirty = false;
+                let held = RHeld {
+                    keys: keys.clone(),
+                    owner: std::mem::take(&mut guard.owner),
+                };
+                return Outcome::Granted(inner.driver.register(
+                    name.clone(),
+                    FencingToken(token),
+                    start,
+                    held,
+                ));
+            }
+            causes.push(NodeError {
+                node: "(all)".into(),
+                cause: "the validity ran out or the fence write-back missed a majority".into(),
+            });
+        }
+    }
+
+    // No lock: unlock every node, including those that seemed to refuse.
+    let (_, unlock_causes) = b.unlock_all(keys, &owner, b.node_timeout).await;
+    if unlock_causes.is_empty() {
+        guard.dirty = false;
+    }
+    let err = Error::QuorumNotReached {
+        needed: b.quorum,
+        granted: granted.len(),
+        causes,
+    };
+    if errors > n - b.quorum {
+        Outcome::Unreachable(err)
+    } else if busy > 0 {
+        Outcome::Busy
+    } else {
+        Outcome::Failed(err)
+    }
+}
+
+pub(super) async fn try_acquire(
+    inner: &Arc<RInner>,
+    name: &LockName,
+) -> Result<Option<Lease>, Error> {
+    let keys = Keys::new(&inner.prefix, name);
+    match attempt(inner, name, &keys, inner.backend.node_timeout).await {
+        Outcome::Granted(lease) => Ok(Some(lease)),
+        Outcome::Busy => Ok(None),
+        Outcome::Failed(e) | Outcome::Unreachable(e) => Err(e),
+    }
+}
+
+pub(super) async fn acquire(
+    inner: &Arc<RInner>,
+    name: &LockName,
+    wait: Option<Duration>,
+) -> Result<Lease, Error> {
+    if wait == Some(Duration::ZERO) {
+        return try_acquire(inner, name).await?.ok_or(Error::Timeout {
+            waited: Duration::ZERO,
+        });
+    }
+    let began = Instant::now();
+    let deadline = wait.map(|w| began + w);
+    let keys = Keys::new(&inner.prefix, name);
+    let mut waited = false;
+    loop {
+        let budget = match deadline {
+            Some(d) => inner
+                .backend
+                .node_timeout
+                .min(d.saturating_duration_since(Instant::now())),
+            None => inner.backend.node_timeout,
+        };
+        if budget.is_zero() {
+            return Err(Error::Timeout {
+                waited: began.elapsed(),
+            });
+        }
+        let last = match attempt(inner, name, &keys, budget).await {
+            Outcome::Granted(lease) => return Ok(lease),
+            Outcome::Unreachable(e) => return Err(e),
+            Outcome::Busy => None,
+            Outcome::Failed(e) => Some(e),
+        };
+        if !waited {
+            waited = true;
+            inner.counters.add_waits(1);
+        }
+        let delay = random_delay(inner.retry_delay);
+        let mut wake_at = Instant::now() + delay;
+        if let Some(d) = deadline {
+            wake_at = wake_at.min(d);
+        }
+        tokio::time::sleep_until(wake_at).await;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(last.unwrap_or(Error::Timeout {
+                waited: began.elapsed(),
+            }));
+        }
+        inner.counters.add_wakeups(1);
+    }
+}
+
+/// A random delay in `[bound/2, bound]`.
+fn random_delay(bound: Duration) -> Duration {
+    let lo = bound / 2;
+    let span = u64::try_from((bound - lo).as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    lo + Duration::from_micros(rand::rng().random_range(0..=span))
+}

@@ -1,0 +1,180 @@
+//! Redlock renewal and release, fanned out to every node concurrently.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{Counters, Error, LossReason, NodeError, RenewBackend, Renewal};
+use futures::future::join_all;
+
+use crate::conn::{Node, millis};
+use crate::keys::Keys;
+use crate::scripts::scripts;
+
+/// One held Redlock lease.
+#[derive(Debug)]
+pub(crate) struct RHeld {
+    pub(crate) keys: Keys,
+    pub(crate) owner: String,
+}
+
+/// The nodes and settings shared by the locker and its renewal driver.
+pub(crate) struct RedlockBackend {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) quorum: usize,
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl RedlockBackend {
+    /// Compare-and-delete on EVERY node (also those that did not grant: a reply may have been
+    /// lost). Returns how many nodes confirmed (deleted, or the key was not ours there), and
+    /// the causes of the others.
+    pub(crate) async fn unlock_all(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        budget: Duration,
+    ) -> (usize, Vec<NodeError>) {
+        let results = join_all(self.nodes.iter().map(|node| async move {
+            let mut inv = scripts().release_plain.prepare_invoke();
+            inv.key(&keys.lock).arg(owner);
+            node.invoke::<i64>("release", &inv, budget, &self.counters)
+                .await
+        }))
+        .await;
+        let mut ok = 0;
+        let mut causes = Vec::new();
+        for (node, r) in self.nodes.iter().zip(results) {
+            match r {
+                Ok(_) => ok += 1,
+                Err(e) => causes.push(NodeError {
+                    node: node.display.to_string(),
+                    cause: e.to_string(),
+                }),
+            }
+        }
+        (ok, causes)
+    }
+
+    /// Unlocks in the background (a lost lease, a cancelled attempt).
+    pub(crate) fn unlock_detached(self: &Arc<Self>, keys: Keys, owner: String) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = Arc::clone(self);
+        handle.spawn(async move {
+            let (ok, causes) = this.unlock_all(&keys, &owner, this.node_timeout).await;
+            if !causes.is_empty() {
+                tracing::debug!(lock = %keys.lock, ok, ?causes, "background unlock incomplete; keys expire on their own");
+            }
+        });
+    }
+}
+
+/// The renewal driver's view of the backend.
+pub(crate) struct Renewer(pub(crate) Arc<RedlockBackend>);
+
+impl std::ops::Deref for Renewer {
+    type Target = Arc<RedlockBackend>;
+    fn deref(&self) -> &Arc<RedlockBackend> {
+        &self.0
+    }
+}
+
+#[async_trait]
+impl RenewBackend for Renewer {
+    type Entry = RHeld;
+
+    async fn renew(&self, entries: &[Arc<RHeld>]) -> Result<Vec<Renewal>, Error> {
+        // One script call per node over every held lease, all nodes at once: one round trip.
+        // Compare-and-PEXPIRE never re-creates a key that expired or a node that lost it.
+        let ttl_ms = millis(self.ttl);
+        let budget = self.ttl / 3;
+        let results = join_all(self.nodes.iter().map(|node| async move {
+            let mut inv = scripts().renew.prepare_invoke();
+            inv.arg(ttl_ms);
+            for e in entries {
+                inv.key(&e.keys.lock);
+            }
+            for e in entries {
+                inv.arg(&e.owner);
+            }
+            let r: Vec<i64> = node.invoke("renew", &inv, budget, &self.counters).await?;
+            if r.len() == entries.len() {
+                Ok(r)
+            } else {
+                Err(crate::conn::unexpected(&node.display, "renew", &r))
+            }
+        }))
+        .await;
+        let mut extended = vec![0usize; entries.len()];
+        let mut errored = 0usize;
+        let mut causes = Vec::new();
+        for (node, r) in self.nodes.iter().zip(results) {
+            match r {
+                Ok(replies) => {
+                    for (count, reply) in extended.iter_mut().zip(replies) {
+                        if reply == 1 {
+                            *count += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    errored += 1;
+                    causes.push(NodeError {
+                        node: node.display.to_string(),
+                        cause: e.to_string(),
+                    });
+                }
+            }
+        }
+        if self.nodes.len() - errored < self.quorum {
+            return Err(Error::QuorumNotReached {
+                needed: self.quorum,
+                granted: self.nodes.len() - errored,
+                causes,
+            });
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for (entry, count) in entries.iter().zip(extended) {
+            if count >= self.quorum {
+                out.push(Renewal::Extended);
+            } else if count + errored >= self.quorum {
+                // Undecided until the failed nodes answer: retry the whole round.
+                return Err(Error::QuorumNotReached {
+                    needed: self.quorum,
+                    granted: count,
+                    causes,
+                });
+            } else {
+                self.unlock_detached(entry.keys.clone(), entry.owner.clone());
+                out.push(Renewal::Lost(LossReason::Gone(format!(
+                    "the lock is held on only {count} of {} nodes (quorum {})",
+                    self.nodes.len(),
+                    self.quorum
+                ))));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn release(&self, entry: &RHeld) -> Result<(), Error> {
+        let (ok, causes) = self
+            .unlock_all(&entry.keys, &entry.owner, self.node_timeout)
+            .await;
+        if ok >= self.quorum {
+            if !causes.is_empty() {
+                tracing::debug!(lock = %entry.keys.lock, ?causes, "release did not reach every node; those keys expire on their own");
+            }
+            Ok(())
+        } else {
+            Err(Error::QuorumNotReached {
+                needed: self.quorum,
+                granted: ok,
+                causes,
+            })
+        }
+    }
+}

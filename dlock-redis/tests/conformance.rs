@@ -1,0 +1,64 @@
+//! The shared conformance suite against real Redis servers: `redis` (one node, fair mode),
+//! `redlock` (five nodes) and `redlock_degraded` (five nodes, two of them killed).
+
+mod support;
+
+use std::sync::{Arc, OnceLock};
+
+use dlock_conformance::TestBackend;
+use dlock_conformance::servers::{Cluster, ServerKind};
+use support::{ClusterRef, Kind, RedisBackend};
+
+fn shared(nodes: usize) -> Arc<Cluster> {
+    Cluster::shared(ServerKind::Redis, nodes)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn redis() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        Arc::new(RedisBackend::new(
+            "redis",
+            Kind::Single,
+            ClusterRef::Shared(shared(1)),
+        ))
+    }))
+}
+
+fn redlock() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        Arc::new(RedisBackend::new(
+            "redlock",
+            Kind::Redlock,
+            ClusterRef::Shared(shared(5)),
+        ))
+    }))
+}
+
+/// Five nodes of which the last two are killed: a majority is still up.
+fn redlock_degraded() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        let cluster = Cluster::start(ServerKind::Redis, 5)
+            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+        // In the crash-test child the endpoints come from the parent (external): already killed.
+        if !cluster.is_external() {
+            for i in [3, 4] {
+                cluster
+                    .node(i)
+                    .kill()
+                    .unwrap_or_else(|e| panic!("cannot kill redis node {i}: {e}"));
+            }
+        }
+        Arc::new(RedisBackend::new(
+            "redlock-degraded",
+            Kind::Redlock,
+            ClusterRef::Owned(cluster),
+        ))
+    }))
+}
+
+dlock_conformance::conformance_tests!(redis, redis());
+dlock_conformance::conformance_tests!(redlock, redlock());
+dlock_conformance::conformance_tests!(redlock_degraded, redlock_degraded());

@@ -1,0 +1,229 @@
+//! The Redis and Redlock topologies as conformance backends, shared by the test files.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dlock_conformance::servers::Cluster;
+use dlock_conformance::{ClientOptions, TestBackend};
+use dlock_core::{Error, LockName, Locker};
+use dlock_redis::{RedisLocker, RedlockLocker};
+
+/// Which locker a backend builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `RedisLocker` on node 0 (fair mode).
+    Single,
+    /// `RedlockLocker` over every node.
+    Redlock,
+}
+
+/// A cluster (shared, or private for destructive tests) and the locker kind.
+pub struct RedisBackend {
+    pub name: String,
+    pub kind: Kind,
+    pub cluster: ClusterRef,
+}
+
+/// A shared cluster or one this backend owns.
+pub enum ClusterRef {
+    Shared(Arc<Cluster>),
+    Owned(Cluster),
+}
+
+impl ClusterRef {
+    pub fn get(&self) -> &Cluster {
+        match self {
+            ClusterRef::Shared(c) => c,
+            ClusterRef::Owned(c) => c,
+        }
+    }
+}
+
+impl RedisBackend {
+    pub fn new(name: &str, kind: Kind, cluster: ClusterRef) -> Self {
+        RedisBackend {
+            name: name.into(),
+            kind,
+            cluster,
+        }
+    }
+
+    fn urls(&self, via: Option<&[SocketAddr]>) -> Vec<String> {
+        match via {
+            Some(addrs) => addrs.iter().map(|a| format!("redis://{a}")).collect(),
+            None => self.cluster.get().endpoints(),
+        }
+    }
+
+    /// Node URLs the backend audits (node 0 only for the single-node lock).
+    fn audit_urls(&self) -> Vec<String> {
+        let all = self.cluster.get().endpoints();
+        match self.kind {
+            Kind::Single => all.into_iter().take(1).collect(),
+            Kind::Redlock => all,
+        }
+    }
+}
+
+fn backend_err(e: &redis::RedisError) -> Error {
+    Error::backend(
+        format!("test audit: {e}"),
+        Some(Box::new(e.clone()) as dlock_core::BoxError),
+    )
+}
+
+/// Live lock keys and live queue entries under `namespace` on one server. Fence counters are
+/// permanent by design (tokens must keep increasing), so they are not leftovers.
+pub async fn server_leftovers(
+    url: &str,
+    namespace: &str,
+) -> Result<Vec<String>, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let pattern = format!("{namespace}/dlock:*");
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let mut out = Vec::new();
+    for key in keys {
+        if key.ends_with(":fence") || key.ends_with(":qt") || key.contains("dlock:notify:") {
+            continue;
+        }
+        if let Some(lock) = key.strip_suffix(":q") {
+            let entries: Vec<String> = redis::cmd("LRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await?;
+            for entry in entries {
+                let deadline: Option<u64> = redis::cmd("HGET")
+                    .arg(format!("{lock}:qt"))
+                    .arg(&entry)
+                    .query_async(&mut conn)
+                    .await?;
+                if deadline.is_some_and(|d| d > now_ms) {
+                    out.push(format!("{url} queue {key} {entry}"));
+                }
+            }
+        } else {
+            let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+            if pttl > 0 || pttl == -1 {
+                out.push(format!("{url} lock {key}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl TestBackend for RedisBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn node_addrs(&self) -> Vec<SocketAddr> {
+        match self.kind {
+            Kind::Single => self.cluster.get().addrs().into_iter().take(1).collect(),
+            Kind::Redlock => self.cluster.get().addrs(),
+        }
+    }
+
+    async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        let urls = self.urls(opts.via.as_deref());
+        match self.kind {
+            Kind::Single => {
+                let url = urls.into_iter().next().unwrap_or_default();
+                Ok(Arc::new(
+                    RedisLocker::builder()
+                        .url(url)
+                        .ttl(opts.ttl)
+                        .namespace(&opts.namespace)
+                        .build()?,
+                ))
+            }
+            Kind::Redlock => Ok(Arc::new(
+                RedlockLocker::builder()
+                    .nodes(urls)
+                    .ttl(opts.ttl)
+                    .namespace(&opts.namespace)
+                    .build()?,
+            )),
+        }
+    }
+
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
+        let mut out = Vec::new();
+        for (i, url) in self.audit_urls().iter().enumerate() {
+            let node = self.cluster.get().node(i);
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                server_leftovers(url, namespace),
+            )
+            .await;
+            match read {
+                Ok(Ok(found)) => out.extend(found),
+                // A node a test killed or paused holds nothing anyone can use.
+                Ok(Err(e))
+                    if (e.is_io_error() || e.is_connection_refusal()) && !node.is_running() => {}
+                Ok(Err(e)) => return Err(backend_err(&e)),
+                Err(_) if node.is_paused() => {}
+                Err(_) => {
+                    return Err(Error::unavailable(
+                        format!("test audit: {url} did not answer"),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        let key = format!("{namespace}/dlock:{{{}}}", name.as_str());
+        for (i, url) in self.audit_urls().iter().enumerate() {
+            if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
+                continue;
+            }
+            let client = redis::Client::open(url.as_str()).map_err(|e| backend_err(&e))?;
+            let mut conn = match client.get_multiplexed_async_connection().await {
+                Ok(c) => c,
+                Err(e) if e.is_connection_refusal() => continue,
+                Err(e) => return Err(backend_err(&e)),
+            };
+            let _: i64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| backend_err(&e))?;
+        }
+        Ok(())
+    }
+
+    fn child_env(&self) -> Vec<(String, String)> {
+        self.cluster.get().external_env()
+    }
+
+    fn logs(&self) -> String {
+        self.cluster.get().logs()
+    }
+}
