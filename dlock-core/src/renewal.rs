@@ -192,37 +192,57 @@ impl<B: RenewBackend> RenewalDriver<B> {
 
 /// The driver's one task. Holds only a weak reference: it ends when the locker and every lease
 /// are gone.
+///
+/// Rounds run every TTL/3 after the previous round started; a lease whose remaining validity
+/// drops below TTL/3 (e.g. it took long to acquire) pulls the next round forward.
 async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
     let mut failures: u32 = 0;
-    let mut next = Instant::now();
+    // When the next regular round is due; `None` while idle.
+    let mut tick: Option<Instant> = None;
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let period = shared.ttl / 3;
-        // Sleep until the next round; a new lease wakes us only to start renewing when we were idle.
-        let idle = shared.leases().is_empty();
-        if idle {
-            let wake = Arc::clone(&shared.wake);
-            drop(shared);
-            let notified = wake.notified();
-            // Re-check after at most a period so a dropped locker ends this task.
-            let _ = tokio::time::timeout(period, notified).await;
-            next = Instant::now() + period;
-            continue;
-        }
+        let wake = Arc::clone(&shared.wake);
+        let notified = wake.notified();
+        let (renewable_due, earliest_deadline) = {
+            let leases = shared.leases();
+            let due = leases.values().filter(|r| r.renewing).map(|r| r.cell.deadline()).min();
+            let earliest = leases.values().map(|r| r.cell.deadline()).min();
+            (due.map(|d| d.checked_sub(period).unwrap_or(d)), earliest)
+        };
         drop(shared);
-        tokio::time::sleep_until(next).await;
+        let Some(earliest_deadline) = earliest_deadline else {
+            // Idle: wait for a lease (re-checking now and then so a dropped locker ends us).
+            tick = None;
+            let _ = tokio::time::timeout(period, notified).await;
+            continue;
+        };
+        let regular = *tick.get_or_insert_with(|| Instant::now() + period);
+        // While failing, the backoff sets the pace; otherwise a lease close to its deadline may
+        // pull the round forward.
+        let round_at = match renewable_due {
+            Some(due) if failures == 0 => Some(regular.min(due)),
+            Some(_) => Some(regular),
+            None => None,
+        };
+        let target = round_at.map_or(earliest_deadline, |r| r.min(earliest_deadline));
+        tokio::select! {
+            () = tokio::time::sleep_until(target) => {}
+            () = notified => continue,
+        }
         let Some(shared) = weak.upgrade() else { return };
         let batch = expire_and_collect(&shared);
-        if batch.is_empty() {
-            // Only leases whose renewal was stopped remain: wake at their earliest deadline.
-            let earliest = shared.leases().values().map(|r| r.cell.deadline()).min();
-            next = earliest.unwrap_or_else(Instant::now).min(Instant::now() + period);
+        if batch.is_empty() || round_at.is_none_or(|r| Instant::now() < r) {
+            // Woken only to expire leases (or nothing renewable): no round now.
             continue;
         }
         let entries: Vec<Arc<B::Entry>> = batch.iter().map(|(_, _, e)| Arc::clone(e)).collect();
         let start = Instant::now();
         let earliest = batch.iter().map(|(_, c, _)| c.deadline()).min().unwrap_or(start);
-        let budget = earliest.saturating_duration_since(start).min(period).max(Duration::from_millis(1));
+        let budget = earliest
+            .saturating_duration_since(start)
+            .min(period)
+            .max(Duration::from_millis(1));
         let backend = Arc::clone(&shared.backend);
         let outcome = tokio::time::timeout(budget, backend.renew(&entries)).await;
         match outcome {
@@ -231,51 +251,42 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
                 shared.counters.add_renewals(1);
                 let new_deadline = start + shared.ttl.saturating_sub(drift(shared.ttl));
                 for ((id, cell, _), result) in batch.iter().zip(results) {
-                    match result {
-                        Renewal::Extended => {
-                            if cell.extend(new_deadline) {
-                                tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
-                            } else {
-                                // Released meanwhile, or the reply came after the deadline: a
-                                // late reply never resurrects a lease.
-                                shared.leases().remove(id);
-                                if cell.mark_lost(LossReason::Expired) {
-                                    shared.counters.add_losses(1);
-                                }
-                            }
+                    let reason = match result {
+                        Renewal::Extended if cell.extend(new_deadline) => {
+                            tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
+                            continue;
                         }
-                        Renewal::Lost(reason) => {
-                            shared.leases().remove(id);
-                            if cell.mark_lost(reason) {
-                                shared.counters.add_losses(1);
-                            }
-                        }
+                        // Released meanwhile, or the reply came after the deadline: a late
+                        // reply never resurrects a lease.
+                        Renewal::Extended => LossReason::Expired,
+                        Renewal::Lost(reason) => reason,
+                    };
+                    shared.leases().remove(id);
+                    if cell.mark_lost(reason) {
+                        shared.counters.add_losses(1);
                     }
                 }
-                next = start + period;
+                tick = Some(start + period);
             }
             other => {
                 failures += 1;
                 shared.counters.add_renewal_failures(1);
                 let why = match other {
-                    Ok(Ok(r)) => format!("backend returned {} results for {} leases", r.len(), batch.len()),
+                    Ok(Ok(r)) => format!(
+                        "backend returned {} results for {} leases",
+                        r.len(),
+                        batch.len()
+                    ),
                     Ok(Err(e)) => e.to_string(),
                     Err(_) => format!("renewal timed out after {budget:?}"),
                 };
                 tracing::warn!(leases = batch.len(), failures, error = %why, "renewal failed; retrying");
-                // Back off (10 ms doubling, capped at period/4), but never past the earliest deadline.
+                // Back off (10 ms doubling, capped at TTL/12) inside the remaining validity.
                 let backoff = Duration::from_millis(10)
                     .saturating_mul(1 << failures.min(10))
                     .min(period / 4)
                     .max(Duration::from_millis(1));
-                next = Instant::now() + backoff;
-            }
-        }
-        // Wake at the earliest deadline at the latest, to declare expiries promptly.
-        let earliest = shared.leases().values().map(|r| r.cell.deadline()).min();
-        if let Some(d) = earliest {
-            if d < next {
-                next = d;
+                tick = Some(Instant::now() + backoff);
             }
         }
     }

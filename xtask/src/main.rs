@@ -1,1 +1,82 @@
-fn main() {}
+//! Project automation: `cargo xtask test | conform | bench | servers`.
+//!
+//! Every command here only orchestrates cargo and the server binaries; the logic under test lives
+//! in the crates.
+
+use std::process::{Command, ExitCode};
+
+mod install;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test                 fmt check, clippy -D warnings, every test (conformance included), docs
+  conform [--backend memory,redis,...] [--json FILE]
+                       run the conformance scenarios against real servers and print the table
+  bench [--quick] [--backend ...] [--json FILE]
+                       dlock vs the raw server floor vs peer libraries, in one run
+  servers              check (and where possible install) the server binaries the suite needs
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(),
+        Some("servers") => install::ensure_servers(),
+        Some("-h" | "--help" | "help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one step; fails with the step's name.
+fn step(name: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("\n==> {name}: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("step `{name}` could not start: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("step `{name}` failed ({status})"))
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn test() -> Result<(), String> {
+    install::ensure_servers()?;
+    step("fmt", cargo().args(["fmt", "--all", "--check"]))?;
+    step(
+        "clippy",
+        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    )?;
+    // Scenarios mostly sleep on TTLs: run many at once on this 2-core machine.
+    let threads = std::env::var("RUST_TEST_THREADS").unwrap_or_else(|_| "24".into());
+    step(
+        "test",
+        cargo()
+            .args(["test", "--workspace"])
+            .env("RUST_TEST_THREADS", threads),
+    )?;
+    step(
+        "doc",
+        cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    eprintln!("\nxtask test: all steps passed");
+    Ok(())
+}

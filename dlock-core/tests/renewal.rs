@@ -1,0 +1,256 @@
+//! The renewal driver against a scripted fake backend, on tokio's paused clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{Counters, Error, FencingToken, LockName, LossReason, RenewBackend, RenewalDriver, Renewal};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(3);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Script {
+    /// Every renewal succeeds at once.
+    Ok,
+    /// Every renewal fails.
+    Fail,
+    /// Every renewal succeeds after this delay.
+    Slow(Duration),
+    /// Every renewal says the lease is gone.
+    Gone,
+}
+
+struct Fake {
+    script: Mutex<Script>,
+    /// (send instant, number of entries) of every renew call.
+    calls: Mutex<Vec<(Instant, usize)>>,
+    releases: AtomicUsize,
+}
+
+impl Fake {
+    fn new(script: Script) -> Arc<Self> {
+        Arc::new(Fake { script: Mutex::new(script), calls: Mutex::new(Vec::new()), releases: AtomicUsize::new(0) })
+    }
+    fn set(&self, s: Script) {
+        *self.script.lock().expect("lock") = s;
+    }
+    fn calls(&self) -> Vec<(Instant, usize)> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+#[async_trait]
+impl RenewBackend for Fake {
+    type Entry = u32;
+
+    async fn renew(&self, entries: &[Arc<u32>]) -> Result<Vec<Renewal>, Error> {
+        self.calls.lock().expect("lock").push((Instant::now(), entries.len()));
+        let script = *self.script.lock().expect("lock");
+        match script {
+            Script::Ok => Ok(vec![Renewal::Extended; entries.len()]),
+            Script::Fail => Err(Error::unavailable("scripted failure", None)),
+            Script::Slow(d) => {
+                tokio::time::sleep(d).await;
+                Ok(vec![Renewal::Extended; entries.len()])
+            }
+            Script::Gone => Ok(vec![Renewal::Lost(LossReason::Gone("scripted".into())); entries.len()]),
+        }
+    }
+
+    async fn release(&self, _entry: &u32) -> Result<(), Error> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn driver(fake: &Arc<Fake>) -> RenewalDriver<Fake> {
+    RenewalDriver::new(Arc::clone(fake), TTL, Arc::new(Counters::default()))
+}
+
+fn name() -> LockName {
+    LockName::new("job").expect("valid")
+}
+
+fn drift() -> Duration {
+    dlock_core::drift(TTL)
+}
+
+#[tokio::test(start_paused = true)]
+async fn renews_every_third_of_the_ttl() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let lease = d.register(name(), FencingToken(1), t0, 7);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let calls = fake.calls();
+    // One round per TTL/3 = 1 s: rounds at 1 s, 2 s, …, 10 s.
+    assert!((9..=10).contains(&calls.len()), "calls: {}", calls.len());
+    for pair in calls.windows(2) {
+        assert_eq!(pair[1].0 - pair[0].0, TTL / 3, "cadence");
+    }
+    assert!(!lease.is_lost());
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_counts_from_the_request_start_not_the_reply() {
+    let fake = Fake::new(Script::Slow(Duration::from_millis(400)));
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let lease = d.register(name(), FencingToken(1), t0, 7);
+    assert_eq!(lease.deadline(), t0 + TTL - drift());
+    // First round is sent at t0 + 1 s and answered 400 ms later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = fake.calls()[0].0;
+    assert_eq!(sent, t0 + TTL / 3);
+    assert_eq!(lease.deadline(), sent + TTL - drift(), "deadline must count from the send time");
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_fire_lost_exactly_at_the_deadline() {
+    let fake = Fake::new(Script::Fail);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let deadline = lease.deadline();
+    let reason = lease.lost().await;
+    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(Instant::now(), deadline, "lost() must fire at the deadline, not later or earlier");
+    assert!(lease.is_lost());
+    assert!(matches!(lease.check(), Err(Error::Lost(LossReason::Expired))));
+    // It retried inside the validity window rather than giving up after one failure.
+    assert!(fake.calls().len() >= 3, "retries: {}", fake.calls().len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recovered_backend_keeps_the_lease() {
+    let fake = Fake::new(Script::Fail);
+    let d = driver(&fake);
+    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fake.set(Script::Ok);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!lease.is_lost());
+    assert!(lease.remaining() > Duration::ZERO);
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_after_the_deadline_never_extends_the_lease() {
+    // Replies take longer than the whole TTL: the lease must expire, never be extended late.
+    let fake = Fake::new(Script::Slow(TTL * 2));
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let reason = lease.lost().await;
+    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(Instant::now(), t0 + TTL - drift());
+    tokio::time::sleep(TTL * 3).await;
+    assert!(lease.is_lost());
+    assert!(lease.deadline() <= t0 + TTL, "deadline {:?} past start+TTL", lease.deadline() - t0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_says_gone_fires_lost_with_the_reason() {
+    let fake = Fake::new(Script::Gone);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let reason = lease.lost().await;
+    assert!(matches!(reason, LossReason::Gone(_)), "{reason:?}");
+    assert_eq!(Instant::now(), t0 + TTL / 3, "reported at the first renewal");
+    assert!(d.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_stops_renewal() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let lost = lease.lost();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = fake.calls().len();
+    lease.release().await.expect("release");
+    assert_eq!(fake.releases.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(fake.calls().len(), before, "no renewal after release");
+    assert_eq!(lost.await, LossReason::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn drop_stops_renewal_and_releases_in_the_background() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    drop(lease);
+    assert!(d.is_empty(), "dropping must unregister at once");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(fake.calls().is_empty());
+    assert_eq!(fake.releases.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_during_an_inflight_renewal_does_not_resurrect() {
+    let fake = Fake::new(Script::Slow(Duration::from_millis(500)));
+    let d = driver(&fake);
+    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let lost = lease.lost();
+    // The first round is sent at 1 s and answered at 1.5 s; release at 1.2 s.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(fake.calls().len(), 1);
+    lease.release().await.expect("release");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(fake.calls().len(), 1, "the in-flight reply must not re-register the lease");
+    assert!(d.is_empty());
+    assert_eq!(lost.await, LossReason::Released);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_leases_one_task_one_call_per_period() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let tasks_before = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let t0 = Instant::now();
+    let leases: Vec<_> = (0..10_000).map(|i| d.register(name(), FencingToken(i), t0, 0)).collect();
+    let tasks_after = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    assert_eq!(tasks_after - tasks_before, 1, "one driver task for all leases");
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(10)).await;
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1, "one round trip per period");
+    assert_eq!(calls[0].1, 10_000, "that one call renews every lease");
+    assert!(leases.iter().all(|l| !l.is_lost()));
+    for l in leases {
+        l.release().await.expect("release");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn stopped_renewal_expires_at_the_deadline() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let keep = d.register(name(), FencingToken(1), t0, 1);
+    let stop = d.register(name(), FencingToken(2), t0, 2);
+    stop.stop_renewal_for_test();
+    assert_eq!(stop.lost().await, LossReason::Expired);
+    assert_eq!(Instant::now(), t0 + TTL - drift());
+    assert!(!keep.is_lost());
+    assert!(fake.calls().iter().all(|(_, n)| *n == 1), "only the live lease is renewed");
+    keep.release().await.expect("release");
+}
+
+#[test]
+fn dropping_a_lease_after_its_runtime_shut_down_does_not_panic() {
+    let fake = Fake::new(Script::Ok);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let (lease, d) = rt.block_on(async {
+        let d = driver(&fake);
+        (d.register(name(), FencingToken(1), Instant::now(), 7), d)
+    });
+    drop(rt);
+    drop(lease);
+    drop(d);
+}
