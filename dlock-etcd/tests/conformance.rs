@@ -1,0 +1,127 @@
+//! The shared conformance suite against real etcd: `etcd` (one server) and `etcd_cluster`
+//! (a three-member cluster).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::{ClientOptions, TestBackend};
+use dlock_core::{Error, LockName, Locker};
+use dlock_etcd::EtcdLocker;
+use dlock_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
+
+/// An etcd topology under test.
+struct EtcdBackend {
+    name: &'static str,
+    cluster: Arc<Cluster>,
+}
+
+fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
+    Error::backend(format!("{what}: {e}"), Some(Box::new(e) as _))
+}
+
+impl EtcdBackend {
+    /// A plain client for audits and server-side breaks (per call: each test has its own
+    /// runtime, and a client's connection lives on the runtime that made it).
+    async fn raw(&self) -> Result<etcd_client::Client, Error> {
+        etcd_client::Client::connect(self.cluster.endpoints(), None)
+            .await
+            .map_err(|e| etcd_error("audit client", e))
+    }
+}
+
+#[async_trait]
+impl TestBackend for EtcdBackend {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.cluster.addrs()
+    }
+
+    async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        let endpoints = match &opts.via {
+            Some(addrs) => addrs.iter().map(|a| format!("http://{a}")).collect(),
+            None => self.cluster.endpoints(),
+        };
+        let locker = EtcdLocker::builder()
+            .endpoints(endpoints)
+            .ttl(opts.ttl)
+            .prefix(opts.namespace.clone())
+            .request_timeout(Duration::from_secs(2))
+            .build()
+            .await?;
+        Ok(Arc::new(locker))
+    }
+
+    /// Every key under the namespace (queue keys of waiters and holders). Keys of expired
+    /// leases are deleted by etcd itself.
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
+        let mut c = self.raw().await?;
+        let resp = c
+            .get(format!("{namespace}/"), Some(GetOptions::new().with_prefix().with_keys_only()))
+            .await
+            .map_err(|e| etcd_error("list the namespace", e))?;
+        let mut keys: Vec<String> = resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Revokes the holder's lease (the key with the lowest create revision), as an operator
+    /// would with `etcdctl lease revoke`.
+    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        let mut c = self.raw().await?;
+        let range = format!("{namespace}/{}/", name.encoded());
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = c.get(range, Some(first)).await.map_err(|e| etcd_error("read the holder", e))?;
+        let Some(holder) = resp.kvs().first() else {
+            return Err(Error::NotHeld { name: name.to_string() });
+        };
+        if holder.lease() != 0 {
+            c.lease_revoke(holder.lease())
+                .await
+                .map_err(|e| etcd_error("revoke the holder's lease", e))?;
+        } else {
+            c.delete(holder.key(), None)
+                .await
+                .map_err(|e| etcd_error("delete the holder's key", e))?;
+        }
+        Ok(())
+    }
+
+    fn child_env(&self) -> Vec<(String, String)> {
+        self.cluster.external_env()
+    }
+
+    fn logs(&self) -> String {
+        self.cluster.logs()
+    }
+}
+
+fn backend(nodes: usize, name: &'static str) -> Arc<dyn TestBackend> {
+    let cluster = Cluster::shared(ServerKind::Etcd, nodes)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    Arc::new(EtcdBackend { name, cluster })
+}
+
+fn etcd() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| backend(1, "etcd")))
+}
+
+fn etcd_cluster() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| backend(3, "etcd-cluster")))
+}
+
+dlock_conformance::conformance_tests!(etcd, etcd());
+dlock_conformance::conformance_tests!(etcd_cluster, etcd_cluster());
