@@ -177,14 +177,9 @@ impl Cluster {
         if let Some(found) = map.get(&(kind, nodes)) {
             return found.clone();
         }
-        let started = Cluster::start(kind, nodes).map(|mut c| {
-            // Shared clusters live in a static that is never dropped: the atexit handler
-            // kills their processes and removes their data dir.
-            if let Some(dir) = c.dir.take() {
-                process::register_dir(dir.keep());
-            }
-            Arc::new(c)
-        });
+        // Shared clusters live in a static that is never dropped: the atexit handler kills
+        // their processes and removes their data dirs.
+        let started = Cluster::start(kind, nodes).map(Arc::new);
         map.insert((kind, nodes), started.clone());
         started
     }
@@ -229,6 +224,8 @@ impl Cluster {
             .prefix(&format!("dlock-{kind}-"))
             .tempdir()
             .map_err(|e| HarnessError::Io(format!("cannot create a temp dir: {e}")))?;
+        // Removed on drop; also at exit, for clusters kept in statics.
+        process::register_dir(dir.path().to_path_buf());
         let per = local::ports_per_node(kind);
         let flat = local::free_ports(per * n)?;
         let ports: Vec<Vec<u16>> = flat.chunks(per).map(<[u16]>::to_vec).collect();

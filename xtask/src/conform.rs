@@ -1,0 +1,661 @@
+//! `cargo xtask conform [--backend memory,redis,…] [--json FILE]`: runs the one conformance
+//! scenario list against every enrolled backend on real servers, prints the scenario × backend
+//! table, writes the rows as JSON, and fails on any failure or missing row.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// One backend of the report: where its tests live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    /// The report name (`etcd-cluster`).
+    pub name: &'static str,
+    /// The crate whose test target enrols it.
+    pub krate: &'static str,
+    /// The integration test target (file `tests/<target>.rs`).
+    pub target: &'static str,
+    /// The module `conformance_tests!` expands to (`etcd_cluster`).
+    pub module: &'static str,
+}
+
+/// Every known backend, in report order.
+pub const BACKENDS: [Backend; 8] = [
+    Backend {
+        name: "memory",
+        krate: "dlock-conformance",
+        target: "memory",
+        module: "memory",
+    },
+    Backend {
+        name: "redis",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redis",
+    },
+    Backend {
+        name: "redlock",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redlock",
+    },
+    Backend {
+        name: "redlock-degraded",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redlock_degraded",
+    },
+    Backend {
+        name: "etcd",
+        krate: "dlock-etcd",
+        target: "conformance",
+        module: "etcd",
+    },
+    Backend {
+        name: "etcd-cluster",
+        krate: "dlock-etcd",
+        target: "conformance",
+        module: "etcd_cluster",
+    },
+    Backend {
+        name: "zk",
+        krate: "dlock-zk",
+        target: "conformance",
+        module: "zk",
+    },
+    Backend {
+        name: "zk-cluster",
+        krate: "dlock-zk",
+        target: "conformance",
+        module: "zk_cluster",
+    },
+];
+
+/// Parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Options {
+    /// Selected backends (all when the flag is absent).
+    pub backends: Vec<Backend>,
+    /// Where to write the JSON rows.
+    pub json: Option<PathBuf>,
+}
+
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE]";
+
+/// Parses `conform`'s arguments (without the subcommand itself).
+///
+/// # Errors
+/// A message with the usage for unknown flags or backends.
+pub fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut opts = Options::default();
+    let mut names: Option<Vec<String>> = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag {
+            "--backend" | "--backends" => {
+                let v = value()?;
+                names.get_or_insert_with(Vec::new).extend(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
+            }
+            "--json" => opts.json = Some(PathBuf::from(value()?)),
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    opts.backends = match names {
+        None => BACKENDS.to_vec(),
+        Some(names) => {
+            let mut out = Vec::new();
+            for n in names {
+                let b = BACKENDS
+                    .iter()
+                    .find(|b| b.name == n || b.module == n)
+                    .ok_or_else(|| format!("unknown backend {n:?}\n{USAGE}"))?;
+                if !out.contains(b) {
+                    out.push(*b);
+                }
+            }
+            out
+        }
+    };
+    Ok(opts)
+}
+
+/// Whether `backend` is enrolled: its test file exists and expands `conformance_tests!` for its
+/// module.
+pub fn enrolled(root: &Path, backend: &Backend) -> bool {
+    let file = root
+        .join(backend.krate)
+        .join("tests")
+        .join(format!("{}.rs", backend.target));
+    std::fs::read_to_string(file).is_ok_and(|text| {
+        text.split("conformance_tests!(").skip(1).any(|rest| {
+            rest.trim_start()
+                .split(|c: char| c == ',' || c == ')' || c.is_whitespace())
+                .next()
+                .is_some_and(|m| m == backend.module)
+        })
+    })
+}
+
+/// The workspace root: `$DLOCK_WORKSPACE` when set, else the parent of the xtask crate.
+fn workspace_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("DLOCK_WORKSPACE") {
+        return PathBuf::from(root);
+    }
+    let xtask = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().map(Path::to_path_buf).unwrap_or(xtask)
+}
+
+/// The server each backend needs: (binary check, apt packages).
+fn server_needs(backend: &Backend) -> Option<(&'static str, &'static str)> {
+    match backend.krate {
+        "dlock-redis" => Some(("redis-server", "redis-server")),
+        "dlock-etcd" => Some(("etcd", "etcd-server etcd-client protobuf-compiler")),
+        "dlock-zk" => Some(("java", "zookeeper default-jre-headless")),
+        _ => None,
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+fn installed(binary: &str) -> bool {
+    on_path(binary) && (binary != "java" || Path::new("/usr/share/java/zookeeper.jar").exists())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs missing server binaries with apt-get when possible, otherwise prints the command.
+fn ensure_servers(backends: &[Backend]) {
+    let mut missing: BTreeSet<&str> = BTreeSet::new();
+    for b in backends {
+        if let Some((binary, packages)) = server_needs(b) {
+            if !installed(binary) {
+                missing.extend(packages.split_whitespace());
+            }
+        }
+    }
+    if missing.is_empty() {
+        return;
+    }
+    let pkgs = missing.into_iter().collect::<Vec<_>>().join(" ");
+    let cmd = format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}");
+    if on_path("apt-get") && is_root() {
+        println!("conform: server binaries missing; installing: {cmd}");
+        let ok = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            println!(
+                "conform: the install failed; the affected backends will skip (or fail under CI)"
+            );
+        }
+    } else {
+        println!("conform: server binaries missing; install them with:\n    {cmd}");
+    }
+}
+
+/// One cell of the table.
+#[derive(Debug, Clone, PartialEq)]
+enum Cell {
+    Row(Value),
+    Missing,
+}
+
+/// The report over collected rows.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every row, as written by the suite (plus synthetic failure rows for missing ones).
+    pub rows: Vec<Value>,
+    /// Human-readable problems that make the run fail.
+    pub failures: Vec<String>,
+}
+
+fn field<'a>(row: &'a Value, key: &str) -> &'a str {
+    row.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Reads every `*.json` row in `dir`.
+///
+/// # Errors
+/// When the directory cannot be read; unparsable files are reported as failures instead.
+pub fn read_rows(dir: &Path) -> Result<(Vec<Value>, Vec<String>), String> {
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        match std::fs::read_to_string(&p)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) if v.is_object() => rows.push(v),
+            Ok(_) => bad.push(format!("{}: not a JSON object", p.display())),
+            Err(e) => bad.push(format!("{}: {e}", p.display())),
+        }
+    }
+    Ok((rows, bad))
+}
+
+/// Builds the report for `backends` (the enrolled ones) from `rows`: every failed row and every
+/// missing (backend, scenario) pair is a failure. The scenario set is the union over backends.
+pub fn build_report(backends: &[&'static str], rows: Vec<Value>) -> Report {
+    let mut report = Report::default();
+    let scenarios: BTreeSet<String> = rows
+        .iter()
+        .map(|r| field(r, "scenario").to_string())
+        .collect();
+    for b in backends {
+        let mine: Vec<&Value> = rows.iter().filter(|r| field(r, "backend") == *b).collect();
+        if mine.is_empty() {
+            report.failures.push(format!(
+                "{b}: no rows at all (its tests did not run or did not build)"
+            ));
+        }
+        for s in &scenarios {
+            match mine.iter().find(|r| field(r, "scenario") == s) {
+                Some(r) if field(r, "status") == "fail" => {
+                    report
+                        .failures
+                        .push(format!("{b}::{s}: {}", field(r, "reason")));
+                }
+                Some(_) => {}
+                None if !mine.is_empty() => {
+                    report.failures.push(format!(
+                        "{b}::{s}: no row (the test did not run or crashed)"
+                    ));
+                    report.rows.push(serde_json::json!({
+                        "backend": b, "scenario": s, "status": "fail",
+                        "reason": "no row: the test did not run or crashed", "figures": {}
+                    }));
+                }
+                None => {}
+            }
+        }
+    }
+    let wanted: BTreeSet<&str> = backends.iter().copied().collect();
+    report.rows.extend(
+        rows.into_iter()
+            .filter(|r| wanted.contains(field(r, "backend"))),
+    );
+    report.rows.sort_by(|a, b| {
+        (field(a, "backend"), field(a, "scenario"))
+            .cmp(&(field(b, "backend"), field(b, "scenario")))
+    });
+    report
+}
+
+fn short(status: &str) -> &'static str {
+    match status {
+        "pass" => "pass",
+        "fail" => "FAIL",
+        "skip" => "skip",
+        _ => "?",
+    }
+}
+
+fn figures_text(row: &Value) -> String {
+    row.get("figures")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Renders the scenario × backend table, then failures, skips (with reasons) and figures.
+pub fn render(backends: &[&'static str], not_enrolled: &[&'static str], report: &Report) -> String {
+    let mut cells: BTreeMap<(String, String), Cell> = BTreeMap::new();
+    let mut scenarios: BTreeSet<String> = BTreeSet::new();
+    for r in &report.rows {
+        scenarios.insert(field(r, "scenario").to_string());
+        cells.insert(
+            (
+                field(r, "scenario").to_string(),
+                field(r, "backend").to_string(),
+            ),
+            Cell::Row(r.clone()),
+        );
+    }
+    let width = scenarios.iter().map(String::len).max().unwrap_or(8).max(8);
+    let col = |b: &str| b.len().max(6);
+    let mut out = String::new();
+    out.push_str(&format!("{:width$}", "scenario"));
+    for b in backends {
+        out.push_str(&format!(" | {:w$}", b, w = col(b)));
+    }
+    out.push('\n');
+    out.push_str(&"-".repeat(width));
+    for b in backends {
+        out.push_str(&format!("-+-{}", "-".repeat(col(b))));
+    }
+    out.push('\n');
+    for s in &scenarios {
+        out.push_str(&format!("{s:width$}"));
+        for b in backends {
+            let text = match cells
+                .get(&(s.clone(), b.to_string()))
+                .unwrap_or(&Cell::Missing)
+            {
+                Cell::Row(r) => short(field(r, "status")),
+                Cell::Missing => "—",
+            };
+            out.push_str(&format!(" | {:w$}", text, w = col(b)));
+        }
+        out.push('\n');
+    }
+    if !not_enrolled.is_empty() {
+        out.push_str(&format!(
+            "\nnot enrolled (no conformance_tests! in its crate yet): {}\n",
+            not_enrolled.join(", ")
+        ));
+    }
+    let section = |title: &str, status: &str, out: &mut String| {
+        let lines: Vec<String> = report
+            .rows
+            .iter()
+            .filter(|r| field(r, "status") == status)
+            .map(|r| {
+                format!(
+                    "  {}::{}: {}",
+                    field(r, "backend"),
+                    field(r, "scenario"),
+                    field(r, "reason")
+                )
+            })
+            .collect();
+        if !lines.is_empty() {
+            out.push_str(&format!("\n{title}:\n{}\n", lines.join("\n")));
+        }
+    };
+    section("FAILURES", "fail", &mut out);
+    section("skips", "skip", &mut out);
+    let figs: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| {
+            r.get("figures")
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty())
+        })
+        .map(|r| {
+            format!(
+                "  {}::{}: {}",
+                field(r, "backend"),
+                field(r, "scenario"),
+                figures_text(r)
+            )
+        })
+        .collect();
+    if !figs.is_empty() {
+        out.push_str(&format!("\nfigures:\n{}\n", figs.join("\n")));
+    }
+    let others: Vec<&String> = report
+        .failures
+        .iter()
+        .filter(|f| f.contains("no row"))
+        .collect();
+    if !others.is_empty() {
+        out.push_str(&format!(
+            "\nmissing rows:\n{}\n",
+            others
+                .iter()
+                .map(|f| format!("  {f}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
+    }
+    out
+}
+
+/// Runs `cargo xtask conform` with `args` (the arguments after `conform`).
+///
+/// # Errors
+/// A summary when any scenario failed, a backend's rows are missing, or the run could not
+/// start; the table has been printed by then.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let opts = parse_args(args)?;
+    let root = workspace_root();
+    let (enrolled_backends, not_enrolled): (Vec<Backend>, Vec<Backend>) =
+        opts.backends.iter().partition(|b| enrolled(&root, b));
+    ensure_servers(&enrolled_backends);
+    let report_dir = std::env::temp_dir().join(format!("dlock-conform-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&report_dir);
+    std::fs::create_dir_all(&report_dir)
+        .map_err(|e| format!("cannot create {}: {e}", report_dir.display()))?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut crate_failures = Vec::new();
+    // One cargo test run per (crate, target), filtered to the selected modules.
+    let mut groups: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+    for b in &enrolled_backends {
+        match groups.iter_mut().find(|(k, _)| *k == (b.krate, b.target)) {
+            Some((_, mods)) => mods.push(b.module),
+            None => groups.push(((b.krate, b.target), vec![b.module])),
+        }
+    }
+    for ((krate, target), modules) in &groups {
+        let mut cmd = Command::new(&cargo);
+        cmd.current_dir(&root)
+            .args(["test", "-p", krate, "--test", target, "--"]);
+        cmd.args(modules.iter().map(|m| format!("{m}::")));
+        cmd.arg("--test-threads=32")
+            .env("DLOCK_REPORT_DIR", &report_dir);
+        println!("conform: running {} {}", krate, modules.join(","));
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            Ok(s) => crate_failures.push(format!(
+                "cargo test -p {krate} --test {target} exited with {s}"
+            )),
+            Err(e) => crate_failures.push(format!("cannot run cargo for {krate}: {e}")),
+        }
+    }
+    let (rows, bad) = read_rows(&report_dir)?;
+    let _ = std::fs::remove_dir_all(&report_dir);
+    let names: Vec<&'static str> = enrolled_backends.iter().map(|b| b.name).collect();
+    let skipped_names: Vec<&'static str> = not_enrolled.iter().map(|b| b.name).collect();
+    let mut report = build_report(&names, rows);
+    report.failures.extend(bad);
+    println!("\n{}", render(&names, &skipped_names, &report));
+    if let Some(path) = &opts.json {
+        let text = serde_json::to_string_pretty(&Value::Array(report.rows.clone()))
+            .map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!(
+            "conform: wrote {} rows to {}",
+            report.rows.len(),
+            path.display()
+        );
+    }
+    if names.is_empty() {
+        return Err("no selected backend is enrolled".into());
+    }
+    // A crate whose run failed without any failed row explains nothing: report it.
+    if report.failures.is_empty() && !crate_failures.is_empty() {
+        report.failures.extend(crate_failures);
+    }
+    if report.failures.is_empty() {
+        println!("conform: every scenario passed or was skipped with a reason");
+        Ok(())
+    } else {
+        Err(format!(
+            "conformance failed:\n  {}",
+            report.failures.join("\n  ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_backends_and_json() {
+        let o = parse_args(&s(&[
+            "--backend",
+            "memory,etcd-cluster",
+            "--json",
+            "out.json",
+        ]))
+        .expect("valid");
+        assert_eq!(
+            o.backends.iter().map(|b| b.name).collect::<Vec<_>>(),
+            ["memory", "etcd-cluster"]
+        );
+        assert_eq!(o.json, Some(PathBuf::from("out.json")));
+        let o = parse_args(&s(&["--backend=zk_cluster"])).expect("module names work too");
+        assert_eq!(o.backends[0].name, "zk-cluster");
+        assert_eq!(
+            parse_args(&[]).expect("defaults").backends.len(),
+            BACKENDS.len()
+        );
+        assert!(parse_args(&s(&["--backend", "mysql"])).is_err());
+        assert!(parse_args(&s(&["--frobnicate"])).is_err());
+        assert!(parse_args(&s(&["--json"])).is_err());
+    }
+
+    #[test]
+    fn enrolment_is_read_from_the_macro_call() {
+        let dir = std::env::temp_dir().join(format!("conform-enrol-{}", std::process::id()));
+        let tests = dir.join("dlock-redis").join("tests");
+        std::fs::create_dir_all(&tests).expect("mkdir");
+        std::fs::write(tests.join("conformance.rs"), "dlock_conformance::conformance_tests!(redis, redis());\ndlock_conformance::conformance_tests!(\n    redlock_degraded, x());").expect("write");
+        let find = |n| *BACKENDS.iter().find(|b| b.name == n).expect("known");
+        assert!(enrolled(&dir, &find("redis")));
+        assert!(enrolled(&dir, &find("redlock-degraded")));
+        assert!(
+            !enrolled(&dir, &find("redlock")),
+            "redlock is a prefix of redlock_degraded, not enrolled"
+        );
+        assert!(!enrolled(&dir, &find("etcd")));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn row(b: &str, sc: &str, st: &str) -> Value {
+        json!({"backend": b, "scenario": sc, "status": st, "reason": if st == "pass" { "" } else { "because" }, "figures": {"x_ms": 1.5}})
+    }
+
+    #[test]
+    fn failures_and_missing_rows_fail_the_report() {
+        let ok = build_report(
+            &["memory", "redis"],
+            vec![
+                row("memory", "a", "pass"),
+                row("memory", "b", "skip"),
+                row("redis", "a", "pass"),
+                row("redis", "b", "pass"),
+            ],
+        );
+        assert!(ok.failures.is_empty(), "{:?}", ok.failures);
+        assert_eq!(ok.rows.len(), 4);
+
+        let failed = build_report(&["memory"], vec![row("memory", "a", "fail")]);
+        assert_eq!(failed.failures.len(), 1);
+
+        let missing = build_report(
+            &["memory", "redis"],
+            vec![
+                row("memory", "a", "pass"),
+                row("memory", "b", "pass"),
+                row("redis", "a", "pass"),
+            ],
+        );
+        assert_eq!(missing.failures.len(), 1, "{:?}", missing.failures);
+        assert!(missing.failures[0].contains("redis::b"));
+        assert!(missing.rows.iter().any(|r| field(r, "backend") == "redis"
+            && field(r, "scenario") == "b"
+            && field(r, "status") == "fail"));
+
+        let absent = build_report(&["memory", "zk"], vec![row("memory", "a", "pass")]);
+        assert!(
+            absent.failures.iter().any(|f| f.starts_with("zk: no rows")),
+            "{:?}",
+            absent.failures
+        );
+    }
+
+    #[test]
+    fn table_shows_status_reasons_and_figures() {
+        let report = build_report(
+            &["memory", "redis"],
+            vec![
+                row("memory", "herd", "pass"),
+                row("redis", "herd", "skip"),
+                row("memory", "fifo", "fail"),
+                row("redis", "fifo", "pass"),
+            ],
+        );
+        let text = render(&["memory", "redis"], &["zk"], &report);
+        let herd = text
+            .lines()
+            .find(|l| l.starts_with("herd"))
+            .expect("herd line");
+        assert!(herd.contains("pass") && herd.contains("skip"), "{herd}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("fifo") && l.contains("FAIL"))
+        );
+        assert!(text.contains("memory::fifo: because"));
+        assert!(text.contains("redis::herd: because"));
+        assert!(text.contains("x_ms=1.5"));
+        assert!(text.contains("not enrolled") && text.contains("zk"));
+    }
+
+    #[test]
+    fn rows_are_read_from_a_directory() {
+        let dir = std::env::temp_dir().join(format!("conform-rows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(
+            dir.join("memory__a.json"),
+            row("memory", "a", "pass").to_string(),
+        )
+        .expect("write");
+        std::fs::write(dir.join("broken.json"), "{not json").expect("write");
+        std::fs::write(dir.join("ignored.txt"), "x").expect("write");
+        let (rows, bad) = read_rows(&dir).expect("readable");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(bad.len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
