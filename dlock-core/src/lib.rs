@@ -26,3 +26,8 @@ pub use reentrant::Reentrant;
 pub use renewal::{RenewBackend, RenewalDriver, Renewal};
 pub use stats::{Counters, Stats};
 pub use token::FencingToken;
+
+/// The workspace README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
