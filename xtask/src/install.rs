@@ -36,7 +36,9 @@ pub fn ensure_servers() -> Result<(), String> {
         .filter(|(what, path, _)| !present(what, path))
         .collect();
     if missing.is_empty() {
-        eprintln!("xtask: server binaries present (redis-server, etcd, etcdctl, ZooKeeper, protoc)");
+        eprintln!(
+            "xtask: server binaries present (redis-server, etcd, etcdctl, ZooKeeper, protoc)"
+        );
         return Ok(());
     }
     let pkgs: Vec<&str> = missing.iter().map(|(_, _, p)| *p).collect();
@@ -47,10 +49,17 @@ pub fn ensure_servers() -> Result<(), String> {
     if !(on_path("apt-get") && is_root()) {
         return Err(format!(
             "missing: {}. Install them with:\n  sudo sh -c '{command}'",
-            missing.iter().map(|(w, _, _)| *w).collect::<Vec<_>>().join(", ")
+            missing
+                .iter()
+                .map(|(w, _, _)| *w)
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
-    eprintln!("xtask: installing missing server packages: {}", pkgs.join(" "));
+    eprintln!(
+        "xtask: installing missing server packages: {}",
+        pkgs.join(" ")
+    );
     let status = Command::new("sh")
         .arg("-c")
         .arg(&command)

@@ -5,6 +5,7 @@
 
 use std::process::{Command, ExitCode};
 
+mod conform;
 mod install;
 
 const USAGE: &str = "\
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
+        Some("conform") => install::ensure_servers().and_then(|()| conform::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
@@ -61,7 +63,26 @@ fn test() -> Result<(), String> {
     step("fmt", cargo().args(["fmt", "--all", "--check"]))?;
     step(
         "clippy",
-        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    // No Docker engine is needed to keep the containers provider compiling.
+    step(
+        "check containers provider",
+        cargo().args([
+            "check",
+            "-p",
+            "dlock-conformance",
+            "--features",
+            "containers",
+            "--tests",
+        ]),
     )?;
     // Scenarios mostly sleep on TTLs: run many at once on this 2-core machine.
     let threads = std::env::var("RUST_TEST_THREADS").unwrap_or_else(|_| "24".into());
