@@ -76,7 +76,9 @@ impl fmt::Display for NameError {
                 "byte {at} is not one of the allowed characters [A-Za-z0-9._:/-]"
             ),
             NameError::EdgeSlash => f.write_str("a lock name must not start or end with '/'"),
-            NameError::EmptySegment => f.write_str("a lock name must not hold an empty segment ('//')"),
+            NameError::EmptySegment => {
+                f.write_str("a lock name must not hold an empty segment ('//')")
+            }
             NameError::DotSegment => f.write_str("a lock name must not hold a '.' or '..' segment"),
         }
     }
@@ -224,10 +226,7 @@ impl Error {
     }
 
     /// An [`Error::Unavailable`] with the client library's error as its source.
-    pub fn unavailable(
-        message: impl Into<String>,
-        source: impl Into<Option<BoxError>>,
-    ) -> Self {
+    pub fn unavailable(message: impl Into<String>, source: impl Into<Option<BoxError>>) -> Self {
         Error::Unavailable {
             message: message.into(),
             source: source.into().map(Arc::from),
@@ -255,7 +254,12 @@ mod tests {
         assert!(!Error::Lost(LossReason::Expired).is_retryable());
         assert!(!Error::Lost(LossReason::Gone("x".into())).is_retryable());
         assert!(Error::unavailable("down", None).is_retryable());
-        assert!(Error::Timeout { waited: Duration::from_secs(1) }.is_retryable());
+        assert!(
+            Error::Timeout {
+                waited: Duration::from_secs(1)
+            }
+            .is_retryable()
+        );
         assert!(!Error::invalid_option("ttl", "zero").is_retryable());
         assert!(!Error::NotHeld { name: "a".into() }.is_retryable());
     }
@@ -266,12 +270,21 @@ mod tests {
             needed: 3,
             granted: 1,
             causes: vec![
-                NodeError { node: "n1".into(), cause: "refused".into() },
-                NodeError { node: "n2".into(), cause: "timeout".into() },
+                NodeError {
+                    node: "n1".into(),
+                    cause: "refused".into(),
+                },
+                NodeError {
+                    node: "n2".into(),
+                    cause: "timeout".into(),
+                },
             ],
         };
         let text = e.to_string();
-        assert!(text.contains("n1: refused") && text.contains("n2: timeout"), "{text}");
+        assert!(
+            text.contains("n1: refused") && text.contains("n2: timeout"),
+            "{text}"
+        );
         assert_eq!(e.kind(), ErrorKind::QuorumNotReached);
     }
 }

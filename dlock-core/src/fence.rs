@@ -77,11 +77,18 @@ impl<T> FenceGuard<T> {
     ///
     /// # Errors
     /// [`FenceRejected`] when a higher token was accepted before; `op` does not run.
-    pub fn apply<R>(&self, token: FencingToken, op: impl FnOnce(&mut T) -> R) -> Result<R, FenceRejected> {
+    pub fn apply<R>(
+        &self,
+        token: FencingToken,
+        op: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, FenceRejected> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(highest) = guard.0 {
             if token < highest {
-                return Err(FenceRejected { offered: token, highest });
+                return Err(FenceRejected {
+                    offered: token,
+                    highest,
+                });
             }
         }
         guard.0 = Some(token);
@@ -108,9 +115,16 @@ mod tests {
     fn equal_token_is_accepted_lower_rejected() {
         let g = FenceGuard::new(Vec::new());
         g.apply(FencingToken(3), |v| v.push(3)).expect("first");
-        g.apply(FencingToken(3), |v| v.push(3)).expect("same holder again");
+        g.apply(FencingToken(3), |v| v.push(3))
+            .expect("same holder again");
         let err = g.apply(FencingToken(2), |v| v.push(2)).expect_err("stale");
-        assert_eq!(err, FenceRejected { offered: FencingToken(2), highest: FencingToken(3) });
+        assert_eq!(
+            err,
+            FenceRejected {
+                offered: FencingToken(2),
+                highest: FencingToken(3)
+            }
+        );
         g.apply(FencingToken(9), |v| v.push(9)).expect("newer");
         assert_eq!(g.read(Clone::clone), vec![3, 3, 9]);
         assert_eq!(g.highest(), Some(FencingToken(9)));

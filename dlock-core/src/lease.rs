@@ -114,7 +114,9 @@ impl LeaseCell {
         None
     }
 
-    pub(crate) fn lost_future(self: &Arc<Self>) -> impl Future<Output = LossReason> + Send + 'static {
+    pub(crate) fn lost_future(
+        self: &Arc<Self>,
+    ) -> impl Future<Output = LossReason> + Send + 'static {
         let cell = Arc::clone(self);
         async move {
             let mut rx = cell.status.subscribe();
@@ -211,7 +213,9 @@ impl Lease {
 
     /// Time left until [`Lease::deadline`] (zero once passed).
     pub fn remaining(&self) -> Duration {
-        self.cell.deadline().saturating_duration_since(Instant::now())
+        self.cell
+            .deadline()
+            .saturating_duration_since(Instant::now())
     }
 
     /// How many times this lease is held through a re-entrant locker (1 otherwise).

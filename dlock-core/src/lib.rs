@@ -23,7 +23,7 @@ pub use memory::{MemoryLocker, MemoryServer};
 pub use name::LockName;
 pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, validate_ttl};
 pub use reentrant::Reentrant;
-pub use renewal::{RenewBackend, RenewalDriver, Renewal};
+pub use renewal::{RenewBackend, Renewal, RenewalDriver};
 pub use stats::{Counters, Stats};
 pub use token::FencingToken;
 

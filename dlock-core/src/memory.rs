@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::options::validate_ttl;
 use crate::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Lease, LockName,
-    Locker, LossReason, RenewBackend, RenewalDriver, Renewal, Stats,
+    Locker, LossReason, RenewBackend, Renewal, RenewalDriver, Stats,
 };
 
 /// Deliberate defects, for proving that conformance checkers can fail. Never use them otherwise.
@@ -81,7 +81,9 @@ impl MemoryServer {
     /// learns at its next renewal. Returns whether there was a holder.
     pub fn expire_now(&self, name: &LockName) -> bool {
         let mut names = self.names();
-        let Some(st) = names.get_mut(name.as_str()) else { return false };
+        let Some(st) = names.get_mut(name.as_str()) else {
+            return false;
+        };
         let had = st.holder.take().is_some();
         if let Some(w) = st.queue.front() {
             w.wake.notify_one();
@@ -149,7 +151,11 @@ impl MemoryLockerBuilder {
             counters: Arc::clone(&counters),
         });
         let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
-        Ok(MemoryLocker { backend, driver, counters })
+        Ok(MemoryLocker {
+            backend,
+            driver,
+            counters,
+        })
     }
 }
 
@@ -162,7 +168,9 @@ pub struct MemoryLocker {
 
 impl std::fmt::Debug for MemoryLocker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryLocker").field("ttl", &self.backend.ttl).finish_non_exhaustive()
+        f.debug_struct("MemoryLocker")
+            .field("ttl", &self.backend.ttl)
+            .finish_non_exhaustive()
     }
 }
 
@@ -202,7 +210,11 @@ pub struct Entry {
 
 impl Backend {
     fn server_ttl(&self) -> Duration {
-        if self.defect == Some(Defect::EarlyExpiry) { self.ttl / 2 } else { self.ttl }
+        if self.defect == Some(Defect::EarlyExpiry) {
+            self.ttl / 2
+        } else {
+            self.ttl
+        }
     }
 
     /// Grants `name` to `owner` if it is free and `owner` may go next. Returns the token.
@@ -222,8 +234,15 @@ impl Backend {
         }
         st.queue.retain(|w| w.id != owner);
         st.fence += 1;
-        st.holder = Some(Holder { owner, expires: now + self.server_ttl() });
-        let token = if self.defect == Some(Defect::NoFencing) { 1 } else { st.fence };
+        st.holder = Some(Holder {
+            owner,
+            expires: now + self.server_ttl(),
+        });
+        let token = if self.defect == Some(Defect::NoFencing) {
+            1
+        } else {
+            st.fence
+        };
         Some(FencingToken(token))
     }
 
@@ -246,13 +265,17 @@ impl RenewBackend for Backend {
         let mut names = self.server.names();
         Ok(entries
             .iter()
-            .map(|e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
-                Some(h) if h.owner == e.owner && h.expires > now => {
-                    h.expires = now + self.server_ttl();
-                    Renewal::Extended
-                }
-                _ => Renewal::Lost(LossReason::Gone("the name has another holder or none".into())),
-            })
+            .map(
+                |e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
+                    Some(h) if h.owner == e.owner && h.expires > now => {
+                        h.expires = now + self.server_ttl();
+                        Renewal::Extended
+                    }
+                    _ => Renewal::Lost(LossReason::Gone(
+                        "the name has another holder or none".into(),
+                    )),
+                },
+            )
             .collect())
     }
 
@@ -304,7 +327,10 @@ impl MemoryLocker {
             name.clone(),
             token,
             start,
-            Entry { name: name.as_str().to_owned(), owner },
+            Entry {
+                name: name.as_str().to_owned(),
+                owner,
+            },
         )
     }
 }
@@ -327,15 +353,25 @@ impl Locker for MemoryLocker {
                 drop(names);
                 return Ok(self.grant(name, token, owner, start));
             }
-            st.queue.push_back(Waiter { id: owner, wake: Arc::clone(&wake) });
+            st.queue.push_back(Waiter {
+                id: owner,
+                wake: Arc::clone(&wake),
+            });
         }
         self.counters.add_waits(1);
-        let mut guard = QueueGuard { backend: b, name: name.as_str(), id: owner, armed: true };
+        let mut guard = QueueGuard {
+            backend: b,
+            name: name.as_str(),
+            id: owner,
+            armed: true,
+        };
         loop {
             // Sleep until notified, the holder's expiry (timer fallback), or our wait's end.
             let holder_expiry = {
                 let names = b.server.names();
-                names.get(name.as_str()).and_then(|st| st.holder.as_ref().map(|h| h.expires))
+                names
+                    .get(name.as_str())
+                    .and_then(|st| st.holder.as_ref().map(|h| h.expires))
             };
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
@@ -356,7 +392,9 @@ impl Locker for MemoryLocker {
             if until.is_some_and(|u| start >= u) {
                 drop(names);
                 drop(guard);
-                return Err(Error::Timeout { waited: began.elapsed() });
+                return Err(Error::Timeout {
+                    waited: began.elapsed(),
+                });
             }
         }
     }

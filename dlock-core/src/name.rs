@@ -47,10 +47,9 @@ impl LockName {
         if name.len() > Self::MAX_LEN {
             return Err(NameError::TooLong { len: name.len() });
         }
-        if let Some(at) = name
-            .bytes()
-            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-')))
-        {
+        if let Some(at) = name.bytes().position(|b| {
+            !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+        }) {
             return Err(NameError::BadChar { at });
         }
         if name.starts_with('/') || name.ends_with('/') {
@@ -179,7 +178,13 @@ mod tests {
 
     #[test]
     fn encoding_is_injective_and_slash_free() {
-        let names = ["a", "a/b", "ab", "a%2Fb".replace('%', "_").as_str().to_owned().leak() as &str, "a:b"];
+        let names = [
+            "a",
+            "a/b",
+            "ab",
+            "a%2Fb".replace('%', "_").as_str().to_owned().leak() as &str,
+            "a:b",
+        ];
         let mut seen = std::collections::HashSet::new();
         for n in names {
             let enc = LockName::new(n).expect("valid").encoded();

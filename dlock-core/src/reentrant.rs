@@ -75,7 +75,10 @@ impl<L: Locker> Reentrant<L> {
         *lock(&held.count) += 1;
         let cell = Arc::clone(lease.cell());
         drop(guard);
-        Some(Lease::from_parts(cell, Arc::clone(held) as Arc<dyn LeaseControl>))
+        Some(Lease::from_parts(
+            cell,
+            Arc::clone(held) as Arc<dyn LeaseControl>,
+        ))
     }
 
     fn first(&self, lease: Lease) -> Lease {
@@ -103,7 +106,10 @@ impl Held {
         drop(count);
         if let Some(table) = self.table.upgrade() {
             let mut table = lock(&table);
-            if table.get(&self.name).is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), self)) {
+            if table
+                .get(&self.name)
+                .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), self))
+            {
                 table.remove(&self.name);
             }
         }

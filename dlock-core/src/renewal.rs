@@ -118,7 +118,13 @@ impl<B: RenewBackend> RenewalDriver<B> {
     /// on. Counts a grant.
     ///
     /// Must be called inside a tokio runtime (the driver's task is spawned there on first use).
-    pub fn register(&self, name: LockName, token: FencingToken, start: Instant, entry: B::Entry) -> Lease {
+    pub fn register(
+        &self,
+        name: LockName,
+        token: FencingToken,
+        start: Instant,
+        entry: B::Entry,
+    ) -> Lease {
         let deadline = self.deadline_from(start);
         let cell = LeaseCell::new(name, token, deadline);
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -163,7 +169,9 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 .filter(|(_, r)| pred(&r.entry))
                 .map(|(id, _)| *id)
                 .collect();
-            ids.into_iter().filter_map(|id| leases.remove(&id)).collect()
+            ids.into_iter()
+                .filter_map(|id| leases.remove(&id))
+                .collect()
         };
         for r in lost {
             if r.cell.mark_lost(reason.clone()) {
@@ -184,7 +192,9 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 Ok(handle) => {
                     handle.spawn(run(weak));
                 }
-                Err(_) => tracing::error!("renewal driver used outside a tokio runtime; leases will expire"),
+                Err(_) => tracing::error!(
+                    "renewal driver used outside a tokio runtime; leases will expire"
+                ),
             }
         });
     }
@@ -206,7 +216,11 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
         let notified = wake.notified();
         let (renewable_due, earliest_deadline) = {
             let leases = shared.leases();
-            let due = leases.values().filter(|r| r.renewing).map(|r| r.cell.deadline()).min();
+            let due = leases
+                .values()
+                .filter(|r| r.renewing)
+                .map(|r| r.cell.deadline())
+                .min();
             let earliest = leases.values().map(|r| r.cell.deadline()).min();
             (due.map(|d| d.checked_sub(period).unwrap_or(d)), earliest)
         };
@@ -238,7 +252,11 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
         }
         let entries: Vec<Arc<B::Entry>> = batch.iter().map(|(_, _, e)| Arc::clone(e)).collect();
         let start = Instant::now();
-        let earliest = batch.iter().map(|(_, c, _)| c.deadline()).min().unwrap_or(start);
+        let earliest = batch
+            .iter()
+            .map(|(_, c, _)| c.deadline())
+            .min()
+            .unwrap_or(start);
         let budget = earliest
             .saturating_duration_since(start)
             .min(period)

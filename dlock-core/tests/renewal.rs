@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Counters, Error, FencingToken, LockName, LossReason, RenewBackend, RenewalDriver, Renewal};
+use dlock_core::{
+    Counters, Error, FencingToken, LockName, LossReason, RenewBackend, Renewal, RenewalDriver,
+};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -31,7 +33,11 @@ struct Fake {
 
 impl Fake {
     fn new(script: Script) -> Arc<Self> {
-        Arc::new(Fake { script: Mutex::new(script), calls: Mutex::new(Vec::new()), releases: AtomicUsize::new(0) })
+        Arc::new(Fake {
+            script: Mutex::new(script),
+            calls: Mutex::new(Vec::new()),
+            releases: AtomicUsize::new(0),
+        })
     }
     fn set(&self, s: Script) {
         *self.script.lock().expect("lock") = s;
@@ -46,7 +52,10 @@ impl RenewBackend for Fake {
     type Entry = u32;
 
     async fn renew(&self, entries: &[Arc<u32>]) -> Result<Vec<Renewal>, Error> {
-        self.calls.lock().expect("lock").push((Instant::now(), entries.len()));
+        self.calls
+            .lock()
+            .expect("lock")
+            .push((Instant::now(), entries.len()));
         let script = *self.script.lock().expect("lock");
         match script {
             Script::Ok => Ok(vec![Renewal::Extended; entries.len()]),
@@ -55,7 +64,10 @@ impl RenewBackend for Fake {
                 tokio::time::sleep(d).await;
                 Ok(vec![Renewal::Extended; entries.len()])
             }
-            Script::Gone => Ok(vec![Renewal::Lost(LossReason::Gone("scripted".into())); entries.len()]),
+            Script::Gone => Ok(vec![
+                Renewal::Lost(LossReason::Gone("scripted".into()));
+                entries.len()
+            ]),
         }
     }
 
@@ -105,7 +117,11 @@ async fn deadline_counts_from_the_request_start_not_the_reply() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent = fake.calls()[0].0;
     assert_eq!(sent, t0 + TTL / 3);
-    assert_eq!(lease.deadline(), sent + TTL - drift(), "deadline must count from the send time");
+    assert_eq!(
+        lease.deadline(),
+        sent + TTL - drift(),
+        "deadline must count from the send time"
+    );
     lease.release().await.expect("release");
 }
 
@@ -118,9 +134,16 @@ async fn failing_renewals_fire_lost_exactly_at_the_deadline() {
     let deadline = lease.deadline();
     let reason = lease.lost().await;
     assert_eq!(reason, LossReason::Expired);
-    assert_eq!(Instant::now(), deadline, "lost() must fire at the deadline, not later or earlier");
+    assert_eq!(
+        Instant::now(),
+        deadline,
+        "lost() must fire at the deadline, not later or earlier"
+    );
     assert!(lease.is_lost());
-    assert!(matches!(lease.check(), Err(Error::Lost(LossReason::Expired))));
+    assert!(matches!(
+        lease.check(),
+        Err(Error::Lost(LossReason::Expired))
+    ));
     // It retried inside the validity window rather than giving up after one failure.
     assert!(fake.calls().len() >= 3, "retries: {}", fake.calls().len());
 }
@@ -150,7 +173,11 @@ async fn a_reply_after_the_deadline_never_extends_the_lease() {
     assert_eq!(Instant::now(), t0 + TTL - drift());
     tokio::time::sleep(TTL * 3).await;
     assert!(lease.is_lost());
-    assert!(lease.deadline() <= t0 + TTL, "deadline {:?} past start+TTL", lease.deadline() - t0);
+    assert!(
+        lease.deadline() <= t0 + TTL,
+        "deadline {:?} past start+TTL",
+        lease.deadline() - t0
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -161,7 +188,11 @@ async fn server_says_gone_fires_lost_with_the_reason() {
     let lease = d.register(name(), FencingToken(1), t0, 7);
     let reason = lease.lost().await;
     assert!(matches!(reason, LossReason::Gone(_)), "{reason:?}");
-    assert_eq!(Instant::now(), t0 + TTL / 3, "reported at the first renewal");
+    assert_eq!(
+        Instant::now(),
+        t0 + TTL / 3,
+        "reported at the first renewal"
+    );
     assert!(d.is_empty());
 }
 
@@ -203,7 +234,11 @@ async fn release_during_an_inflight_renewal_does_not_resurrect() {
     assert_eq!(fake.calls().len(), 1);
     lease.release().await.expect("release");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(fake.calls().len(), 1, "the in-flight reply must not re-register the lease");
+    assert_eq!(
+        fake.calls().len(),
+        1,
+        "the in-flight reply must not re-register the lease"
+    );
     assert!(d.is_empty());
     assert_eq!(lost.await, LossReason::Released);
 }
@@ -212,11 +247,21 @@ async fn release_during_an_inflight_renewal_does_not_resurrect() {
 async fn ten_thousand_leases_one_task_one_call_per_period() {
     let fake = Fake::new(Script::Ok);
     let d = driver(&fake);
-    let tasks_before = tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let tasks_before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
     let t0 = Instant::now();
-    let leases: Vec<_> = (0..10_000).map(|i| d.register(name(), FencingToken(i), t0, 0)).collect();
-    let tasks_after = tokio::runtime::Handle::current().metrics().num_alive_tasks();
-    assert_eq!(tasks_after - tasks_before, 1, "one driver task for all leases");
+    let leases: Vec<_> = (0..10_000)
+        .map(|i| d.register(name(), FencingToken(i), t0, 0))
+        .collect();
+    let tasks_after = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    assert_eq!(
+        tasks_after - tasks_before,
+        1,
+        "one driver task for all leases"
+    );
     tokio::time::sleep(TTL / 3 + Duration::from_millis(10)).await;
     let calls = fake.calls();
     assert_eq!(calls.len(), 1, "one round trip per period");
@@ -238,14 +283,20 @@ async fn stopped_renewal_expires_at_the_deadline() {
     assert_eq!(stop.lost().await, LossReason::Expired);
     assert_eq!(Instant::now(), t0 + TTL - drift());
     assert!(!keep.is_lost());
-    assert!(fake.calls().iter().all(|(_, n)| *n == 1), "only the live lease is renewed");
+    assert!(
+        fake.calls().iter().all(|(_, n)| *n == 1),
+        "only the live lease is renewed"
+    );
     keep.release().await.expect("release");
 }
 
 #[test]
 fn dropping_a_lease_after_its_runtime_shut_down_does_not_panic() {
     let fake = Fake::new(Script::Ok);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let (lease, d) = rt.block_on(async {
         let d = driver(&fake);
         (d.register(name(), FencingToken(1), Instant::now(), 7), d)
