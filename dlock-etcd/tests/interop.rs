@@ -1,0 +1,146 @@
+//! `etcdctl lock` (etcd's own `concurrency.Mutex`) and dlock exclude each other on the same
+//! name, in both orders.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+
+/// A running `etcdctl lock <name>` that holds the lock (once granted) until interrupted.
+struct Etcdctl {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Etcdctl {
+    fn lock(endpoint: &str, name: &str) -> Self {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoint, "lock", "--ttl", "2", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start etcdctl (Debian package etcd-client)");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Etcdctl { child, lines }
+    }
+
+    /// The key etcdctl printed when granted, if it was granted within `within`.
+    fn granted_key(&self, within: Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// SIGINT: etcdctl unlocks and closes its session.
+    fn interrupt(mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The create revision of `key`, read with etcdctl's own view of the store.
+async fn create_revision(locker: &dlock_etcd::EtcdLocker, key: &str) -> i64 {
+    let mut c = locker.client().clone();
+    let resp = c.get(key, None).await.expect("read etcdctl's key");
+    resp.kvs().first().map(|kv| kv.create_revision()).expect("etcdctl's key exists")
+}
+
+#[test]
+fn etcdctl_holds_then_dlock_waits() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("interop-etcdctl-first");
+        let locker = support::locker(&cluster, &ns).await;
+        let name = LockName::new("jobs/nightly").expect("valid");
+        let etcd_name = locker.etcd_mutex_name(&name);
+        assert_eq!(etcd_name, format!("{ns}/jobs%2Fnightly"));
+
+        let ctl = Etcdctl::lock(&cluster.endpoints()[0], &etcd_name);
+        let key = ctl
+            .granted_key(Duration::from_secs(10))
+            .expect("etcdctl got the free lock");
+        assert!(key.starts_with(&format!("{etcd_name}/")), "etcdctl key {key}");
+        let etcdctl_rev = create_revision(&locker, &key).await;
+
+        assert!(
+            locker.try_acquire(&name).await.expect("try_acquire").is_none(),
+            "dlock got a lock etcdctl holds"
+        );
+        let err = locker
+            .acquire(&name, AcquireOptions::wait(Duration::from_millis(700)))
+            .await
+            .expect_err("dlock got a lock etcdctl holds");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+
+        // Queue behind etcdctl, then let it go: we must be granted, with a higher token.
+        let l2 = locker.clone();
+        let n2 = name.clone();
+        let waiter = tokio::spawn(async move {
+            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15))).await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "dlock was granted while etcdctl holds the lock");
+        ctl.interrupt();
+        let lease = waiter.await.expect("task").expect("granted after etcdctl unlocked");
+        assert!(lease.token().get() > etcdctl_rev as u64);
+        lease.release().await.expect("release");
+    });
+}
+
+#[test]
+fn dlock_holds_then_etcdctl_waits() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("interop-dlock-first");
+        let locker = support::locker(&cluster, &ns).await;
+        let name = LockName::new("jobs/nightly").expect("valid");
+        let lease = locker
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("dlock gets the free lock");
+
+        let ctl = Etcdctl::lock(&cluster.endpoints()[0], &locker.etcd_mutex_name(&name));
+        assert_eq!(
+            ctl.granted_key(Duration::from_secs(2)),
+            None,
+            "etcdctl got a lock dlock holds"
+        );
+        assert!(lease.check().is_ok());
+        let token = lease.token();
+        lease.release().await.expect("release");
+        let key = ctl
+            .granted_key(Duration::from_secs(10))
+            .expect("etcdctl granted after dlock released");
+        let etcdctl_rev = create_revision(&locker, &key).await;
+        assert!(etcdctl_rev as u64 > token.get());
+        // While etcdctl holds it, dlock is excluded again.
+        assert!(locker.try_acquire(&name).await.expect("try_acquire").is_none());
+        ctl.interrupt();
+        let again = locker
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(15)))
+            .await
+            .expect("free again after etcdctl");
+        again.release().await.expect("release");
+    });
+}
