@@ -360,3 +360,44 @@ impl fmt::Debug for Releaser {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(after: Duration) -> Arc<LeaseCell> {
+        let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
+        LeaseCell::new(name, FencingToken(1), Instant::now() + after)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_extension_never_resurrects() {
+        let c = cell(Duration::from_secs(1));
+        assert!(c.extend(Instant::now() + Duration::from_secs(2)));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!c.extend(Instant::now() + Duration::from_secs(5)), "past its deadline");
+        assert!(!c.is_live());
+        let c = cell(Duration::from_secs(1));
+        assert!(c.mark_released());
+        assert!(!c.extend(Instant::now() + Duration::from_secs(5)), "released");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_on_its_own_timer_without_any_driver() {
+        let c = cell(Duration::from_millis(1500));
+        let deadline = c.deadline();
+        assert_eq!(c.lost_future().await, LossReason::Expired);
+        assert_eq!(Instant::now(), deadline);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_follows_an_extended_deadline() {
+        let c = cell(Duration::from_secs(1));
+        let lost = tokio::spawn(c.lost_future());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let new = Instant::now() + Duration::from_secs(3);
+        assert!(c.extend(new));
+        assert_eq!(lost.await.unwrap_or(LossReason::Closed), LossReason::Expired);
+        assert_eq!(Instant::now(), new);
+    }
+}
