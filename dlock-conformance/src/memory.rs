@@ -48,11 +48,7 @@ impl MemoryBackend {
 
     fn server(&self, namespace: &str) -> Arc<MemoryServer> {
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(
-            servers
-                .entry(namespace.to_string())
-                .or_insert_with(MemoryServer::new),
-        )
+        Arc::clone(servers.entry(namespace.to_string()).or_default())
     }
 }
 

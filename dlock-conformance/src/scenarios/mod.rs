@@ -127,11 +127,12 @@ impl From<dlock_core::Error> for Verdict {
 
 /// Fails the scenario with a formatted reason unless `cond` holds.
 macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
+    ($cond:expr, $($fmt:tt)+) => {{
+        let holds: bool = $cond;
+        if !holds {
             return Err($crate::scenarios::Verdict::Fail(format!($($fmt)+)));
         }
-    };
+    }};
 }
 pub(crate) use ensure;
 
