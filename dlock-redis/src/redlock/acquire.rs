@@ -26,6 +26,9 @@ enum Outcome {
     Unreachable(Error),
 }
 
+/// The least time a failed attempt spends unlocking before it returns.
+const CLEANUP_GRACE: Duration = Duration::from_millis(50);
+
 /// Unlocks every node in the background if an attempt is dropped half-way.
 struct Attempt {
     backend: Arc<RedlockBackend>,
@@ -145,7 +148,10 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     }
 
     // No lock: unlock every node, including those that seemed to refuse.
-    let (_, unlock_causes) = b.unlock_all(keys, &owner, b.node_timeout).await;
+    // Bounded like the attempt (plus a small grace), so a hung node cannot hold the caller
+    // long past its wait; nodes that did not confirm are unlocked again in the background.
+    let unlock_budget = budget.max(CLEANUP_GRACE.min(b.node_timeout));
+    let (_, unlock_causes) = b.unlock_all(keys, &owner, unlock_budget).await;
     if unlock_causes.is_empty() {
         guard.dirty = false;
     }

@@ -87,26 +87,31 @@ impl Pending {
         }
     }
 
-    /// Gives up waiting: withdraws now (bounded), then reports the timeout.
+    /// Gives up waiting: withdraws (waiting for it at most [`CLEANUP_GRACE`], so that a hung
+    /// server cannot hold the caller long past its wait; the withdrawal then finishes in the
+    /// background), then reports the timeout.
     async fn timeout(mut self, began: Instant) -> Error {
         if self.dirty {
-            if let Err(e) = Self::cleanup(
-                &self.backend,
-                &self.keys,
-                &self.owner,
-                self.entry.as_deref(),
-            )
-            .await
-            {
-                tracing::warn!(lock = %self.keys.lock, error = %e, "withdrawing a timed-out waiter failed; its entry expires on its own");
-            }
             self.dirty = false;
+            let backend = Arc::clone(&self.backend);
+            let keys = self.keys.clone();
+            let owner = std::mem::take(&mut self.owner);
+            let entry = self.entry.clone();
+            let task = tokio::spawn(async move {
+                if let Err(e) = Pending::cleanup(&backend, &keys, &owner, entry.as_deref()).await {
+                    tracing::warn!(lock = %keys.lock, error = %e, "withdrawing a timed-out waiter failed; its entry expires on its own");
+                }
+            });
+            let _ = tokio::time::timeout(CLEANUP_GRACE, task).await;
         }
         Error::Timeout {
             waited: began.elapsed(),
         }
     }
 }
+
+/// How long a timed-out acquire waits for its withdrawal before returning.
+const CLEANUP_GRACE: Duration = Duration::from_millis(100);
 
 impl Drop for Pending {
     fn drop(&mut self) {

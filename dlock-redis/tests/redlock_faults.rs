@@ -1,0 +1,167 @@
+//! Redlock under node failures, on real servers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, Error, LockName, Locker};
+use dlock_redis::RedlockLocker;
+
+fn private(nodes: usize) -> Cluster {
+    Cluster::start(ServerKind::Redis, nodes)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
+    RedlockLocker::builder()
+        .nodes(cluster.endpoints())
+        .ttl(Duration::from_secs(1))
+        .namespace(ns)
+        .build()
+        .expect("a valid locker")
+}
+
+/// With 3 of 5 nodes down, acquire fails within its wait with every node's cause, and the two
+/// reachable nodes keep no key of the failed attempts.
+#[test]
+fn majority_down_fails_within_the_wait_and_leaves_nothing() {
+    let cluster = private(5);
+    for i in 0..3 {
+        cluster.node(i).kill().expect("kill a node");
+    }
+    runtime().block_on(async {
+        let ns = "dlock-test/redlock-faults/majority-down";
+        let l = locker(&cluster, ns);
+        let name = LockName::new("job").expect("valid name");
+        let wait = Duration::from_secs(1);
+        let began = Instant::now();
+        let got = l.acquire(&name, AcquireOptions::wait(wait)).await;
+        let took = began.elapsed();
+        match got {
+            Err(Error::QuorumNotReached {
+                needed,
+                granted,
+                causes,
+            }) => {
+                assert_eq!(needed, 3);
+                assert!(granted <= 2, "granted {granted}");
+                let down: Vec<_> = cluster.endpoints()[..3]
+                    .iter()
+                    .map(|e| e.trim_start_matches("redis://").to_string())
+                    .collect();
+                for node in &down {
+                    assert!(
+                        causes.iter().any(|c| &c.node == node),
+                        "no cause for {node}: {causes:?}"
+                    );
+                }
+            }
+            other => panic!("expected QuorumNotReached, got {other:?}"),
+        }
+        assert!(
+            took <= wait + Duration::from_millis(500),
+            "took {took:?} for a wait of {wait:?}"
+        );
+        assert!(matches!(
+            l.try_acquire(&name).await,
+            Err(Error::QuorumNotReached { .. })
+        ));
+        // Unlock-all ran before returning: nothing is left on the reachable nodes.
+        for url in &cluster.endpoints()[3..] {
+            let left = support::server_leftovers(url, ns)
+                .await
+                .expect("read a live node");
+            assert!(left.is_empty(), "partial keys left on {url}: {left:?}");
+        }
+    });
+}
+
+/// A node restarted empty (no persistence) while a majority still holds the key cannot let a
+/// second holder in, and the fencing token still increases although two nodes forgot their
+/// counters.
+#[test]
+fn restarted_empty_nodes_do_not_let_two_holders_in() {
+    let cluster = private(5);
+    runtime().block_on(async {
+        let ns = "dlock-test/redlock-faults/restart";
+        let a = locker(&cluster, ns);
+        let b = locker(&cluster, ns);
+        let name = LockName::new("job").expect("valid name");
+        // Raise the counters on every node first, so a forgotten counter is visibly lower.
+        let mut last = 0;
+        for _ in 0..3 {
+            let l = a
+                .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+                .await
+                .expect("acquire");
+            assert!(l.token().get() > last);
+            last = l.token().get();
+            l.release().await.expect("release");
+        }
+        let held = a
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+            .expect("acquire");
+        let held_token = held.token().get();
+        for i in [0, 1] {
+            tokio::task::block_in_place(|| cluster.node(i).restart()).expect("restart a node");
+        }
+        // Two empty nodes grant B, three still refuse: no quorum, however often B tries.
+        for _ in 0..5 {
+            assert!(
+                b.try_acquire(&name).await.expect("try_acquire").is_none(),
+                "B got the lock while A holds a majority"
+            );
+        }
+        let timed = b
+            .acquire(&name, AcquireOptions::wait(Duration::from_millis(300)))
+            .await;
+        assert!(matches!(timed, Err(Error::Timeout { .. })), "{timed:?}");
+        // A's lease survives renewals (a majority still confirms it) for several TTLs.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        held.check().expect("A still holds the lock");
+        held.release().await.expect("release");
+        let next = b
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+            .expect("B acquires after A released");
+        assert!(
+            next.token().get() > held_token,
+            "token {} after {held_token}",
+            next.token()
+        );
+        next.release().await.expect("release");
+    });
+}
+
+/// A node that hangs (SIGSTOP) costs at most the per-node timeout and no correctness.
+#[test]
+fn a_paused_minority_node_does_not_block_acquire() {
+    let cluster = private(5);
+    cluster.node(4).pause().expect("pause a node");
+    runtime().block_on(async {
+        let l = locker(&cluster, "dlock-test/redlock-faults/paused");
+        let name = LockName::new("job").expect("valid name");
+        let began = Instant::now();
+        let lease = l
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+            .expect("acquire with 4 of 5");
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            began.elapsed()
+        );
+        lease.release().await.expect("release");
+    });
+    cluster.node(4).resume().expect("resume");
+}

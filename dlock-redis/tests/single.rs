@@ -1,0 +1,348 @@
+//! Single-node behaviours beyond the shared suite, on real servers.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, Error, ErrorKind, LockName, Locker};
+use dlock_redis::RedisLocker;
+
+fn shared() -> Arc<Cluster> {
+    Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn url() -> String {
+    shared().endpoints().remove(0)
+}
+
+fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_fail_before_any_io() {
+    // A port nothing listens on: any I/O would fail differently (Unavailable).
+    let url = "redis://127.0.0.1:1";
+    let err = |r: Result<RedisLocker, Error>| r.expect_err("must be rejected").kind();
+    assert_eq!(err(RedisLocker::builder().build()), ErrorKind::InvalidInput);
+    assert_eq!(
+        err(RedisLocker::builder().url("http://x").build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder().url(url).ttl(Duration::ZERO).build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder()
+            .url(url)
+            .ttl(Duration::from_secs(90_000))
+            .build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder().url(url).key_prefix("a{b}").build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder().url(url).namespace("a//b").build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder()
+            .url(url)
+            .ttl(Duration::from_secs(1))
+            .request_timeout(Duration::from_secs(5))
+            .build()),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(dlock_redis::RedlockLocker::builder()
+            .nodes([url, url])
+            .build()
+            .map(|_| unreachable_locker())),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(dlock_redis::RedlockLocker::builder()
+            .nodes(Vec::<String>::new())
+            .build()
+            .map(|_| unreachable_locker())),
+        ErrorKind::InvalidInput
+    );
+    let l = RedisLocker::builder()
+        .url(url)
+        .build()
+        .expect("builds without I/O");
+    let waited = l
+        .acquire(&name("a"), AcquireOptions::wait(dlock_core::MAX_WAIT * 2))
+        .await;
+    assert_eq!(
+        waited.expect_err("wait too long").kind(),
+        ErrorKind::InvalidInput
+    );
+}
+
+fn unreachable_locker() -> RedisLocker {
+    panic!("a Redlock builder accepted bad nodes")
+}
+
+#[test]
+fn building_outside_a_runtime_is_an_error_not_a_panic() {
+    let r = RedisLocker::builder().url("redis://127.0.0.1:1").build();
+    assert_eq!(r.expect_err("no runtime").kind(), ErrorKind::InvalidInput);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_is_unavailable_within_the_wait() {
+    // Start a node, learn its port, kill it: connections are refused.
+    let cluster = Cluster::start(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let url = cluster.endpoints().remove(0);
+    tokio::task::block_in_place(|| cluster.node(0).kill()).expect("kill");
+    let l = RedisLocker::builder()
+        .url(url)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("builds");
+    let began = Instant::now();
+    let got = l
+        .acquire(&name("down"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await;
+    assert_eq!(
+        got.expect_err("server is down").kind(),
+        ErrorKind::Unavailable
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        began.elapsed()
+    );
+    let tried = l.try_acquire(&name("down")).await;
+    let e = tried.expect_err("server is down");
+    assert!(e.is_retryable(), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_never_holds_acquire_past_its_wait() {
+    let cluster = Cluster::start(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let url = cluster.endpoints().remove(0);
+    let l = RedisLocker::builder()
+        .url(url)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    // Connect first, then freeze the server: requests hang at the server.
+    drop(l.try_acquire(&name("warm")).await.expect("server up"));
+    tokio::task::block_in_place(|| cluster.node(0).pause()).expect("pause");
+    let began = Instant::now();
+    let wait = Duration::from_millis(300);
+    let got = l.acquire(&name("paused"), AcquireOptions::wait(wait)).await;
+    let took = began.elapsed();
+    tokio::task::block_in_place(|| cluster.node(0).resume()).expect("resume");
+    assert!(matches!(got, Err(Error::Timeout { .. })), "{got:?}");
+    assert!(
+        took < wait + Duration::from_millis(200),
+        "took {took:?} for a wait of {wait:?}"
+    );
+}
+
+/// Many held leases renew in one round trip per period, not one per lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_leases_renew_in_one_request_per_period() {
+    let ttl = Duration::from_secs(1);
+    let l = RedisLocker::builder()
+        .url(url())
+        .ttl(ttl)
+        .namespace("dlock-test/single/batch")
+        .build()
+        .expect("builds");
+    let mut leases = Vec::new();
+    for i in 0..300 {
+        leases.push(
+            l.try_acquire(&name(&format!("n{i}")))
+                .await
+                .expect("try")
+                .expect("free"),
+        );
+    }
+    let before = l.stats();
+    tokio::time::sleep(ttl * 3).await;
+    let after = l.stats();
+    let requests = after.requests - before.requests;
+    let rounds = after.renewals - before.renewals;
+    assert!(rounds >= 6, "only {rounds} renewal rounds in 3 TTLs");
+    assert_eq!(
+        requests, rounds,
+        "{requests} requests for {rounds} renewal rounds of 300 leases"
+    );
+    for lease in &leases {
+        lease.check().expect("still held past 3 TTLs");
+    }
+    for lease in leases {
+        lease.release().await.expect("release");
+    }
+}
+
+/// The scripts are reloaded after the server forgot them (restart, SCRIPT FLUSH).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_are_reloaded_after_a_flush() {
+    let cluster = Cluster::start(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let url = cluster.endpoints().remove(0);
+    let l = RedisLocker::builder()
+        .url(&url)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("builds");
+    let a = l
+        .acquire(&name("x"), AcquireOptions::forever())
+        .await
+        .expect("acquire");
+    a.release().await.expect("release");
+    let client = redis::Client::open(url).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("flush");
+    let b = l
+        .acquire(&name("x"), AcquireOptions::forever())
+        .await
+        .expect("acquire after flush");
+    assert!(b.token() > dlock_core::FencingToken(1));
+    b.release().await.expect("release after flush");
+}
+
+/// AUTH credentials in the URL are used; without them the server's refusal is a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_through_the_url() {
+    let cluster = Cluster::start(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let addr = cluster.addrs()[0];
+    let client = redis::Client::open(format!("redis://{addr}")).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query_async(&mut conn)
+        .await
+        .expect("set a password");
+    let good = RedisLocker::builder()
+        .url(format!("redis://:s3cret@{addr}"))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("builds");
+    let lease = good
+        .acquire(&name("auth"), AcquireOptions::wait(Duration::from_secs(1)))
+        .await
+        .expect("acquire with AUTH");
+    lease.release().await.expect("release");
+    let bad = RedisLocker::builder()
+        .url(format!("redis://{addr}"))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("builds");
+    let e = bad
+        .try_acquire(&name("auth"))
+        .await
+        .expect_err("no password");
+    assert!(
+        matches!(e.kind(), ErrorKind::Backend | ErrorKind::Unavailable),
+        "{e}"
+    );
+    assert!(!format!("{e}").contains("s3cret"));
+}
+
+/// Non-fair mode: exclusion holds with randomized retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_fair_mode_excludes() {
+    let l = RedisLocker::builder()
+        .url(url())
+        .ttl(Duration::from_secs(2))
+        .fair(false)
+        .retry_delay(Duration::from_millis(5))
+        .namespace("dlock-test/single/nonfair")
+        .build()
+        .expect("builds");
+    assert!(!l.capabilities().fair && !l.capabilities().herd_free);
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let total = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (l, inside, total) = (l.clone(), Arc::clone(&inside), Arc::clone(&total));
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..10 {
+                let lease = l
+                    .acquire(&name("nf"), AcquireOptions::wait(Duration::from_secs(10)))
+                    .await
+                    .expect("acquire");
+                assert!(lease.token().get() > last);
+                last = lease.token().get();
+                assert_eq!(
+                    inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                total.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                lease.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(total.load(std::sync::atomic::Ordering::SeqCst), 40);
+}
+
+/// A fair waiter whose holder crashed (key left to expire, no release message) gets the lock
+/// through its timer at the holder's expiry, not a poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_waiter_takes_over_an_expired_holder() {
+    let ttl = Duration::from_secs(1);
+    let ns = "dlock-test/single/expired";
+    let holder = RedisLocker::builder()
+        .url(url())
+        .ttl(ttl)
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    let waiter = RedisLocker::builder()
+        .url(url())
+        .ttl(ttl)
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    let lease = holder
+        .acquire(&name("e"), AcquireOptions::forever())
+        .await
+        .expect("acquire");
+    lease.stop_renewal_for_test();
+    let began = Instant::now();
+    let got = waiter
+        .acquire(&name("e"), AcquireOptions::wait(ttl * 3))
+        .await
+        .expect("the waiter takes over");
+    let took = began.elapsed();
+    assert!(took < ttl + Duration::from_millis(300), "took {took:?}");
+    assert!(lease.is_lost());
+    let wakeups = waiter.stats().wakeups;
+    assert!(wakeups <= 3, "{wakeups} wakeups: the waiter polled");
+    got.release().await.expect("release");
+    drop(lease);
+}
