@@ -164,7 +164,10 @@ impl EtcdLockerBuilder {
 
     pub(crate) fn config(&self) -> Result<Config, Error> {
         if self.endpoints.is_empty() {
-            return Err(Error::invalid_option("endpoints", "at least one etcd endpoint is required"));
+            return Err(Error::invalid_option(
+                "endpoints",
+                "at least one etcd endpoint is required",
+            ));
         }
         for e in &self.endpoints {
             check_endpoint(e, cfg!(feature = "tls"))?;
@@ -259,7 +262,11 @@ fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
     if authority.is_empty() {
         return Err(bad("no host"));
     }
-    if authority.contains('/') || authority.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if authority.contains('/')
+        || authority
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
         return Err(bad("expected host:port"));
     }
     let Some((host, port)) = authority.rsplit_once(':') else {
@@ -323,7 +330,10 @@ mod tests {
     fn table() {
         let cases: Vec<(EtcdLockerBuilder, Option<&str>)> = vec![
             (base(), None),
-            (base().endpoints(["127.0.0.1:2379", "http://[::1]:2379/"]), None),
+            (
+                base().endpoints(["127.0.0.1:2379", "http://[::1]:2379/"]),
+                None,
+            ),
             (EtcdLockerBuilder::default(), Some("endpoints")),
             (base().endpoints(["http://127.0.0.1"]), Some("endpoints")),
             (base().endpoints(["http://:2379"]), Some("endpoints")),
@@ -334,7 +344,10 @@ mod tests {
             (base().endpoints(["h 1:2"]), Some("endpoints")),
             (base().ttl(Duration::ZERO), Some("ttl")),
             (base().ttl(Duration::from_millis(50)), Some("ttl")),
-            (base().ttl(Duration::from_secs(365 * 24 * 3600)), Some("ttl")),
+            (
+                base().ttl(Duration::from_secs(365 * 24 * 3600)),
+                Some("ttl"),
+            ),
             (base().prefix(""), Some("prefix")),
             (base().prefix("/a"), Some("prefix")),
             (base().prefix("a/"), Some("prefix")),
@@ -345,8 +358,14 @@ mod tests {
             (base().prefix("dlock-test/run_1/mutual-exclusion"), None),
             (base().user("", "pw"), Some("user")),
             (base().user("root", ""), None),
-            (base().request_timeout(Duration::ZERO), Some("request_timeout")),
-            (base().connect_timeout(Duration::from_secs(3600)), Some("connect_timeout")),
+            (
+                base().request_timeout(Duration::ZERO),
+                Some("request_timeout"),
+            ),
+            (
+                base().connect_timeout(Duration::from_secs(3600)),
+                Some("connect_timeout"),
+            ),
         ];
         for (b, want) in &cases {
             assert_eq!(option_of(b), *want, "{b:?}");
@@ -361,9 +380,15 @@ mod tests {
 
     #[test]
     fn ttl_is_rounded_up_to_whole_seconds() {
-        let cfg = base().ttl(Duration::from_millis(1200)).config().expect("valid");
+        let cfg = base()
+            .ttl(Duration::from_millis(1200))
+            .config()
+            .expect("valid");
         assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(2), 2));
-        let cfg = base().ttl(Duration::from_millis(100)).config().expect("valid");
+        let cfg = base()
+            .ttl(Duration::from_millis(100))
+            .config()
+            .expect("valid");
         assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(1), 1));
         let cfg = base().ttl(Duration::from_secs(3)).config().expect("valid");
         assert_eq!((cfg.ttl, cfg.ttl_secs), (Duration::from_secs(3), 3));

@@ -45,10 +45,7 @@ pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
 
 /// A request that got no reply in time.
 pub(crate) fn no_reply(what: &str, after: Duration) -> Error {
-    Error::unavailable(
-        format!("{what}: no reply from etcd within {after:?}"),
-        None,
-    )
+    Error::unavailable(format!("{what}: no reply from etcd within {after:?}"), None)
 }
 
 /// A reply that does not have the shape dlock expects.

@@ -32,7 +32,10 @@ mod tests {
         let name = LockName::new("orders/42").expect("valid");
         let range = lock_range("app/locks", &name);
         assert_eq!(range, "app/locks/orders%2F42/");
-        assert_eq!(contender_key(&range, 0x694d_7a3b_51c2_0a0f), "app/locks/orders%2F42/694d7a3b51c20a0f");
+        assert_eq!(
+            contender_key(&range, 0x694d_7a3b_51c2_0a0f),
+            "app/locks/orders%2F42/694d7a3b51c20a0f"
+        );
         assert_eq!(etcd_mutex_name("app/locks", &name), "app/locks/orders%2F42");
     }
 

@@ -99,7 +99,13 @@ impl Pending {
             Ok(_) => drop(slot),
             Err(e) => {
                 tracing::warn!(key = %self.key, error = %e, "deleting our queue key failed; retrying in the background");
-                spawn_cleanup(self.etcd.clone(), self.key.clone(), self.rev, Arc::clone(&self.session), slot);
+                spawn_cleanup(
+                    self.etcd.clone(),
+                    self.key.clone(),
+                    self.rev,
+                    Arc::clone(&self.session),
+                    slot,
+                );
             }
         }
     }
@@ -108,7 +114,13 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            spawn_cleanup(self.etcd.clone(), self.key.clone(), self.rev, Arc::clone(&self.session), slot);
+            spawn_cleanup(
+                self.etcd.clone(),
+                self.key.clone(),
+                self.rev,
+                Arc::clone(&self.session),
+                slot,
+            );
         }
     }
 }
@@ -119,9 +131,17 @@ impl EtcdLocker {
         EtcdLockerBuilder::default()
     }
 
-    pub(crate) async fn connect(cfg: Config, opts: etcd_client::ConnectOptions) -> Result<Self, Error> {
+    pub(crate) async fn connect(
+        cfg: Config,
+        opts: etcd_client::ConnectOptions,
+    ) -> Result<Self, Error> {
         let started = Instant::now();
-        let client = match tokio::time::timeout(cfg.request_timeout, Client::connect(&cfg.endpoints, Some(opts))).await {
+        let client = match tokio::time::timeout(
+            cfg.request_timeout,
+            Client::connect(&cfg.endpoints, Some(opts)),
+        )
+        .await
+        {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(errors::map("connect", e)),
             Err(_) => return Err(errors::no_reply("connect", started.elapsed())),
@@ -190,29 +210,46 @@ impl EtcdLocker {
         }
         if let Some(old) = current.take() {
             let id = old.id();
-            tracing::info!(lease = format_args!("{id:x}"), "session lease ended; granting a new one");
+            tracing::info!(
+                lease = format_args!("{id:x}"),
+                "session lease ended; granting a new one"
+            );
             inner.driver.lose_where(
                 &LossReason::SessionEnded(format!("etcd lease {id:x} ended")),
                 |e| e.lease_id() == id,
             );
         }
         let start = Instant::now();
-        let mut leases = inner.etcd.client.lease_client();
+        let leases = inner.etcd.client.lease_client();
+        let ttl_secs = inner.cfg.ttl_secs;
         let granted = inner
             .etcd
-            .call("lease grant", deadline, leases.grant(inner.cfg.ttl_secs, None))
+            .call("lease grant", deadline, || {
+                let mut leases = leases.clone();
+                async move { leases.grant(ttl_secs, None).await }
+            })
             .await?;
         if granted.ttl() < inner.cfg.ttl_secs {
             return Err(errors::unexpected(
                 "lease grant",
-                format!("asked a {} s lease, got {} s", inner.cfg.ttl_secs, granted.ttl()),
+                format!(
+                    "asked a {} s lease, got {} s",
+                    inner.cfg.ttl_secs,
+                    granted.ttl()
+                ),
             ));
         }
         let id = granted.id();
         let ka = Arc::new(KeepAlive::new(id, inner.etcd.clone()));
         // The sentinel: an internal lease that keeps the session renewed while we only wait.
-        let sentinel_name = LockName::new("session").map_err(|e| errors::unexpected("session", e))?;
-        let sentinel = inner.driver.register(sentinel_name, FencingToken(0), start, Entry::Session(Arc::clone(&ka)));
+        let sentinel_name =
+            LockName::new("session").map_err(|e| errors::unexpected("session", e))?;
+        let sentinel = inner.driver.register(
+            sentinel_name,
+            FencingToken(0),
+            start,
+            Entry::Session(Arc::clone(&ka)),
+        );
         let session = Arc::new(Session::new(ka, sentinel, inner.cfg.ttl));
         let ended = session.ended();
         let driver = inner.driver.clone();
@@ -224,12 +261,21 @@ impl EtcdLocker {
                 driver.lose_where(&reason, |e| e.lease_id() == id);
             }
         });
-        tracing::debug!(lease = format_args!("{id:x}"), ttl_s = inner.cfg.ttl_secs, "session lease granted");
+        tracing::debug!(
+            lease = format_args!("{id:x}"),
+            ttl_s = inner.cfg.ttl_secs,
+            "session lease granted"
+        );
         *current = Some(Arc::clone(&session));
         Ok(session)
     }
 
-    async fn lock(&self, name: &LockName, wait: Option<Duration>, try_only: bool) -> Result<Option<Lease>, Error> {
+    async fn lock(
+        &self,
+        name: &LockName,
+        wait: Option<Duration>,
+        try_only: bool,
+    ) -> Result<Option<Lease>, Error> {
         let started = Instant::now();
         let deadline = wait.map(|w| started + w);
         let range = keys::lock_range(&self.inner.cfg.prefix, name);
@@ -246,10 +292,16 @@ impl EtcdLocker {
             } else {
                 match deadline {
                     None => self.inner.slots.lock(&key).await,
-                    Some(d) => match tokio::time::timeout_at(d, self.inner.slots.lock(&key)).await {
-                        Ok(slot) => slot,
-                        Err(_) => return Err(Error::Timeout { waited: started.elapsed() }),
-                    },
+                    Some(d) => {
+                        match tokio::time::timeout_at(d, self.inner.slots.lock(&key)).await {
+                            Ok(slot) => slot,
+                            Err(_) => {
+                                return Err(Error::Timeout {
+                                    waited: started.elapsed(),
+                                });
+                            }
+                        }
+                    }
                 }
             };
             let pending = Pending {
@@ -259,13 +311,22 @@ impl EtcdLocker {
                 session,
                 slot: Some(slot),
             };
-            match self.attempt(name, &range, pending, deadline, try_only, &mut counted_wait).await? {
+            match self
+                .attempt(name, &range, pending, deadline, try_only, &mut counted_wait)
+                .await?
+            {
                 Attempt::Granted(lease) => return Ok(Some(lease)),
                 Attempt::NotOwner => return Ok(None),
-                Attempt::Timeout => return Err(Error::Timeout { waited: started.elapsed() }),
+                Attempt::Timeout => {
+                    return Err(Error::Timeout {
+                        waited: started.elapsed(),
+                    });
+                }
                 Attempt::Requeue => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(Error::Timeout { waited: started.elapsed() });
+                        return Err(Error::Timeout {
+                            waited: started.elapsed(),
+                        });
                     }
                 }
             }
@@ -286,9 +347,14 @@ impl EtcdLocker {
         let etcd = &inner.etcd;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
-        let enq = etcd.enqueue(range, &pending.key, session.id(), deadline).await?;
+        let enq = etcd
+            .enqueue(range, &pending.key, session.id(), deadline)
+            .await?;
         if enq.rev <= 0 {
-            return Err(errors::unexpected("enqueue transaction", format!("create revision {}", enq.rev)));
+            return Err(errors::unexpected(
+                "enqueue transaction",
+                format!("create revision {}", enq.rev),
+            ));
         }
         let rev = enq.rev;
         pending.rev = Some(rev);
@@ -305,7 +371,10 @@ impl EtcdLocker {
                 inner.etcd.counters.add_waits(1);
             }
             tracing::trace!(lock = %name, key = %pending.key, %pred, "waiting for the predecessor's deletion");
-            match self.wait_deleted(&pred, header_rev, &session, deadline).await {
+            match self
+                .wait_deleted(&pred, header_rev, &session, deadline)
+                .await
+            {
                 WaitEnd::Wake => {
                     inner.etcd.counters.add_wakeups(1);
                     backoff = Duration::from_millis(20);
@@ -334,7 +403,10 @@ impl EtcdLocker {
                     tracing::debug!(lock = %name, key = %pending.key, "our queue key is gone; queueing again");
                     return Ok(Attempt::Requeue);
                 }
-                Ok(Recheck::Behind { predecessor: p, header_rev: h }) => {
+                Ok(Recheck::Behind {
+                    predecessor: p,
+                    header_rev: h,
+                }) => {
                     predecessor = Some(p);
                     header_rev = h;
                 }
@@ -371,8 +443,11 @@ impl EtcdLocker {
             session,
             slot: Mutex::new(slot),
         });
-        let token = u64::try_from(rev).map_err(|_| errors::unexpected("grant", "negative revision"))?;
-        let lease = inner.driver.register(name.clone(), FencingToken(token), start, entry);
+        let token =
+            u64::try_from(rev).map_err(|_| errors::unexpected("grant", "negative revision"))?;
+        let lease = inner
+            .driver
+            .register(name.clone(), FencingToken(token), start, entry);
         inner.etcd.counters.add_grants(1);
         tracing::debug!(lock = %name, token, "lock granted");
         Ok(Attempt::Granted(lease))
@@ -396,28 +471,49 @@ impl EtcdLocker {
     }
 
     /// Watches `pred` for deletion, from the revision after our read.
-    async fn wait_deleted(&self, pred: &str, header_rev: i64, session: &Session, deadline: Option<Instant>) -> WaitEnd {
+    async fn wait_deleted(
+        &self,
+        pred: &str,
+        header_rev: i64,
+        session: &Session,
+        deadline: Option<Instant>,
+    ) -> WaitEnd {
         let etcd = &self.inner.etcd;
         let watch = async {
-            let mut watcher = etcd.client.watch_client();
+            let watcher = etcd.client.watch_client();
             let opts = WatchOptions::new()
                 .with_start_revision(header_rev.saturating_add(1))
                 .with_filters([WatchFilterType::NoPut]);
-            let mut stream = etcd.call("watch", None, watcher.watch(pred, Some(opts))).await?;
+            let mut stream = etcd
+                .call("watch", None, || {
+                    let (mut watcher, opts) = (watcher.clone(), opts.clone());
+                    async move { watcher.watch(pred, Some(opts)).await }
+                })
+                .await?;
             loop {
                 match stream.message().await {
                     Ok(Some(resp)) => {
                         if resp.canceled() {
                             // Compacted past our start revision, or cancelled by the server:
                             // re-check instead of trusting the watch.
-                            tracing::debug!(reason = resp.cancel_reason(), compact = resp.compact_revision(), "watch cancelled by etcd");
+                            tracing::debug!(
+                                reason = resp.cancel_reason(),
+                                compact = resp.compact_revision(),
+                                "watch cancelled by etcd"
+                            );
                             return Ok(());
                         }
-                        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        if resp
+                            .events()
+                            .iter()
+                            .any(|e| e.event_type() == EventType::Delete)
+                        {
                             return Ok(());
                         }
                     }
-                    Ok(None) => return Err(Error::unavailable("watch: stream closed by etcd", None)),
+                    Ok(None) => {
+                        return Err(Error::unavailable("watch: stream closed by etcd", None));
+                    }
                     Err(e) => return Err(errors::map("watch", e)),
                 }
             }

@@ -40,28 +40,52 @@ pub(crate) enum Recheck {
     /// No key below ours: we own the lock.
     Owner,
     /// Still waiting behind this key; the reads were made at `header_rev`.
-    Behind { predecessor: String, header_rev: i64 },
+    Behind {
+        predecessor: String,
+        header_rev: i64,
+    },
 }
 
 impl Etcd {
-    /// Runs one request, bounded by the request timeout and by `deadline` (the caller's wait).
-    /// A request cut by either gets [`Error::Unavailable`]: etcd did not answer in time.
-    pub(crate) async fn call<T>(
+    /// Runs one request, retrying it while etcd is unreachable (a dead member of the balanced
+    /// connection, a leader election), bounded by the request timeout and by `deadline` (the
+    /// caller's wait). Each attempt gets a third of the request timeout, so a member that
+    /// hangs is skipped. Every request dlock sends is safe to repeat (create-or-reuse, guarded
+    /// delete, reads, watches; a repeated lease grant leaves at most an unused lease that
+    /// expires). A request cut by the timeout or the deadline gets [`Error::Unavailable`]:
+    /// etcd did not answer in time.
+    pub(crate) async fn call<T, F, Fut>(
         &self,
         what: &str,
         deadline: Option<Instant>,
-        fut: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, Error> {
-        self.counters.add_requests(1);
-        let mut until = Instant::now() + self.request_timeout;
+        mut op: F,
+    ) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let started = Instant::now();
+        let mut until = started + self.request_timeout;
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        let started = Instant::now();
-        match tokio::time::timeout_at(until, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(errors::map(what, e)),
-            Err(_) => Err(errors::no_reply(what, started.elapsed())),
+        let per_attempt = (self.request_timeout / 3).max(Duration::from_millis(100));
+        let mut backoff = Duration::from_millis(5);
+        loop {
+            self.counters.add_requests(1);
+            let attempt_until = until.min(Instant::now() + per_attempt);
+            let err = match tokio::time::timeout_at(attempt_until, op()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => errors::map(what, e),
+                Err(_) => errors::no_reply(what, started.elapsed()),
+            };
+            let now = Instant::now();
+            if err.kind() != dlock_core::ErrorKind::Unavailable || now + backoff >= until {
+                return Err(err);
+            }
+            tracing::debug!(error = %err, retry_in = ?backoff, "etcd request failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(100));
         }
     }
 
@@ -89,19 +113,37 @@ impl Etcd {
                 TxnOp::get(range, Some(newest_two)),
             ])
             .or_else([TxnOp::get(key, None)]);
-        let mut kv = self.client.kv_client();
-        let resp = self.call(WHAT, deadline, kv.txn(txn)).await?;
-        let header_rev = header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let kv = self.client.kv_client();
+        let resp = self
+            .call(WHAT, deadline, || {
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        let header_rev =
+            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
         let ops = resp.op_responses();
         if resp.succeeded() {
-            let kvs = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+            let kvs =
+                get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
             let rev = header_rev;
-            let mine = kvs.first().ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
+            let mine = kvs
+                .first()
+                .ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
             if mine.key() != key.as_bytes() || mine.create_revision() != rev {
-                return Err(errors::unexpected(WHAT, "our key is not the newest in its range"));
+                return Err(errors::unexpected(
+                    WHAT,
+                    "our key is not the newest in its range",
+                ));
             }
-            let predecessor = kvs.get(1).map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-            Ok(Enqueued { rev, header_rev, predecessor })
+            let predecessor = kvs
+                .get(1)
+                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+            Ok(Enqueued {
+                rev,
+                header_rev,
+                predecessor,
+            })
         } else {
             // Our key exists already (a retried request of ours, or an older queue entry of
             // this session): keep its place, as etcd's Mutex does.
@@ -111,11 +153,23 @@ impl Etcd {
                 .map(KeyValue::create_revision)
                 .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
             match self.recheck(range, key, rev, deadline).await? {
-                Recheck::KeyGone => Err(errors::unexpected(WHAT, "our key vanished while enqueueing")),
-                Recheck::Owner => Ok(Enqueued { rev, header_rev, predecessor: None }),
-                Recheck::Behind { predecessor, header_rev } => {
-                    Ok(Enqueued { rev, header_rev, predecessor: Some(predecessor) })
-                }
+                Recheck::KeyGone => Err(errors::unexpected(
+                    WHAT,
+                    "our key vanished while enqueueing",
+                )),
+                Recheck::Owner => Ok(Enqueued {
+                    rev,
+                    header_rev,
+                    predecessor: None,
+                }),
+                Recheck::Behind {
+                    predecessor,
+                    header_rev,
+                } => Ok(Enqueued {
+                    rev,
+                    header_rev,
+                    predecessor: Some(predecessor),
+                }),
             }
         }
     }
@@ -140,9 +194,15 @@ impl Etcd {
             TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(range, Some(below_us)),
         ]);
-        let mut kv = self.client.kv_client();
-        let resp = self.call(WHAT, deadline, kv.txn(txn)).await?;
-        let header_rev = header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let kv = self.client.kv_client();
+        let resp = self
+            .call(WHAT, deadline, || {
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        let header_rev =
+            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
         let ops = resp.op_responses();
         let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
         if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
@@ -169,8 +229,13 @@ impl Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);
-        let mut kv = self.client.kv_client();
-        let resp = self.call("guarded delete", deadline, kv.txn(txn)).await?;
+        let kv = self.client.kv_client();
+        let resp = self
+            .call("guarded delete", deadline, || {
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
         Ok(resp.succeeded())
     }
 
@@ -178,27 +243,36 @@ impl Etcd {
     /// lost and our revision is unknown; the caller owns the key's slot, so no other user of
     /// the key exists). Returns whether it deleted something.
     pub(crate) async fn delete_unknown(&self, key: &str) -> Result<bool, Error> {
-        let mut kv = self.client.kv_client();
+        let kv = self.client.kv_client();
         let resp = self
-            .call("read before delete", None, kv.get(key, Some(GetOptions::new().with_keys_only())))
+            .call("read before delete", None, || {
+                let mut kv = kv.clone();
+                async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
+            })
             .await?;
         match resp.kvs().first() {
             None => Ok(false),
-            Some(found) => self.delete_guarded(key, found.create_revision(), None).await,
+            Some(found) => {
+                self.delete_guarded(key, found.create_revision(), None)
+                    .await
+            }
         }
     }
 
     /// Revokes a session lease; a lease that is already gone counts as revoked.
     pub(crate) async fn revoke(&self, lease: i64) -> Result<(), Error> {
-        let mut leases = self.client.lease_client();
-        self.counters.add_requests(1);
-        let started = Instant::now();
-        match tokio::time::timeout(self.request_timeout, leases.revoke(lease)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if errors::is_lease_not_found(&e) => Ok(()),
-            Ok(Err(e)) => Err(errors::map("lease revoke", e)),
-            Err(_) => Err(errors::no_reply("lease revoke", started.elapsed())),
-        }
+        let leases = self.client.lease_client();
+        self.call("lease revoke", None, || {
+            let mut leases = leases.clone();
+            async move {
+                match leases.revoke(lease).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if errors::is_lease_not_found(&e) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Error, Lease, LossReason, Renewal, RenewBackend, drift};
+use dlock_core::{Error, Lease, LossReason, RenewBackend, Renewal, drift};
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
@@ -60,11 +60,17 @@ impl KeepAlive {
                     }
                 }
                 Some((mut keeper, mut stream)) => {
-                    keeper.keep_alive().await.map_err(|e| errors::map(WHAT, e))?;
+                    keeper
+                        .keep_alive()
+                        .await
+                        .map_err(|e| errors::map(WHAT, e))?;
                     match stream.message().await {
                         Ok(Some(reply)) if reply.ttl() > 0 => Ok((true, Some((keeper, stream)))),
                         Ok(Some(_)) => Ok((false, None)),
-                        Ok(None) => Err(Error::unavailable("lease keep-alive: stream closed by etcd", None)),
+                        Ok(None) => Err(Error::unavailable(
+                            "lease keep-alive: stream closed by etcd",
+                            None,
+                        )),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
                         Err(e) => Err(errors::map(WHAT, e)),
                     }
@@ -176,7 +182,10 @@ impl RenewBackend for Backend {
         for ka in sessions {
             let ok = ka.once(self.etcd.request_timeout).await?;
             if !ok {
-                tracing::warn!(lease = format_args!("{:x}", ka.id), "etcd says the session lease is gone");
+                tracing::warn!(
+                    lease = format_args!("{:x}", ka.id),
+                    "etcd says the session lease is gone"
+                );
             }
             alive.insert(ka.id, ok);
         }
@@ -223,7 +232,13 @@ impl RenewBackend for Backend {
 
 /// Deletes `key` (guarded by `rev` when known) in the background, retrying until it is gone
 /// or the session ends (the key then expires with the lease). Holds the key's slot meanwhile.
-pub(crate) fn spawn_cleanup(etcd: Etcd, key: String, rev: Option<i64>, session: Arc<Session>, slot: SlotGuard) {
+pub(crate) fn spawn_cleanup(
+    etcd: Etcd,
+    key: String,
+    rev: Option<i64>,
+    session: Arc<Session>,
+    slot: SlotGuard,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(%key, "no runtime to delete the key; it expires with the session lease");
         return;

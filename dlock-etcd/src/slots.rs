@@ -100,7 +100,10 @@ mod tests {
     async fn one_owner_per_key_and_entries_are_forgotten() {
         let slots = Slots::default();
         let a = slots.lock("k").await;
-        assert!(slots.try_lock("k").is_none(), "second owner of the same key");
+        assert!(
+            slots.try_lock("k").is_none(),
+            "second owner of the same key"
+        );
         let other = slots.try_lock("other").expect("a different key is free");
         drop(other);
         drop(a);

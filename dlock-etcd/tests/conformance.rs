@@ -61,7 +61,10 @@ impl TestBackend for EtcdBackend {
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
         let mut c = self.raw().await?;
         let resp = c
-            .get(format!("{namespace}/"), Some(GetOptions::new().with_prefix().with_keys_only()))
+            .get(
+                format!("{namespace}/"),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
             .await
             .map_err(|e| etcd_error("list the namespace", e))?;
         let mut keys: Vec<String> = resp
@@ -82,9 +85,14 @@ impl TestBackend for EtcdBackend {
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(1);
-        let resp = c.get(range, Some(first)).await.map_err(|e| etcd_error("read the holder", e))?;
+        let resp = c
+            .get(range, Some(first))
+            .await
+            .map_err(|e| etcd_error("read the holder", e))?;
         let Some(holder) = resp.kvs().first() else {
-            return Err(Error::NotHeld { name: name.to_string() });
+            return Err(Error::NotHeld {
+                name: name.to_string(),
+            });
         };
         if holder.lease() != 0 {
             c.lease_revoke(holder.lease())

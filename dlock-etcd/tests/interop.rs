@@ -63,7 +63,10 @@ impl Drop for Etcdctl {
 async fn create_revision(locker: &dlock_etcd::EtcdLocker, key: &str) -> i64 {
     let mut c = locker.client().clone();
     let resp = c.get(key, None).await.expect("read etcdctl's key");
-    resp.kvs().first().map(|kv| kv.create_revision()).expect("etcdctl's key exists")
+    resp.kvs()
+        .first()
+        .map(|kv| kv.create_revision())
+        .expect("etcdctl's key exists")
 }
 
 #[test]
@@ -80,11 +83,18 @@ fn etcdctl_holds_then_dlock_waits() {
         let key = ctl
             .granted_key(Duration::from_secs(10))
             .expect("etcdctl got the free lock");
-        assert!(key.starts_with(&format!("{etcd_name}/")), "etcdctl key {key}");
+        assert!(
+            key.starts_with(&format!("{etcd_name}/")),
+            "etcdctl key {key}"
+        );
         let etcdctl_rev = create_revision(&locker, &key).await;
 
         assert!(
-            locker.try_acquire(&name).await.expect("try_acquire").is_none(),
+            locker
+                .try_acquire(&name)
+                .await
+                .expect("try_acquire")
+                .is_none(),
             "dlock got a lock etcdctl holds"
         );
         let err = locker
@@ -97,12 +107,19 @@ fn etcdctl_holds_then_dlock_waits() {
         let l2 = locker.clone();
         let n2 = name.clone();
         let waiter = tokio::spawn(async move {
-            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15))).await
+            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15)))
+                .await
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished(), "dlock was granted while etcdctl holds the lock");
+        assert!(
+            !waiter.is_finished(),
+            "dlock was granted while etcdctl holds the lock"
+        );
         ctl.interrupt();
-        let lease = waiter.await.expect("task").expect("granted after etcdctl unlocked");
+        let lease = waiter
+            .await
+            .expect("task")
+            .expect("granted after etcdctl unlocked");
         assert!(lease.token().get() > etcdctl_rev as u64);
         lease.release().await.expect("release");
     });
@@ -135,7 +152,13 @@ fn dlock_holds_then_etcdctl_waits() {
         let etcdctl_rev = create_revision(&locker, &key).await;
         assert!(etcdctl_rev as u64 > token.get());
         // While etcdctl holds it, dlock is excluded again.
-        assert!(locker.try_acquire(&name).await.expect("try_acquire").is_none());
+        assert!(
+            locker
+                .try_acquire(&name)
+                .await
+                .expect("try_acquire")
+                .is_none()
+        );
         ctl.interrupt();
         let again = locker
             .acquire(&name, AcquireOptions::wait(Duration::from_secs(15)))
