@@ -82,8 +82,9 @@ pub(crate) async fn crash_release(ctx: &Ctx) -> Result<(), Verdict> {
     let grant = within(Duration::from_secs(60), async {
         while let Some(line) = rx.recv().await {
             output.push(line.clone());
-            if let Some(rest) = line.strip_prefix(GRANTED) {
-                return parse_grant(rest);
+            // libtest may print "test …::__crash_holder ... " on the same line first.
+            if let Some(at) = line.find(GRANTED) {
+                return parse_grant(&line[at + GRANTED.len()..]);
             }
         }
         None
