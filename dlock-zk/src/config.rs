@@ -167,16 +167,25 @@ impl ZkLockerBuilder {
         }
         if let Some((user, password)) = &self.digest {
             if user.is_empty() || user.contains(':') {
-                return Err(Error::invalid_option("digest_auth", "the user must be non-empty and hold no ':'"));
+                return Err(Error::invalid_option(
+                    "digest_auth",
+                    "the user must be non-empty and hold no ':'",
+                ));
             }
             if password.is_empty() {
-                return Err(Error::invalid_option("digest_auth", "the password must not be empty"));
+                return Err(Error::invalid_option(
+                    "digest_auth",
+                    "the password must not be empty",
+                ));
             }
         }
         if self.acl != ZkAcl::Open && self.digest.is_none() {
             return Err(Error::invalid_option(
                 "acl",
-                format!("{:?} needs digest_auth: the server rejects creator ACLs of an unauthenticated session", self.acl),
+                format!(
+                    "{:?} needs digest_auth: the server rejects creator ACLs of an unauthenticated session",
+                    self.acl
+                ),
             ));
         }
         Ok(Config {
@@ -219,7 +228,10 @@ mod tests {
         let b = || ZkLockerBuilder::new("127.0.0.1:2181");
         assert_eq!(err_option(ZkLockerBuilder::new("")), "connect");
         assert_eq!(err_option(b().ttl(Duration::ZERO)), "ttl");
-        assert_eq!(err_option(b().ttl(Duration::from_secs(100 * 24 * 3600))), "ttl");
+        assert_eq!(
+            err_option(b().ttl(Duration::from_secs(100 * 24 * 3600))),
+            "ttl"
+        );
         assert_eq!(err_option(b().root("relative")), "root");
         assert_eq!(err_option(b().root("/a/../b")), "root");
         assert_eq!(err_option(b().namespace("/abs")), "namespace");
@@ -241,6 +253,9 @@ mod tests {
             .expect("valid");
         assert_eq!(cfg.base, "/locks/app/test-1");
         assert_eq!(cfg.ttl, Duration::from_secs(2));
-        assert!(!format!("{cfg:?}").contains("secret"), "the password must not be printed");
+        assert!(
+            !format!("{cfg:?}").contains("secret"),
+            "the password must not be printed"
+        );
     }
 }

@@ -17,7 +17,11 @@ use crate::session::{DeleteTarget, Session, delete_target};
 pub(crate) enum Outcome {
     /// Our node is the lowest: the lock is ours. `proof` is when the request that showed it
     /// was sent (the session was alive then).
-    Granted { path: String, czxid: i64, proof: Instant },
+    Granted {
+        path: String,
+        czxid: i64,
+        proof: Instant,
+    },
     /// Someone else holds the lock (only for single attempts).
     Busy,
 }
@@ -46,7 +50,12 @@ pub(crate) struct Contender {
 }
 
 impl Contender {
-    pub(crate) fn new(sess: Arc<Session>, parent: String, acls: zk::Acls<'static>, no_container: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(
+        sess: Arc<Session>,
+        parent: String,
+        acls: zk::Acls<'static>,
+        no_container: Arc<AtomicBool>,
+    ) -> Self {
         Contender {
             sess,
             parent,
@@ -70,7 +79,10 @@ impl Contender {
         }
         Some(match &self.path {
             Some(p) => DeleteTarget::Path(p.clone()),
-            None => DeleteTarget::Uuid { parent: self.parent.clone(), uuid: self.uuid.clone() },
+            None => DeleteTarget::Uuid {
+                parent: self.parent.clone(),
+                uuid: self.uuid.clone(),
+            },
         })
     }
 
@@ -81,8 +93,14 @@ impl Contender {
         if self.sess.is_ended() {
             return;
         }
-        let bound = (self.sess.timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
-        match tokio::time::timeout(bound, delete_target(&self.sess.client, &self.sess.counters, &target)).await {
+        let bound =
+            (self.sess.timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
+        match tokio::time::timeout(
+            bound,
+            delete_target(&self.sess.client, &self.sess.counters, &target),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(e)) if session_ended(&e) => {}
             Ok(Err(e)) => {
@@ -101,7 +119,10 @@ impl Contender {
     pub(crate) async fn run(&mut self, single: bool) -> Result<Outcome, Retry> {
         let czxid = self.create().await?;
         let Some(path) = self.path.clone() else {
-            return Err(Retry::Fatal(Error::backend("ZooKeeper create returned no path", None)));
+            return Err(Retry::Fatal(Error::backend(
+                "ZooKeeper create returned no path",
+                None,
+            )));
         };
         let me = node_name(&path).to_owned();
         let counters = Arc::clone(&self.sess.counters);
@@ -203,7 +224,9 @@ impl Contender {
                     match client.check_stat(&path).await {
                         Ok(Some(stat)) => return Ok(stat.czxid),
                         Ok(None) => return Err(self.vanished()),
-                        Err(e) => return Err(self.classify(e).err().unwrap_or(Retry::NodeVanished)),
+                        Err(e) => {
+                            return Err(self.classify(e).err().unwrap_or(Retry::NodeVanished));
+                        }
                     }
                 }
                 Err(zk::Error::NoNode) => self.ensure_parent().await?,
@@ -282,8 +305,12 @@ impl Contender {
             self.sess.counters.add_requests(1);
             match client.mkdir(&self.parent, &mode.with_acls(self.acls)).await {
                 Ok(()) => return Ok(()),
-                Err(zk::Error::Unimplemented | zk::Error::BadArguments(_)) if mode == zk::CreateMode::Container => {
-                    tracing::info!("the server has no container nodes; lock parents are persistent");
+                Err(zk::Error::Unimplemented | zk::Error::BadArguments(_))
+                    if mode == zk::CreateMode::Container =>
+                {
+                    tracing::info!(
+                        "the server has no container nodes; lock parents are persistent"
+                    );
                     self.no_container.store(true, Ordering::Relaxed);
                 }
                 Err(zk::Error::NoNode) => {
@@ -310,7 +337,10 @@ async fn pause() {
 impl Drop for Contender {
     fn drop(&mut self) {
         if let Some(target) = self.target() {
-            tracing::debug!(?target, "contender dropped; removing its node in the background");
+            tracing::debug!(
+                ?target,
+                "contender dropped; removing its node in the background"
+            );
             self.sess.spawn_delete(target);
         }
     }

@@ -16,7 +16,10 @@ pub(crate) fn session_ended(e: &zk::Error) -> bool {
 pub(crate) fn transient(e: &zk::Error) -> bool {
     matches!(
         e,
-        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Throttled | zk::Error::SessionMoved
+        zk::Error::ConnectionLoss
+            | zk::Error::Timeout
+            | zk::Error::Throttled
+            | zk::Error::SessionMoved
     )
 }
 

@@ -66,18 +66,25 @@ pub(crate) fn node_name(path: &str) -> &str {
 /// Checks one znode path segment given by the user (root or namespace).
 fn check_segment(option: &'static str, seg: &str) -> Result<(), Error> {
     if seg.is_empty() {
-        return Err(Error::invalid_option(option, "empty path segment ('//' or a trailing '/')"));
-    }
-    if seg == "." || seg == ".." {
-        return Err(Error::invalid_option(option, format!("segment {seg:?} is not allowed")));
-    }
-    if let Some(bad) = seg
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '@' | '+' | '=')))
-    {
         return Err(Error::invalid_option(
             option,
-            format!("character {bad:?} is not allowed in a znode name (allowed: [A-Za-z0-9._:@+=-])"),
+            "empty path segment ('//' or a trailing '/')",
+        ));
+    }
+    if seg == "." || seg == ".." {
+        return Err(Error::invalid_option(
+            option,
+            format!("segment {seg:?} is not allowed"),
+        ));
+    }
+    if let Some(bad) = seg.chars().find(|c| {
+        !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '@' | '+' | '='))
+    }) {
+        return Err(Error::invalid_option(
+            option,
+            format!(
+                "character {bad:?} is not allowed in a znode name (allowed: [A-Za-z0-9._:@+=-])"
+            ),
         ));
     }
     Ok(())
@@ -90,13 +97,19 @@ pub(crate) fn validate_root(root: &str) -> Result<(), Error> {
         return Ok(());
     }
     let Some(rest) = root.strip_prefix('/') else {
-        return Err(Error::invalid_option("root", format!("{root:?} must start with '/'")));
+        return Err(Error::invalid_option(
+            "root",
+            format!("{root:?} must start with '/'"),
+        ));
     };
     for seg in rest.split('/') {
         check_segment("root", seg)?;
     }
     if rest == "zookeeper" || rest.starts_with("zookeeper/") {
-        return Err(Error::invalid_option("root", "/zookeeper is reserved by the server"));
+        return Err(Error::invalid_option(
+            "root",
+            "/zookeeper is reserved by the server",
+        ));
     }
     Ok(())
 }
@@ -104,7 +117,10 @@ pub(crate) fn validate_root(root: &str) -> Result<(), Error> {
 /// Validates a relative namespace `a/b/c` that is appended to the root.
 pub(crate) fn validate_namespace(ns: &str) -> Result<(), Error> {
     if ns.starts_with('/') || ns.ends_with('/') {
-        return Err(Error::invalid_option("namespace", "must not start or end with '/'"));
+        return Err(Error::invalid_option(
+            "namespace",
+            "must not start or end with '/'",
+        ));
     }
     for seg in ns.split('/') {
         check_segment("namespace", seg)?;
@@ -140,7 +156,9 @@ pub(crate) fn validate_connect(connect: &str) -> Result<(), Error> {
     for addr in hosts.split(',') {
         let addr = addr.strip_prefix("tcp://").unwrap_or(addr);
         if addr.contains("://") {
-            return Err(bad(format!("{addr:?}: only the tcp:// scheme is supported")));
+            return Err(bad(format!(
+                "{addr:?}: only the tcp:// scheme is supported"
+            )));
         }
         let (host, port) = if let Some(rest) = addr.strip_prefix('[') {
             let Some((h, p)) = rest.split_once("]:") else {
@@ -189,7 +207,10 @@ mod tests {
         assert_eq!(sequence_of("_c_abc-lock-"), None);
         assert_eq!(sequence_of("_c_abc-lock-12a"), None);
         assert_eq!(sequence_of("other"), None);
-        assert_eq!(sequence_of("_c_x-lock-2147483648000"), Some(2_147_483_648_000));
+        assert_eq!(
+            sequence_of("_c_x-lock-2147483648000"),
+            Some(2_147_483_648_000)
+        );
     }
 
     #[test]
@@ -201,7 +222,14 @@ mod tests {
             "_c_aaaa-lock-0000000001".into(),
         ]);
         let names: Vec<_> = sorted.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["_c_aaaa-lock-0000000001", "_c_ffff-lock-0000000002", "_c_0000-lock-0000000010"]);
+        assert_eq!(
+            names,
+            [
+                "_c_aaaa-lock-0000000001",
+                "_c_ffff-lock-0000000002",
+                "_c_0000-lock-0000000010"
+            ]
+        );
     }
 
     #[test]
@@ -226,7 +254,18 @@ mod tests {
         for ok in ["/", "/dlock", "/a/b-c/d_e.f"] {
             assert!(validate_root(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "dlock", "/a/", "//a", "/a/../b", "/a/./b", "/zookeeper", "/zookeeper/x", "/a b", "/é"] {
+        for bad in [
+            "",
+            "dlock",
+            "/a/",
+            "//a",
+            "/a/../b",
+            "/a/./b",
+            "/zookeeper",
+            "/zookeeper/x",
+            "/a b",
+            "/é",
+        ] {
             assert!(validate_root(bad).is_err(), "{bad}");
         }
         assert!(validate_namespace("dlock-test/run1/scenario_x").is_ok());
@@ -246,7 +285,18 @@ mod tests {
         ] {
             assert!(validate_connect(ok).is_ok(), "{ok}");
         }
-        for bad in ["", " ", "host", "host:", "host:0", "host:99999", ":2181", "a:1,,b:2", "a:1/bad/", "http://a:1"] {
+        for bad in [
+            "",
+            " ",
+            "host",
+            "host:",
+            "host:0",
+            "host:99999",
+            ":2181",
+            "a:1,,b:2",
+            "a:1/bad/",
+            "http://a:1",
+        ] {
             assert!(validate_connect(bad).is_err(), "{bad}");
         }
     }

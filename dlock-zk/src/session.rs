@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Counters, Error, LossReason, RenewBackend, RenewalDriver, Renewal};
+use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriver};
 use zookeeper_client as zk;
 
 use crate::config::Config;
@@ -74,7 +74,14 @@ impl Session {
             counters,
         });
         tracing::info!(session = %format_args!("{id:#x}"), requested = ?cfg.ttl, negotiated = ?timeout, "ZooKeeper session opened");
-        tokio::spawn(watch_state(Arc::downgrade(&session), driver, watcher, ended, id, timeout));
+        tokio::spawn(watch_state(
+            Arc::downgrade(&session),
+            driver,
+            watcher,
+            ended,
+            id,
+            timeout,
+        ));
         Ok(session)
     }
 
@@ -86,8 +93,10 @@ impl Session {
     /// Records that an operation saw the session end; its leases are lost at once.
     pub(crate) fn mark_ended(&self, why: &str) {
         if !self.ended.swap(true, Ordering::AcqRel) {
-            self.driver
-                .lose_all(&LossReason::SessionEnded(format!("ZooKeeper session {:#x}: {why}", self.id)));
+            self.driver.lose_all(&LossReason::SessionEnded(format!(
+                "ZooKeeper session {:#x}: {why}",
+                self.id
+            )));
         }
     }
 
@@ -101,7 +110,12 @@ impl Session {
 
     /// Spawns the guarded, retried delete of one of our nodes.
     pub(crate) fn spawn_delete(&self, target: DeleteTarget) {
-        spawn_delete(self.client.clone(), Arc::clone(&self.ended), Arc::clone(&self.counters), target);
+        spawn_delete(
+            self.client.clone(),
+            Arc::clone(&self.ended),
+            Arc::clone(&self.counters),
+            target,
+        );
     }
 }
 
@@ -135,7 +149,9 @@ async fn watch_state(
             zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed => {
                 tracing::warn!(session = %format_args!("{id:#x}"), %state, leases = driver.len(), "ZooKeeper session ended; its leases are lost");
                 ended.store(true, Ordering::Release);
-                driver.lose_all(&LossReason::SessionEnded(format!("ZooKeeper session {id:#x} {state}")));
+                driver.lose_all(&LossReason::SessionEnded(format!(
+                    "ZooKeeper session {id:#x} {state}"
+                )));
                 return;
             }
             zk::SessionState::Disconnected => {
@@ -159,9 +175,17 @@ pub(crate) enum DeleteTarget {
 
 /// Deletes the target until it is gone or the session ends. Never deletes anyone else's node:
 /// paths and uuids are unique to one contender.
-pub(crate) fn spawn_delete(client: zk::Client, ended: Arc<AtomicBool>, counters: Arc<Counters>, target: DeleteTarget) {
+pub(crate) fn spawn_delete(
+    client: zk::Client,
+    ended: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+    target: DeleteTarget,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(?target, "no runtime to delete a contender node on; it goes when the session ends");
+        tracing::warn!(
+            ?target,
+            "no runtime to delete a contender node on; it goes when the session ends"
+        );
         return;
     };
     handle.spawn(async move {
@@ -191,7 +215,11 @@ pub(crate) fn spawn_delete(client: zk::Client, ended: Arc<AtomicBool>, counters:
 }
 
 /// One attempt at deleting the target. A node already gone is success.
-pub(crate) async fn delete_target(client: &zk::Client, counters: &Counters, target: &DeleteTarget) -> Result<(), zk::Error> {
+pub(crate) async fn delete_target(
+    client: &zk::Client,
+    counters: &Counters,
+    target: &DeleteTarget,
+) -> Result<(), zk::Error> {
     match target {
         DeleteTarget::Path(path) => delete_path(client, counters, path).await,
         DeleteTarget::Uuid { parent, uuid } => {
@@ -215,7 +243,11 @@ pub(crate) async fn delete_target(client: &zk::Client, counters: &Counters, targ
     }
 }
 
-async fn delete_path(client: &zk::Client, counters: &Counters, path: &str) -> Result<(), zk::Error> {
+async fn delete_path(
+    client: &zk::Client,
+    counters: &Counters,
+    path: &str,
+) -> Result<(), zk::Error> {
     counters.add_requests(1);
     match client.delete(path, None).await {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
@@ -259,14 +291,21 @@ impl RenewBackend for SessionBackend {
             Ok(r) => r,
             Err(e) if session_ended(&e) => {
                 self.ended.store(true, Ordering::Release);
-                let reason = LossReason::SessionEnded(format!("ZooKeeper session {:#x}: {e}", self.session_id));
+                let reason = LossReason::SessionEnded(format!(
+                    "ZooKeeper session {:#x}: {e}",
+                    self.session_id
+                ));
                 return Ok(vec![Renewal::Lost(reason); n]);
             }
             Err(e) => return Err(map("renewal", e)),
         };
         if results.len() != window.len() {
             return Err(Error::backend(
-                format!("ZooKeeper renewal: {} results for {} reads", results.len(), window.len()),
+                format!(
+                    "ZooKeeper renewal: {} results for {} reads",
+                    results.len(),
+                    window.len()
+                ),
                 None,
             ));
         }
@@ -277,12 +316,18 @@ impl RenewBackend for SessionBackend {
                     if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid {
                         Renewal::Extended
                     } else {
-                        Renewal::Lost(LossReason::Gone(format!("lock node {} now belongs to another session", entry.path)))
+                        Renewal::Lost(LossReason::Gone(format!(
+                            "lock node {} now belongs to another session",
+                            entry.path
+                        )))
                     }
                 }
-                zk::MultiReadResult::Error { err: zk::Error::NoNode } => {
-                    Renewal::Lost(LossReason::Gone(format!("lock node {} was deleted", entry.path)))
-                }
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => Renewal::Lost(LossReason::Gone(format!(
+                    "lock node {} was deleted",
+                    entry.path
+                ))),
                 // The session answered, which is what the deadline rests on.
                 _ => Renewal::Extended,
             };

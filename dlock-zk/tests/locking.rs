@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use dlock_conformance::faults::Proxy;
 use dlock_core::{AcquireOptions, Error, LockName, Locker, LossReason};
-use support::{contenders, eventually, locker, namespace, raw, shared};
+use support::{contenders, eventually, expire_session, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -25,20 +26,37 @@ async fn grant_layout_token_and_release() {
     let parent = l.lock_path(&name);
     assert!(parent.ends_with("/orders%2F42"), "{parent}");
 
-    let lease = l.acquire(&name, AcquireOptions::wait(Duration::from_secs(5))).await.unwrap();
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
     let z = raw(connect).await;
     let kids = contenders(&z, &parent).await;
     assert_eq!(kids.len(), 1, "{kids:?}");
     let node = &kids[0];
-    assert!(node.starts_with("_c_") && node.contains("-lock-"), "Curator layout: {node}");
-    let stat = z.check_stat(&format!("{parent}/{node}")).await.unwrap().unwrap();
-    assert_eq!(lease.token().get(), u64::try_from(stat.czxid).unwrap(), "token = czxid");
+    assert!(
+        node.starts_with("_c_") && node.contains("-lock-"),
+        "Curator layout: {node}"
+    );
+    let stat = z
+        .check_stat(&format!("{parent}/{node}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        lease.token().get(),
+        u64::try_from(stat.czxid).unwrap(),
+        "token = czxid"
+    );
     assert_eq!(stat.ephemeral_owner, l.session_id().unwrap());
 
     let first = lease.token();
     lease.release().await.unwrap();
     assert!(contenders(&z, &parent).await.is_empty());
-    let again = l.acquire(&name, AcquireOptions::wait(Duration::from_secs(5))).await.unwrap();
+    let again = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
     assert!(again.token() > first, "tokens increase");
     again.release().await.unwrap();
 }
@@ -51,13 +69,28 @@ async fn try_acquire_on_held_leaves_nothing() {
     let a = locker(connect, &ns, TTL).await;
     let b = locker(connect, &ns, TTL).await;
     let name = LockName::new("t").unwrap();
-    let held = a.try_acquire(&name).await.unwrap().expect("free lock is granted");
+    let held = a
+        .try_acquire(&name)
+        .await
+        .unwrap()
+        .expect("free lock is granted");
     assert!(b.try_acquire(&name).await.unwrap().is_none());
-    assert!(a.try_acquire(&name).await.unwrap().is_none(), "not re-entrant");
+    assert!(
+        a.try_acquire(&name).await.unwrap().is_none(),
+        "not re-entrant"
+    );
     let z = raw(connect).await;
-    assert_eq!(contenders(&z, &a.lock_path(&name)).await.len(), 1, "failed tries removed their nodes");
+    assert_eq!(
+        contenders(&z, &a.lock_path(&name)).await.len(),
+        1,
+        "failed tries removed their nodes"
+    );
     held.release().await.unwrap();
-    let got = b.try_acquire(&name).await.unwrap().expect("free after release");
+    let got = b
+        .try_acquire(&name)
+        .await
+        .unwrap()
+        .expect("free after release");
     got.release().await.unwrap();
 }
 
@@ -72,18 +105,33 @@ async fn timeout_and_cancel_leave_nothing() {
     let parent = a.lock_path(&name);
     let held = a.acquire(&name, AcquireOptions::forever()).await.unwrap();
 
-    let err = b.acquire(&name, AcquireOptions::wait(Duration::from_millis(300))).await.unwrap_err();
+    let err = b
+        .acquire(&name, AcquireOptions::wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let z = raw(connect).await;
-    assert_eq!(contenders(&z, &parent).await.len(), 1, "timed-out waiter removed its node");
+    assert_eq!(
+        contenders(&z, &parent).await.len(),
+        1,
+        "timed-out waiter removed its node"
+    );
 
     let b2 = Arc::clone(&b);
     let n2 = name.clone();
     let waiter = tokio::spawn(async move { b2.acquire(&n2, AcquireOptions::forever()).await });
-    assert!(eventually(Duration::from_secs(5), || async { contenders(&z, &parent).await.len() == 2 }).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            contenders(&z, &parent).await.len() == 2
+        })
+        .await
+    );
     waiter.abort();
     assert!(
-        eventually(Duration::from_secs(5), || async { contenders(&z, &parent).await.len() == 1 }).await,
+        eventually(Duration::from_secs(5), || async {
+            contenders(&z, &parent).await.len() == 1
+        })
+        .await,
         "cancelled waiter's node must be removed"
     );
     held.release().await.unwrap();
@@ -107,11 +155,19 @@ async fn mutual_exclusion_fifo_and_one_wakeup_per_release() {
     let fence = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for l in &lockers {
-        let (l, name, inside, violations, fence) =
-            (Arc::clone(l), name.clone(), Arc::clone(&inside), Arc::clone(&violations), Arc::clone(&fence));
+        let (l, name, inside, violations, fence) = (
+            Arc::clone(l),
+            name.clone(),
+            Arc::clone(&inside),
+            Arc::clone(&violations),
+            Arc::clone(&fence),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                let lease = l.acquire(&name, AcquireOptions::wait(Duration::from_secs(20))).await.unwrap();
+                let lease = l
+                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(20)))
+                    .await
+                    .unwrap();
                 if inside.swap(true, Ordering::SeqCst) {
                     violations.fetch_add(1, Ordering::SeqCst);
                 }
@@ -139,7 +195,10 @@ async fn mutual_exclusion_fifo_and_one_wakeup_per_release() {
     assert_eq!(grants, (WORKERS * ROUNDS) as u64);
     // Each release wakes at most its one successor (a waiter also wakes when its predecessor
     // left the queue, which is also a release of that node).
-    assert!(wakeups <= grants, "wakeups {wakeups} > grants {grants}: herd effect");
+    assert!(
+        wakeups <= grants,
+        "wakeups {wakeups} > grants {grants}: herd effect"
+    );
     assert!(waits > 0, "the test must contend");
 }
 
@@ -149,7 +208,11 @@ async fn names_are_isolated() {
     let connect = &c.endpoints()[0];
     let ns = namespace("iso");
     let l = locker(connect, &ns, TTL).await;
-    let a = l.try_acquire(&LockName::new("a").unwrap()).await.unwrap().unwrap();
+    let a = l
+        .try_acquire(&LockName::new("a").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     let ab = l.try_acquire(&LockName::new("a/b").unwrap()).await.unwrap();
     let abare = l.try_acquire(&LockName::new("ab").unwrap()).await.unwrap();
     assert!(ab.is_some() && abare.is_some());
@@ -163,20 +226,30 @@ async fn session_expiry_loses_every_lease_and_a_new_session_follows() {
     let Some(c) = shared(1) else { return };
     let connect = &c.endpoints()[0];
     let ns = namespace("expiry");
-    let l = locker(connect, &ns, TTL).await;
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let l = locker(&proxy.addr().to_string(), &ns, TTL).await;
     let n1 = LockName::new("x1").unwrap();
     let n2 = LockName::new("x2").unwrap();
     let a = l.acquire(&n1, AcquireOptions::forever()).await.unwrap();
     let b = l.acquire(&n2, AcquireOptions::forever()).await.unwrap();
     let old = l.session_id().unwrap();
     let (la, lb) = (a.lost(), b.lost());
-    l.expire_session_for_test().await.unwrap();
-    let ra = tokio::time::timeout(Duration::from_secs(1), la).await.expect("lost fires at once");
-    let rb = tokio::time::timeout(Duration::from_secs(1), lb).await.expect("lost fires at once");
-    assert!(matches!(ra, LossReason::SessionEnded(_)), "{ra:?}");
-    assert!(matches!(rb, LossReason::SessionEnded(_)), "{rb:?}");
+    expire_session(&l, connect, &proxy, &l.lock_path(&n1)).await;
+    // The client hears of the expiry when it reconnects; either the session end or the local
+    // timer (whichever comes first) declares the loss, within the TTL.
+    let ra = tokio::time::timeout(TTL, la).await.expect("lost fires");
+    let rb = tokio::time::timeout(TTL, lb).await.expect("lost fires");
+    for r in [&ra, &rb] {
+        assert!(
+            matches!(r, LossReason::SessionEnded(_) | LossReason::Expired),
+            "{r:?}"
+        );
+    }
     assert!(a.check().is_err());
-    let again = l.acquire(&n1, AcquireOptions::wait(Duration::from_secs(5))).await.unwrap();
+    let again = l
+        .acquire(&n1, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
     assert_ne!(l.session_id().unwrap(), old, "a new session was opened");
     assert!(again.token() > a.token());
     again.release().await.unwrap();
@@ -190,7 +263,10 @@ async fn renewal_keeps_a_lease_past_several_ttls() {
     let ns = namespace("renew");
     let l = locker(connect, &ns, Duration::from_millis(800)).await;
     let ttl = l.negotiated_timeout();
-    let lease = l.acquire(&LockName::new("r").unwrap(), AcquireOptions::forever()).await.unwrap();
+    let lease = l
+        .acquire(&LockName::new("r").unwrap(), AcquireOptions::forever())
+        .await
+        .unwrap();
     tokio::time::sleep(ttl * 4).await;
     lease.check().unwrap();
     assert!(l.stats().renewals >= 3, "{:?}", l.stats());
@@ -200,18 +276,48 @@ async fn renewal_keeps_a_lease_past_several_ttls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_rejected_before_io() {
     // No server at this address: only validation can answer.
-    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1").ttl(Duration::ZERO).build().await.unwrap_err();
-    assert!(matches!(err, Error::InvalidOption { option: "ttl", .. }), "{err}");
-    let err = dlock_zk::ZkLocker::builder("nohostport").build().await.unwrap_err();
-    assert!(matches!(err, Error::InvalidOption { option: "connect", .. }), "{err}");
-    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1").root("/zookeeper").build().await.unwrap_err();
-    assert!(matches!(err, Error::InvalidOption { option: "root", .. }), "{err}");
+    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1")
+        .ttl(Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidOption { option: "ttl", .. }),
+        "{err}"
+    );
+    let err = dlock_zk::ZkLocker::builder("nohostport")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "connect",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1")
+        .root("/zookeeper")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidOption { option: "root", .. }),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_ensemble_is_unavailable() {
     // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let started = std::time::Instant::now();
     let err = dlock_zk::ZkLocker::builder(format!("127.0.0.1:{port}"))
         .ttl(Duration::from_secs(1))

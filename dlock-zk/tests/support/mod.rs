@@ -87,3 +87,43 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Ends a locker's session from the server side: with the locker's own connection blackholed
+/// at `proxy` (so it cannot win the session back), another connection resumes the session
+/// directly at `direct` and closes it. Returns once no node under `parent` belongs to the
+/// session any more; the locker learns of the expiry when the proxy passes traffic again.
+pub async fn expire_session(
+    l: &ZkLocker,
+    direct: &str,
+    proxy: &dlock_conformance::faults::Proxy,
+    parent: &str,
+) {
+    use dlock_conformance::faults::Mode;
+    let info = l.session_info_for_test().expect("a session");
+    let id = info.id().0;
+    proxy.set(Mode::Blackhole);
+    let other = zookeeper_client::Client::connector()
+        .with_session(info)
+        .with_session_timeout(l.negotiated_timeout())
+        .connect(direct)
+        .await
+        .expect("take the session over");
+    drop(other);
+    let z = raw(direct).await;
+    let closed = eventually(Duration::from_secs(10), || {
+        let z = z.clone();
+        async move {
+            for child in contenders(&z, parent).await {
+                if let Ok(Some(stat)) = z.check_stat(&format!("{parent}/{child}")).await {
+                    if stat.ephemeral_owner == id {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+    })
+    .await;
+    assert!(closed, "the session was not closed");
+    proxy.set(Mode::Pass);
+}

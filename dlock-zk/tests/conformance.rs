@@ -1,0 +1,152 @@
+//! The shared conformance suite against real ZooKeeper: `zk` (one server) and `zk_cluster`
+//! (a three-server ensemble).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::{ClientOptions, TestBackend};
+use dlock_core::{Error, LockName, Locker};
+use dlock_zk::{DEFAULT_ROOT, ZkLocker};
+use zookeeper_client as zkc;
+
+/// A ZooKeeper topology under test.
+struct ZkBackend {
+    name: &'static str,
+    cluster: Arc<Cluster>,
+}
+
+impl ZkBackend {
+    fn connect(&self) -> String {
+        self.cluster.endpoints().join(",")
+    }
+
+    fn base(namespace: &str) -> String {
+        format!("{DEFAULT_ROOT}/{namespace}")
+    }
+
+    /// A short-lived plain session for audits and server-side breaks.
+    async fn raw(&self) -> Result<zkc::Client, Error> {
+        zkc::Client::connector()
+            .with_session_timeout(Duration::from_secs(5))
+            .connect(&self.connect())
+            .await
+            .map_err(|e| Error::unavailable(format!("audit session: {e}"), Some(Box::new(e) as _)))
+    }
+}
+
+fn backend_error(what: &str, e: zkc::Error) -> Error {
+    Error::backend(format!("{what}: {e}"), Some(Box::new(e) as _))
+}
+
+async fn children(z: &zkc::Client, path: &str) -> Result<Vec<String>, Error> {
+    match z.list_children(path).await {
+        Ok(c) => Ok(c),
+        Err(zkc::Error::NoNode) => Ok(Vec::new()),
+        Err(e) => Err(backend_error(&format!("list {path}"), e)),
+    }
+}
+
+#[async_trait]
+impl TestBackend for ZkBackend {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.cluster.addrs()
+    }
+
+    async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        let connect = match &opts.via {
+            Some(addrs) => addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => self.connect(),
+        };
+        let locker = ZkLocker::builder(connect)
+            .ttl(opts.ttl)
+            .namespace(opts.namespace.clone())
+            .build()
+            .await?;
+        Ok(Arc::new(locker))
+    }
+
+    /// Every contender node under the namespace (`<lock parent>/<node>`). Empty lock parents
+    /// are container nodes the server reaps by itself, so they do not count.
+    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
+        let z = self.raw().await?;
+        let base = Self::base(namespace);
+        let mut out = Vec::new();
+        for parent in children(&z, &base).await? {
+            for node in children(&z, &format!("{base}/{parent}")).await? {
+                out.push(format!("{parent}/{node}"));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes the holder's node (the lowest sequence), as an operator would.
+    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        let z = self.raw().await?;
+        let parent = format!("{}/{}", Self::base(namespace), name.encoded());
+        let mut nodes: Vec<(i64, String)> = children(&z, &parent)
+            .await?
+            .into_iter()
+            .filter_map(|n| {
+                let seq = n.rsplit_once("lock-")?.1.parse().ok()?;
+                Some((seq, n))
+            })
+            .collect();
+        nodes.sort();
+        let Some((_, holder)) = nodes.first() else {
+            return Err(Error::NotHeld {
+                name: name.to_string(),
+            });
+        };
+        match z.delete(&format!("{parent}/{holder}"), None).await {
+            Ok(()) | Err(zkc::Error::NoNode) => Ok(()),
+            Err(e) => Err(backend_error("delete the holder's node", e)),
+        }
+    }
+
+    fn child_env(&self) -> Vec<(String, String)> {
+        self.cluster.external_env()
+    }
+
+    fn logs(&self) -> String {
+        self.cluster.logs()
+    }
+}
+
+fn shared(nodes: usize) -> Arc<Cluster> {
+    Cluster::shared(ServerKind::Zk, nodes)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn zk() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        Arc::new(ZkBackend {
+            name: "zk",
+            cluster: shared(1),
+        })
+    }))
+}
+
+fn zk_cluster() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        Arc::new(ZkBackend {
+            name: "zk-cluster",
+            cluster: shared(3),
+        })
+    }))
+}
+
+dlock_conformance::conformance_tests!(zk, zk());
+dlock_conformance::conformance_tests!(zk_cluster, zk_cluster());

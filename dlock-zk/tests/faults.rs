@@ -1,0 +1,311 @@
+//! ZooKeeper-specific failures: a middle waiter's session expiring, connection resets, and
+//! ensemble members (follower, leader) being killed under a held lock.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dlock_conformance::faults::{Mode, Proxy};
+use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
+use support::{contenders, eventually, expire_session, locker, namespace, private, raw, shared};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// A holds; B waits on A; C waits on B. B's session expires: C must re-target its watch to A
+/// and must NOT acquire while A holds; when A releases, C gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn middle_waiter_expiry_retargets_the_next_waiter() {
+    let Some(c) = shared(1) else { return };
+    let connect = c.endpoints()[0].clone();
+    let ns = namespace("middle");
+    let name = LockName::new("mid").unwrap();
+    let a = locker(&connect, &ns, TTL).await;
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let b = Arc::new(locker(&proxy.addr().to_string(), &ns, TTL).await);
+    let cl = Arc::new(locker(&connect, &ns, TTL).await);
+    let z = raw(&connect).await;
+    let parent = a.lock_path(&name);
+
+    let held = a.acquire(&name, AcquireOptions::forever()).await.unwrap();
+    let (b2, n2) = (Arc::clone(&b), name.clone());
+    let b_wait = tokio::spawn(async move {
+        b2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(30)))
+            .await
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            contenders(&z, &parent).await.len() == 2
+        })
+        .await
+    );
+    let (c2, n3) = (Arc::clone(&cl), name.clone());
+    let c_wait = tokio::spawn(async move {
+        c2.acquire(&n3, AcquireOptions::wait(Duration::from_secs(30)))
+            .await
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            contenders(&z, &parent).await.len() == 3
+        })
+        .await
+    );
+    let c_wakeups_before = cl.stats().wakeups;
+
+    expire_session(&b, &connect, &proxy, &parent).await;
+    // C is woken by the deletion of B's node and must go back to waiting on A.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            cl.stats().wakeups > c_wakeups_before
+        })
+        .await,
+        "C was never woken by its predecessor's expiry"
+    );
+    tokio::time::sleep(TTL).await;
+    assert!(
+        !c_wait.is_finished(),
+        "C acquired while A still holds the lock"
+    );
+    held.check().expect("A still holds");
+    assert!(
+        !b_wait.is_finished(),
+        "B (re-queued on a new session) acquired while A holds"
+    );
+
+    held.release().await.unwrap();
+    let lc = tokio::time::timeout(Duration::from_secs(10), c_wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        !b_wait.is_finished(),
+        "B re-queued behind C, so C goes first"
+    );
+    let c_token = lc.token();
+    lc.release().await.unwrap();
+    let lb = tokio::time::timeout(Duration::from_secs(10), b_wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(lb.token() > c_token);
+    lb.release().await.unwrap();
+}
+
+/// Connections reset for a moment: the client reconnects within the session timeout, and the
+/// lease is kept (no loss, no second holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_within_the_timeout_keeps_the_lease() {
+    let Some(c) = shared(1) else { return };
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let ns = namespace("reconnect");
+    let name = LockName::new("rc").unwrap();
+    let holder = locker(&proxy.addr().to_string(), &ns, TTL).await;
+    let other = locker(&c.endpoints()[0], &ns, TTL).await;
+    let lease = holder
+        .acquire(&name, AcquireOptions::forever())
+        .await
+        .unwrap();
+    let session = holder.session_id();
+    proxy.set(Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set(Mode::Pass);
+    let end = Instant::now() + TTL * 2;
+    while Instant::now() < end {
+        assert!(
+            other.try_acquire(&name).await.unwrap().is_none(),
+            "stolen after a reconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    lease
+        .check()
+        .expect("a reconnect within the timeout keeps the lease");
+    assert_eq!(holder.session_id(), session, "same session");
+    assert!(proxy.connections() >= 2, "the client really reconnected");
+    lease.release().await.unwrap();
+}
+
+/// Blackholed longer than the timeout: lost() fires from the local timer, before the server
+/// expires the session and hands the lock to someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_fires_lost_from_the_local_timer() {
+    let Some(c) = shared(1) else { return };
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let ns = namespace("partition");
+    let name = LockName::new("p").unwrap();
+    let holder = locker(&proxy.addr().to_string(), &ns, TTL).await;
+    let other = Arc::new(locker(&c.endpoints()[0], &ns, TTL).await);
+    let lease = holder
+        .acquire(&name, AcquireOptions::forever())
+        .await
+        .unwrap();
+    let deadline = lease.deadline();
+    let lost = lease.lost();
+    let cut = Instant::now();
+    proxy.set(Mode::Blackhole);
+    let (o, n) = (Arc::clone(&other), name.clone());
+    let stolen = tokio::spawn(async move {
+        let l = o
+            .acquire(&n, AcquireOptions::wait(Duration::from_secs(20)))
+            .await;
+        (Instant::now(), l)
+    });
+    let reason = tokio::time::timeout(TTL * 2, lost)
+        .await
+        .expect("lost() fires");
+    let lost_at = Instant::now();
+    assert!(!matches!(reason, LossReason::Released), "{reason:?}");
+    assert!(
+        lost_at <= deadline.max(cut + TTL) + Duration::from_millis(250),
+        "lost late: {:?} after the cut",
+        lost_at - cut
+    );
+    let (stolen_at, got) = stolen.await.unwrap();
+    let got = got.unwrap();
+    assert!(
+        stolen_at >= lost_at,
+        "stolen {:?} before lost()",
+        lost_at - stolen_at
+    );
+    assert!(got.token() > lease.token());
+    proxy.set(Mode::Pass);
+    got.release().await.unwrap();
+}
+
+/// Which of `proxies` the client talks through now (the one with the latest connection that
+/// carries bytes).
+fn connected(proxies: &[Proxy]) -> Option<usize> {
+    proxies.iter().position(|p| p.connections() > 0)
+}
+
+/// Runs a contender that keeps trying the lock and records when it first got it.
+fn spawn_contender(
+    l: Arc<dlock_zk::ZkLocker>,
+    name: LockName,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Option<(Instant, u64)>> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(Some(got)) = l.try_acquire(&name).await {
+                let t = Instant::now();
+                let token = got.token().get();
+                let _ = got.release().await;
+                return Some((t, token));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    })
+}
+
+/// The follower the holder is connected to is killed: the client moves to another server within
+/// the session timeout and the lease is held throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_killed_lease_held() {
+    let Some(cluster) = tokio::task::spawn_blocking(|| private(3)).await.unwrap() else {
+        return;
+    };
+    let leader = cluster.zk_leader().expect("a leader");
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let proxies: Vec<Proxy> = followers
+        .iter()
+        .map(|i| Proxy::start(cluster.addrs()[*i]).unwrap())
+        .collect();
+    let via = proxies
+        .iter()
+        .map(|p| p.addr().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let ns = namespace("follower");
+    let name = LockName::new("f").unwrap();
+    let holder = locker(&via, &ns, TTL).await;
+    let contender = Arc::new(locker(&cluster.endpoints()[leader], &ns, TTL).await);
+    let lease = holder
+        .acquire(&name, AcquireOptions::forever())
+        .await
+        .unwrap();
+    let on = connected(&proxies).expect("the holder is connected through a proxy");
+    let victim = followers[on];
+    let lost = lease.lost();
+    let stop = Arc::new(AtomicBool::new(false));
+    let grabber = spawn_contender(Arc::clone(&contender), name.clone(), Arc::clone(&stop));
+
+    cluster.node(victim).kill().unwrap();
+    let held_for = TTL * 3;
+    let outcome = tokio::time::timeout(held_for, lost).await;
+    stop.store(true, Ordering::SeqCst);
+    let stolen = grabber.await.unwrap();
+    assert!(
+        outcome.is_err(),
+        "the lease was lost after a follower died: {outcome:?}"
+    );
+    assert!(
+        stolen.is_none(),
+        "someone else got the lock while the lease was held: {stolen:?}"
+    );
+    lease.check().unwrap();
+    assert!(
+        proxies[1 - on].connections() > 0,
+        "the client moved to the other follower"
+    );
+    lease.release().await.unwrap();
+}
+
+/// The leader is killed: the lease is either held throughout, or lost() fires — and in no case
+/// does a contender get the lock before lost() fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_held_or_lost_never_double_granted() {
+    let Some(cluster) = tokio::task::spawn_blocking(|| private(3)).await.unwrap() else {
+        return;
+    };
+    let leader = cluster.zk_leader().expect("a leader");
+    let connect = cluster.endpoints().join(",");
+    let ns = namespace("leader");
+    let name = LockName::new("l").unwrap();
+    let holder = locker(&connect, &ns, TTL).await;
+    let contender = Arc::new(locker(&connect, &ns, TTL).await);
+    let lease = holder
+        .acquire(&name, AcquireOptions::forever())
+        .await
+        .unwrap();
+    let lost = lease.lost();
+    let lost_at = tokio::spawn(async move {
+        let r = lost.await;
+        (Instant::now(), r)
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let grabber = spawn_contender(Arc::clone(&contender), name.clone(), Arc::clone(&stop));
+    cluster.node(leader).kill().unwrap();
+    tokio::time::sleep(TTL * 4).await;
+    stop.store(true, Ordering::SeqCst);
+    let stolen = grabber.await.unwrap();
+    if lost_at.is_finished() {
+        let (t_lost, reason) = lost_at.await.unwrap();
+        assert!(!matches!(reason, LossReason::Released));
+        if let Some((t_stolen, token)) = stolen {
+            assert!(
+                t_stolen >= t_lost,
+                "granted to another {:?} before lost() fired",
+                t_lost - t_stolen
+            );
+            assert!(token > lease.token().get());
+        }
+        eprintln!(
+            "leader kill: lease lost ({reason}); contender got it: {}",
+            stolen.is_some()
+        );
+    } else {
+        assert!(
+            stolen.is_none(),
+            "double grant: the lease is still held but {stolen:?} got the lock"
+        );
+        lease.check().unwrap();
+        eprintln!("leader kill: lease held throughout");
+        lease.release().await.unwrap();
+    }
+}
