@@ -181,31 +181,17 @@ fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
     }
 }
 
-/// Hands out the lease of a grant whose request was sent at `start`, or `None` when the reply
-/// came too late to be useful (the lock is then given back).
-async fn grant(
-    inner: &Inner,
-    name: &LockName,
-    mut p: Pending,
-    token: u64,
-    start: Instant,
-) -> Option<Lease> {
-    if Instant::now() >= inner.driver.deadline_from(start) {
-        tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
-        // `p` stays dirty: dropping it deletes the key (guarded by our owner value).
-        return None;
-    }
+/// Hands out the lease of a grant whose request was sent at `start`.
+fn grant(inner: &Inner, name: &LockName, mut p: Pending, token: u64, start: Instant) -> Lease {
     p.dirty = false;
     let held = Held {
         keys: p.keys.clone(),
         owner: std::mem::take(&mut p.owner),
     };
     drop(p);
-    Some(
-        inner
-            .driver
-            .register(name.clone(), FencingToken(token), start, held),
-    )
+    inner
+        .driver
+        .register(name.clone(), FencingToken(token), start, held)
 }
 
 pub(super) async fn try_acquire(
@@ -216,7 +202,13 @@ pub(super) async fn try_acquire(
     let start = Instant::now();
     p.dirty = true;
     match attempt(inner, &p, inner.request_timeout).await? {
-        Reply::Granted(token) => Ok(grant(inner, name, p, token, start).await),
+        Reply::Granted(token) => {
+            if Instant::now() >= inner.driver.deadline_from(start) {
+                // Too late to be useful: dropping `p` (still dirty) gives the key back.
+                return Ok(None);
+            }
+            Ok(Some(grant(inner, name, p, token, start)))
+        }
         Reply::Held { .. } | Reply::Turn { .. } => {
             p.dirty = false;
             Ok(None)
@@ -279,23 +271,17 @@ pub(super) async fn acquire(
         };
         let sleep = match reply {
             Reply::Granted(token) => {
-                let keys = p.keys.clone();
-                let entry = p.entry.clone();
-                match grant(inner, name, p, token, start).await {
-                    Some(lease) => {
-                        tracing::debug!(lock = %name, token, waited = waited, "granted");
-                        return Ok(lease);
-                    }
-                    None => {
-                        // Too late: the key was given back; try again with a new owner value.
-                        p = pending(inner, keys, entry);
-                        if let Some(e) = &p.entry {
-                            // `grant` dropped the old guard, which unregistered the entry.
-                            let _ = inner.notifier.register(e);
-                        }
-                        continue;
-                    }
+                if Instant::now() >= inner.driver.deadline_from(start) {
+                    // The reply came after the grant's validity: give the key back and try
+                    // again with a new owner value (we rejoin the queue at its tail).
+                    tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
+                    inner.backend.release_keys(&p.keys, &p.owner).await?;
+                    p.owner = random_id();
+                    continue;
                 }
+                let lease = grant(inner, name, p, token, start);
+                tracing::debug!(lock = %name, token, waited, "granted");
+                return Ok(lease);
             }
             Reply::Held { pttl, head } => {
                 if p.entry.is_none() {
