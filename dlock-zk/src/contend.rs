@@ -117,7 +117,7 @@ impl Contender {
     /// Cancel safety: dropping the future leaves the contender armed; dropping the contender
     /// removes its node in the background.
     pub(crate) async fn run(&mut self, single: bool) -> Result<Outcome, Retry> {
-        let czxid = self.create().await?;
+        let (czxid, mut prefetched) = self.create().await?;
         let Some(path) = self.path.clone() else {
             return Err(Retry::Fatal(Error::backend(
                 "ZooKeeper create returned no path",
@@ -129,15 +129,20 @@ impl Contender {
         let client = self.sess.client.clone();
         let mut waited = false;
         loop {
-            let proof = Instant::now();
-            counters.add_requests(1);
-            let children = match client.list_children(&self.parent).await {
-                Ok(c) => c,
-                Err(zk::Error::NoNode) => return Err(self.vanished()),
-                Err(e) => {
-                    self.classify(e)?;
-                    pause().await;
-                    continue;
+            let (proof, children) = match prefetched.take() {
+                Some(listing) => listing,
+                None => {
+                    let proof = Instant::now();
+                    counters.add_requests(1);
+                    match client.list_children(&self.parent).await {
+                        Ok(c) => (proof, c),
+                        Err(zk::Error::NoNode) => return Err(self.vanished()),
+                        Err(e) => {
+                            self.classify(e)?;
+                            pause().await;
+                            continue;
+                        }
+                    }
                 }
             };
             let sorted = sorted_contenders(children);
@@ -203,26 +208,36 @@ impl Contender {
     }
 
     /// Creates `<parent>/_c_<uuid>-lock-<seq>`; on a lost reply finds it by uuid instead of
-    /// creating a second one. Returns the node's czxid.
-    async fn create(&mut self) -> Result<i64, Retry> {
+    /// creating a second one. Returns the node's czxid and, when it came with the create, the
+    /// parent's children listed right after it.
+    ///
+    /// The getChildren is sent right behind the create without waiting for its reply: ZooKeeper
+    /// answers one session's requests in order, so the listing already holds our node and an
+    /// uncontended acquire costs one round trip.
+    async fn create(&mut self) -> Result<(i64, Option<(Instant, Vec<String>)>), Retry> {
         let prefix = create_prefix(&self.parent, &self.uuid);
         let client = self.sess.client.clone();
         let counters = Arc::clone(&self.sess.counters);
         let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);
         loop {
             self.create_sent = true;
-            counters.add_requests(1);
-            match client.create(&prefix, &[], &options).await {
+            counters.add_requests(2);
+            let proof = Instant::now();
+            let created = client.create(&prefix, &[], &options);
+            let listed = client.list_children(&self.parent);
+            let (created, listed) = tokio::join!(created, listed);
+            match created {
                 Ok((stat, seq)) => {
                     let path = format!("{prefix}{seq}");
                     self.path = Some(path.clone());
+                    let listing = listed.ok().map(|c| (proof, c));
                     if stat.czxid > 0 {
-                        return Ok(stat.czxid);
+                        return Ok((stat.czxid, listing));
                     }
                     // Servers before 3.5 return no stat on create.
                     counters.add_requests(1);
                     match client.check_stat(&path).await {
-                        Ok(Some(stat)) => return Ok(stat.czxid),
+                        Ok(Some(stat)) => return Ok((stat.czxid, listing)),
                         Ok(None) => return Err(self.vanished()),
                         Err(e) => {
                             return Err(self.classify(e).err().unwrap_or(Retry::NodeVanished));
@@ -233,7 +248,7 @@ impl Contender {
                 Err(e) if transient(&e) => {
                     tracing::debug!(error = %e, "create reply lost; looking for our node by uuid");
                     if let Some(found) = self.find_ours().await? {
-                        return Ok(found);
+                        return Ok((found, None));
                     }
                 }
                 Err(e) => {

@@ -1,0 +1,488 @@
+//! Benchmarks of the ZooKeeper locker against zookeeper-client's own lock recipe and the raw
+//! create + getChildren + delete floor, on the same server in the same run.
+//!
+//! Run: `DLOCK_SERVER_FSYNC=1 cargo bench -p dlock-zk` (or point `DLOCK_ZK_CONNECT` at a
+//! server). First a summary pass prints latency percentiles, 8-way handoffs/s and p99, and
+//! herd figures (watch notifications and requests per handoff for N = 1, 8, 32, 64) with the
+//! ratios; then criterion measures the uncontended cases and the 8-way handoff.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use criterion::Criterion;
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_zk::ZkLocker;
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+const TTL: Duration = Duration::from_secs(10);
+fn wait() -> AcquireOptions {
+    AcquireOptions::forever()
+}
+
+struct Env {
+    connect: String,
+    rt: Runtime,
+    ns: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let cluster = Cluster::shared(ServerKind::Zk, 1)
+            .unwrap_or_else(|e| panic!("ZooKeeper for the benches: {e}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        Env {
+            connect: cluster.endpoints()[0].clone(),
+            rt,
+            ns: format!("bench/p{}", std::process::id()),
+        }
+    }
+
+    async fn locker(&self, sub: &str) -> ZkLocker {
+        ZkLocker::builder(&self.connect)
+            .ttl(TTL)
+            .namespace(format!("{}/{sub}", self.ns))
+            .build()
+            .await
+            .unwrap()
+    }
+
+    async fn client(&self) -> zk::Client {
+        zk::Client::connector()
+            .with_session_timeout(TTL)
+            .connect(&self.connect)
+            .await
+            .unwrap()
+    }
+
+    /// A parent dir for the peer recipe and the raw floor.
+    async fn dir(&self, client: &zk::Client, sub: &str) -> String {
+        let dir = format!("/dlock-bench/p{}/{sub}", std::process::id());
+        client
+            .mkdir(
+                &dir,
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+        dir
+    }
+}
+
+/// dlock: acquire + release of an uncontended lock.
+async fn dlock_pair(l: &ZkLocker, name: &LockName) {
+    let lease = l.acquire(name, wait()).await.unwrap();
+    lease.release().await.unwrap();
+}
+
+/// zookeeper-client's `Client::lock` (Curator prefix) + an explicit delete, so the release is a
+/// measured round trip like ours (dropping the LockClient would delete in the background).
+async fn peer_pair(c: &zk::Client, dir: &str) {
+    let options = zk::LockOptions::new(zk::Acls::anyone_all())
+        .with_ancestor_options(zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()))
+        .unwrap();
+    let lock = c
+        .lock(
+            zk::LockPrefix::new_curator(dir, "lock-").unwrap(),
+            b"",
+            options,
+        )
+        .await
+        .unwrap();
+    c.delete(lock.lock_path(), None).await.unwrap();
+    std::mem::forget(lock);
+}
+
+/// The floor: the round trips the recipe needs (create, getChildren, delete).
+async fn raw_floor(c: &zk::Client, dir: &str) {
+    let prefix = format!("{dir}/n-");
+    let (_, seq) = c
+        .create(
+            &prefix,
+            b"",
+            &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let _ = c.list_children(dir).await.unwrap();
+    c.delete(&format!("{prefix}{seq}"), None).await.unwrap();
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Runs `op` back to back for `secs`; returns sorted latencies.
+async fn sample<F, Fut>(secs: f64, mut op: F) -> Vec<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..50 {
+        op().await;
+    }
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut v = Vec::new();
+    while Instant::now() < end {
+        let t = Instant::now();
+        op().await;
+        v.push(t.elapsed());
+    }
+    v.sort();
+    v
+}
+
+/// The 8-way handoff result.
+#[derive(Debug, Default, Clone, Copy)]
+struct Handoffs {
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+    acquisitions: u64,
+    switches: u64,
+    violations: u64,
+}
+
+#[derive(Default)]
+struct Track {
+    last: Option<(usize, Instant)>,
+    handoffs: Vec<Duration>,
+    acquisitions: u64,
+}
+
+/// Workers loop acquire → release on one lock; a handoff is the time from the holder starting
+/// its release to the next OTHER worker's grant. Runs until `target` switches happened or
+/// `max` elapsed.
+async fn handoffs<W, Fut>(
+    workers: usize,
+    target: u64,
+    max: Duration,
+    make: W,
+) -> (Handoffs, Duration)
+where
+    W: Fn(
+        usize,
+        Arc<dyn Fn(usize) -> Box<dyn FnOnce() + Send> + Send + Sync>,
+        Arc<AtomicBool>,
+    ) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let track = Arc::new(Mutex::new(Track::default()));
+    let inside = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let switches = Arc::new(AtomicU64::new(0));
+    // `on_grant(worker)` records the grant and returns the "release starts" hook.
+    let on_grant: Arc<dyn Fn(usize) -> Box<dyn FnOnce() + Send> + Send + Sync> = {
+        let (track, inside, violations, switches) = (
+            Arc::clone(&track),
+            Arc::clone(&inside),
+            Arc::clone(&violations),
+            Arc::clone(&switches),
+        );
+        Arc::new(move |w: usize| {
+            let now = Instant::now();
+            if inside.swap(true, Ordering::SeqCst) {
+                violations.fetch_add(1, Ordering::SeqCst);
+            }
+            {
+                let mut t = track.lock().unwrap();
+                t.acquisitions += 1;
+                if let Some((prev, released)) = t.last {
+                    if prev != w {
+                        t.handoffs.push(now.saturating_duration_since(released));
+                        switches.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            let (track, inside) = (Arc::clone(&track), Arc::clone(&inside));
+            Box::new(move || {
+                inside.store(false, Ordering::SeqCst);
+                track.lock().unwrap().last = Some((w, Instant::now()));
+            })
+        })
+    };
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        tasks.push(tokio::spawn(make(
+            w,
+            Arc::clone(&on_grant),
+            Arc::clone(&stop),
+        )));
+    }
+    while switches.load(Ordering::SeqCst) < target && start.elapsed() < max {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let t = track.lock().unwrap();
+    let mut h = t.handoffs.clone();
+    h.sort();
+    let switches = switches.load(Ordering::SeqCst);
+    (
+        Handoffs {
+            per_sec: switches as f64 / elapsed.as_secs_f64(),
+            p50: percentile(&h, 0.5),
+            p99: percentile(&h, 0.99),
+            acquisitions: t.acquisitions,
+            switches,
+            violations: violations.load(Ordering::SeqCst),
+        },
+        elapsed,
+    )
+}
+
+async fn dlock_handoffs(env: &Env, target: u64, max: Duration) -> (Handoffs, Duration) {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let sub = format!("handoff-{}", RUN.fetch_add(1, Ordering::Relaxed));
+    let mut lockers = Vec::new();
+    for _ in 0..8 {
+        lockers.push(Arc::new(env.locker(&sub).await));
+    }
+    let name = LockName::new("h").unwrap();
+    handoffs(8, target, max, |w, on_grant, stop| {
+        let (l, name) = (Arc::clone(&lockers[w]), name.clone());
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let lease = match l
+                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(_) => continue,
+                };
+                let releasing = on_grant(w);
+                releasing();
+                lease.release().await.unwrap();
+            }
+        }
+    })
+    .await
+}
+
+async fn peer_handoffs(env: &Env, target: u64, max: Duration) -> (Handoffs, Duration) {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let sub = format!("peer-handoff-{}", RUN.fetch_add(1, Ordering::Relaxed));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(env.client().await);
+    }
+    let dir = env.dir(&clients[0], &sub).await;
+    handoffs(8, target, max, |w, on_grant, stop| {
+        let (c, dir) = (clients[w].clone(), dir.clone());
+        async move {
+            let options = || {
+                zk::LockOptions::new(zk::Acls::anyone_all())
+                    .with_ancestor_options(
+                        zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                    )
+                    .unwrap()
+            };
+            while !stop.load(Ordering::SeqCst) {
+                let lock = c
+                    .lock(
+                        zk::LockPrefix::new_curator(&dir, "lock-").unwrap(),
+                        b"",
+                        options(),
+                    )
+                    .await
+                    .unwrap();
+                let releasing = on_grant(w);
+                releasing();
+                c.delete(lock.lock_path(), None).await.unwrap();
+                std::mem::forget(lock);
+            }
+        }
+    })
+    .await
+}
+
+/// N waiters queue behind a holder; the holder releases and each waiter releases as soon as it
+/// is granted. Returns (watch notifications, requests) per handoff.
+async fn herd(env: &Env, n: usize) -> (f64, f64) {
+    let sub = format!("herd-{n}");
+    let name = LockName::new("herd").unwrap();
+    let holder = env.locker(&sub).await;
+    let mut waiters = Vec::new();
+    for _ in 0..n {
+        waiters.push(Arc::new(env.locker(&sub).await));
+    }
+    let lease = holder.acquire(&name, wait()).await.unwrap();
+    let before: Vec<_> = waiters.iter().map(|w| w.stats()).collect();
+    let mut tasks = Vec::new();
+    for w in &waiters {
+        let (w, name) = (Arc::clone(w), name.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = w.acquire(&name, wait()).await.unwrap();
+            lease.release().await.unwrap();
+        }));
+        // Keep the queue order deterministic (not needed for the figures).
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let holder_before = holder.stats();
+    lease.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let holder_after = holder.stats();
+    let (mut wakeups, mut requests) = (0u64, 0u64);
+    for (w, b) in waiters.iter().zip(before) {
+        let a = w.stats();
+        wakeups += a.wakeups - b.wakeups;
+        requests += a.requests - b.requests;
+    }
+    requests += holder_after.requests - holder_before.requests;
+    (wakeups as f64 / n as f64, requests as f64 / n as f64)
+}
+
+fn summary(env: &Env) {
+    env.rt.block_on(async {
+        let secs = 3.0;
+        let l = env.locker("uncontended").await;
+        let name = LockName::new("u").unwrap();
+        let c = env.client().await;
+        let peer_dir = env.dir(&c, "peer").await;
+        let raw_dir = env.dir(&c, "raw").await;
+        let ours = sample(secs, || dlock_pair(&l, &name)).await;
+        let peer = sample(secs, || peer_pair(&c, &peer_dir)).await;
+        let raw = sample(secs, || raw_floor(&c, &raw_dir)).await;
+        let held = l.acquire(&LockName::new("held").unwrap(), wait()).await.unwrap();
+        let other = env.locker("uncontended").await;
+        let held_name = LockName::new("held").unwrap();
+        let try_held = sample(secs, || async {
+            assert!(other.try_acquire(&held_name).await.unwrap().is_none());
+        })
+        .await;
+        held.release().await.unwrap();
+        let line = |what: &str, v: &[Duration]| {
+            println!(
+                "{what:<44} n={:>6}  p50={:>8.1?}  p99={:>8.1?}  ops/s={:>7.0}",
+                v.len(),
+                percentile(v, 0.5),
+                percentile(v, 0.99),
+                v.len() as f64 / secs
+            );
+        };
+        println!("== uncontended acquire+release ({secs} s each) ==");
+        line("dlock-zk acquire+release", &ours);
+        line("zookeeper-client Client::lock + delete", &peer);
+        line("raw create+getChildren+delete (floor)", &raw);
+        line("dlock-zk try_acquire on a held lock", &try_held);
+        let p50 = |v: &[Duration]| percentile(v, 0.5).as_secs_f64();
+        println!(
+            "ratio p50: dlock / zookeeper-client lock = {:.2} (target <= 1.0); dlock / raw floor = {:.2} (target <= 1.35)",
+            p50(&ours) / p50(&peer),
+            p50(&ours) / p50(&raw)
+        );
+
+        println!("== 8-way contention, 3 s each ==");
+        let (d, _) = dlock_handoffs(env, u64::MAX, Duration::from_secs(3)).await;
+        let (p, _) = peer_handoffs(env, u64::MAX, Duration::from_secs(3)).await;
+        for (what, h) in [("dlock-zk", d), ("zookeeper-client lock", p)] {
+            println!(
+                "{what:<24} handoffs/s={:>7.0}  handoff p50={:>8.1?} p99={:>8.1?}  acquisitions={} switches={} violations={}",
+                h.per_sec, h.p50, h.p99, h.acquisitions, h.switches, h.violations
+            );
+        }
+        println!(
+            "ratio handoffs/s: dlock / zookeeper-client = {:.2} (target >= 1.0); dlock p99 handoff = {:?} (target <= 2 ms)",
+            d.per_sec / p.per_sec,
+            d.p99
+        );
+
+        println!("== herd: per handoff, N waiters queued ==");
+        for n in [1, 8, 32, 64] {
+            let (wakeups, requests) = herd(env, n).await;
+            println!("N={n:>3}  watch notifications/handoff={wakeups:.2}  requests/handoff={requests:.2}");
+        }
+    });
+}
+
+fn criterion_benches(env: &Env, c: &mut Criterion) {
+    let (l, other, client, peer_dir, raw_dir) = env.rt.block_on(async {
+        let client = env.client().await;
+        let peer_dir = env.dir(&client, "c-peer").await;
+        let raw_dir = env.dir(&client, "c-raw").await;
+        (
+            env.locker("c-unc").await,
+            env.locker("c-unc").await,
+            client,
+            peer_dir,
+            raw_dir,
+        )
+    });
+    let name = LockName::new("u").unwrap();
+    let mut g = c.benchmark_group("uncontended");
+    g.bench_function("dlock_zk_acquire_release", |b| {
+        b.to_async(&env.rt).iter(|| dlock_pair(&l, &name))
+    });
+    g.bench_function("zookeeper_client_lock_release", |b| {
+        b.to_async(&env.rt).iter(|| peer_pair(&client, &peer_dir))
+    });
+    g.bench_function("raw_create_children_delete", |b| {
+        b.to_async(&env.rt).iter(|| raw_floor(&client, &raw_dir))
+    });
+    let held_name = LockName::new("held").unwrap();
+    let held = env.rt.block_on(l.acquire(&held_name, wait())).unwrap();
+    g.bench_function("dlock_zk_try_acquire_held", |b| {
+        b.to_async(&env.rt)
+            .iter(|| async { assert!(other.try_acquire(&held_name).await.unwrap().is_none()) })
+    });
+    env.rt.block_on(held.release()).unwrap();
+    g.finish();
+
+    let mut g = c.benchmark_group("handoff_8way");
+    g.sample_size(10);
+    g.bench_function("dlock_zk", |b| {
+        b.iter_custom(|iters| {
+            let (_, elapsed) = env
+                .rt
+                .block_on(dlock_handoffs(env, iters, Duration::from_secs(60)));
+            elapsed
+        })
+    });
+    g.bench_function("zookeeper_client_lock", |b| {
+        b.iter_custom(|iters| {
+            let (_, elapsed) = env
+                .rt
+                .block_on(peer_handoffs(env, iters, Duration::from_secs(60)));
+            elapsed
+        })
+    });
+    g.finish();
+}
+
+fn main() {
+    let env = Env::new();
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo test --benches` runs bench targets with `--bench` absent: keep that quick.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("benches are skipped outside `cargo bench`");
+        return;
+    }
+    summary(&env);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+        .configure_from_args();
+    criterion_benches(&env, &mut c);
+    c.final_summary();
+}
