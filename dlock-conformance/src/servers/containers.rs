@@ -1,7 +1,13 @@
 //! The `containers` provider: image and port configuration of each server kind for
 //! testcontainers. Used where a Docker engine answers and the local binaries are absent.
 
-use super::ServerKind;
+use std::net::SocketAddr;
+
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
+
+use super::{HarnessError, ServerKind};
 
 /// How to run one node of a server kind in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +78,52 @@ pub fn spec(kind: ServerKind) -> ContainerSpec {
     }
 }
 
+/// The testcontainers request for one node of `kind`.
+pub fn request(kind: ServerKind) -> ContainerRequest<GenericImage> {
+    let spec = spec(kind);
+    let image = GenericImage::new(spec.image, spec.tag)
+        .with_exposed_port(spec.client_port.tcp())
+        .with_wait_for(if kind == ServerKind::Etcd {
+            WaitFor::message_on_stderr(spec.ready_line)
+        } else {
+            WaitFor::message_on_stdout(spec.ready_line)
+        });
+    let mut req = if spec.cmd.is_empty() {
+        ContainerRequest::from(image)
+    } else {
+        image.with_cmd(spec.cmd.clone())
+    };
+    for (k, v) in spec.env {
+        req = req.with_env_var(k, v);
+    }
+    req
+}
+
+/// Whether a Docker engine answers (the socket exists or `DOCKER_HOST` is set).
+pub fn docker_available() -> bool {
+    std::env::var_os("DOCKER_HOST").is_some()
+        || std::path::Path::new("/var/run/docker.sock").exists()
+}
+
+/// Starts one node of `kind` in a container; returns it (stopped when dropped) and the host
+/// address of its client port.
+///
+/// # Errors
+/// [`HarnessError::Io`] when the engine cannot start it.
+pub async fn start(
+    kind: ServerKind,
+) -> Result<(ContainerAsync<GenericImage>, SocketAddr), HarnessError> {
+    let container = request(kind)
+        .start()
+        .await
+        .map_err(|e| HarnessError::Io(format!("cannot start a {kind} container: {e}")))?;
+    let port = container
+        .get_host_port_ipv4(spec(kind).client_port.tcp())
+        .await
+        .map_err(|e| HarnessError::Io(format!("{kind} container has no mapped port: {e}")))?;
+    Ok((container, SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +159,30 @@ mod tests {
                 .iter()
                 .any(|(k, v)| k == "ZOO_CFG_EXTRA" && v.contains("maxSessionTimeout"))
         );
+    }
+
+    #[test]
+    fn requests_carry_the_spec() {
+        use testcontainers::Image;
+        for kind in [ServerKind::Redis, ServerKind::Etcd, ServerKind::Zk] {
+            let s = spec(kind);
+            let req = request(kind);
+            assert_eq!(req.image().name(), s.image);
+            assert_eq!(req.image().tag(), s.tag);
+            assert_eq!(req.image().expose_ports(), [s.client_port.tcp()]);
+            assert_eq!(
+                req.cmd().map(|c| c.into_owned()).collect::<Vec<_>>(),
+                s.cmd,
+                "{kind}"
+            );
+            let env: Vec<(String, String)> = req
+                .env_vars()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            for pair in &s.env {
+                assert!(env.contains(pair), "{kind}: {pair:?} missing from {env:?}");
+            }
+            assert_eq!(req.ready_conditions().len(), 1);
+        }
     }
 }
