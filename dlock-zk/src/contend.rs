@@ -259,6 +259,18 @@ impl Contender {
         }
     }
 
+    /// Runs the lost-reply recovery for protection uuid `uuid` (test hook): the path and
+    /// czxid of the node it adopted, if any. The contender is disarmed either way.
+    pub(crate) async fn recover_for_test(
+        &mut self,
+        uuid: String,
+    ) -> Result<Option<(String, i64)>, Retry> {
+        self.uuid = uuid;
+        self.armed = false;
+        let found = self.find_ours().await?;
+        Ok(found.and_then(|czxid| self.path.clone().map(|p| (p, czxid))))
+    }
+
     /// Looks for our node after a create whose reply was lost. A node of ours left by an
     /// OLDER session is deleted, never adopted.
     async fn find_ours(&mut self) -> Result<Option<i64>, Retry> {

@@ -119,6 +119,36 @@ impl ZkLocker {
         self.current().map(|s| s.client.session().clone())
     }
 
+    /// For tests: runs the protected-create recovery (what an acquire does when a create's reply
+    /// is lost) for lock `name` and protection uuid `uuid`. Returns the node adopted (path,
+    /// czxid) — only one owned by the CURRENT session; a node with that uuid owned by another
+    /// session is deleted. Not a stable API.
+    ///
+    /// # Errors
+    /// As [`Locker::acquire`].
+    #[doc(hidden)]
+    pub async fn recover_protected_for_test(
+        &self,
+        name: &LockName,
+        uuid: &str,
+    ) -> Result<Option<(String, i64)>, Error> {
+        let sess = self.session().await?;
+        let mut c = Contender::new(
+            sess,
+            self.lock_path(name),
+            self.inner.acls,
+            Arc::clone(&self.inner.no_container),
+        );
+        match c.recover_for_test(uuid.to_owned()).await {
+            Ok(found) => Ok(found),
+            Err(Retry::Fatal(e)) => Err(e),
+            Err(other) => Err(Error::unavailable(
+                format!("recovery interrupted: {other:?}"),
+                None,
+            )),
+        }
+    }
+
     fn current(&self) -> Option<Arc<Session>> {
         self.inner
             .current

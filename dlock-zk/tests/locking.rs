@@ -327,3 +327,55 @@ async fn unreachable_ensemble_is_unavailable() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// A create whose reply was lost is recovered by its uuid: our own node is adopted (same
+/// czxid), a node with our uuid left by ANOTHER (older) session is deleted, never adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_create_adopts_only_our_session_and_deletes_older_ones() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("protected");
+    let l = locker(connect, &ns, TTL).await;
+    let name = LockName::new("p").unwrap();
+    let parent = l.lock_path(&name);
+    let lease = l.acquire(&name, AcquireOptions::forever()).await.unwrap();
+    let z = raw(connect).await;
+    let ours = contenders(&z, &parent).await.pop().unwrap();
+    let uuid = ours
+        .strip_prefix("_c_")
+        .unwrap()
+        .split("-lock-")
+        .next()
+        .unwrap()
+        .to_owned();
+    let found = l.recover_protected_for_test(&name, &uuid).await.unwrap();
+    let (path, czxid) = found.expect("our own node is found");
+    assert_eq!(path, format!("{parent}/{ours}"));
+    assert_eq!(u64::try_from(czxid).unwrap(), lease.token().get());
+
+    // An "older session" (another session) left a node with the uuid we are recovering.
+    let stale_uuid = "00000000-0000-4000-8000-000000000000";
+    let older = raw(connect).await;
+    older
+        .create(
+            &format!("{parent}/_c_{stale_uuid}-lock-"),
+            b"",
+            &zookeeper_client::CreateMode::EphemeralSequential
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(contenders(&z, &parent).await.len(), 2);
+    let found = l
+        .recover_protected_for_test(&name, stale_uuid)
+        .await
+        .unwrap();
+    assert!(
+        found.is_none(),
+        "a node of another session must never be adopted: {found:?}"
+    );
+    let left = contenders(&z, &parent).await;
+    assert_eq!(left, vec![ours], "the other session's node was deleted");
+    lease.check().unwrap();
+    lease.release().await.unwrap();
+}
