@@ -56,19 +56,6 @@ impl std::fmt::Debug for EtcdLocker {
     }
 }
 
-/// How a wait for the predecessor's deletion ended.
-enum WaitEnd {
-    /// The predecessor was deleted (or the watch was cancelled by etcd, e.g. compaction):
-    /// re-check.
-    Wake,
-    /// Our session lease ended.
-    SessionEnded,
-    /// The caller's wait elapsed.
-    Deadline,
-    /// The watch failed; re-check after a pause.
-    Failed(Error),
-}
-
 /// How one queue attempt (on one session) ended.
 enum Attempt {
     Granted(Lease),
@@ -358,10 +345,7 @@ impl EtcdLocker {
         }
         let rev = enq.rev;
         pending.rev = Some(rev);
-        let mut predecessor = enq.predecessor;
-        let mut header_rev = enq.header_rev;
-        let mut backoff = Duration::from_millis(20);
-        while let Some(pred) = predecessor.take() {
+        if let Some(pred) = enq.predecessor {
             if try_only {
                 pending.delete_now().await;
                 return Ok(Attempt::NotOwner);
@@ -370,62 +354,27 @@ impl EtcdLocker {
                 *counted_wait = true;
                 inner.etcd.counters.add_waits(1);
             }
-            tracing::trace!(lock = %name, key = %pending.key, %pred, "waiting for the predecessor's deletion");
-            match self
-                .wait_deleted(&pred, header_rev, &session, deadline)
-                .await
-            {
-                WaitEnd::Wake => {
-                    inner.etcd.counters.add_wakeups(1);
-                    backoff = Duration::from_millis(20);
-                }
-                WaitEnd::SessionEnded => return Ok(Attempt::Requeue),
-                WaitEnd::Deadline => {
+            let turn = self
+                .wait_turn(
+                    name,
+                    range,
+                    &pending.key,
+                    rev,
+                    pred,
+                    enq.header_rev,
+                    &session,
+                    deadline,
+                )
+                .await;
+            match turn {
+                Ok(Turn::Owner) => {}
+                Ok(Turn::Requeue) => return Ok(Attempt::Requeue),
+                Ok(Turn::Timeout) => {
                     pending.delete_now().await;
                     return Ok(Attempt::Timeout);
                 }
-                WaitEnd::Failed(e) => {
-                    tracing::debug!(lock = %name, error = %e, "watch failed; re-checking");
-                    if !self.pause(backoff, &session, deadline).await {
-                        return Ok(if session.is_live() {
-                            pending.delete_now().await;
-                            Attempt::Timeout
-                        } else {
-                            Attempt::Requeue
-                        });
-                    }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                }
-            }
-            match etcd.recheck(range, &pending.key, rev, deadline).await {
-                Ok(Recheck::Owner) => {}
-                Ok(Recheck::KeyGone) => {
-                    tracing::debug!(lock = %name, key = %pending.key, "our queue key is gone; queueing again");
-                    return Ok(Attempt::Requeue);
-                }
-                Ok(Recheck::Behind {
-                    predecessor: p,
-                    header_rev: h,
-                }) => {
-                    predecessor = Some(p);
-                    header_rev = h;
-                }
-                Err(e) => {
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        // The wait ended while etcd did not answer: report that, not a timeout.
-                        pending.delete_now().await;
-                        return Err(e);
-                    }
-                    if !session.is_live() {
-                        return Ok(Attempt::Requeue);
-                    }
-                    tracing::debug!(lock = %name, error = %e, "re-check failed; retrying");
-                    predecessor = Some(pred);
-                    if !self.pause(backoff, &session, deadline).await && !session.is_live() {
-                        return Ok(Attempt::Requeue);
-                    }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                }
+                // etcd failed until the wait ended: `pending` deletes the key in the background.
+                Err(e) => return Err(e),
             }
         }
         // We own the lock if our session is still alive: never grant on a dead lease (the
@@ -453,64 +402,136 @@ impl EtcdLocker {
         Ok(Attempt::Granted(lease))
     }
 
-    /// Sleeps `d`, unless the session ends or the deadline comes first: returns whether the
-    /// full pause elapsed.
-    async fn pause(&self, d: Duration, session: &Session, deadline: Option<Instant>) -> bool {
-        let mut until = Instant::now() + d;
-        let mut cut = false;
-        if let Some(dl) = deadline {
-            if dl < until {
-                until = dl;
-                cut = true;
-            }
+    /// Waits until our key is the first of its range: watch only `pred` (the key just below
+    /// ours) for deletion, then re-check; `read_rev` is the revision our last read was made at.
+    ///
+    /// The watch starts at the CURRENT revision (never an old one: etcd serves watchers that
+    /// start in the past from a resync loop that runs every 100 ms). If the store moved past
+    /// our read before the watch was created, the deletion may predate the watch, so we read
+    /// again and keep the watch if `pred` is still our predecessor.
+    #[allow(clippy::too_many_arguments)]
+    async fn wait_turn(
+        &self,
+        name: &LockName,
+        range: &str,
+        key: &str,
+        rev: i64,
+        mut pred: String,
+        mut read_rev: i64,
+        session: &Session,
+        deadline: Option<Instant>,
+    ) -> Result<Turn, Error> {
+        let etcd = &self.inner.etcd;
+        let mut backoff = Duration::from_millis(20);
+        // The outcome of a re-read: continue with (pred, read_rev), or a final turn.
+        macro_rules! on_recheck {
+            ($result:expr, $keep:expr) => {
+                match $result {
+                    Ok(Recheck::Owner) => return Ok(Turn::Owner),
+                    Ok(Recheck::KeyGone) => {
+                        tracing::debug!(lock = %name, %key, "our queue key is gone; queueing again");
+                        return Ok(Turn::Requeue);
+                    }
+                    Ok(Recheck::Behind { predecessor, header_rev }) => {
+                        read_rev = header_rev;
+                        if predecessor == pred && $keep {
+                            true
+                        } else {
+                            pred = predecessor;
+                            false
+                        }
+                    }
+                    Err(e) => {
+                        self.transient(e, &mut backoff, session, deadline).await?;
+                        false
+                    }
+                }
+            };
         }
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => !cut,
-            _ = session.ended() => false,
+        loop {
+            tracing::trace!(lock = %name, %key, %pred, "waiting for the predecessor's deletion");
+            let opened = match bounded(self.open_watch(&pred), session, deadline).await {
+                Cut::Done(r) => r,
+                Cut::SessionEnded => return Ok(Turn::Requeue),
+                Cut::Deadline => return Ok(Turn::Timeout),
+            };
+            let (mut stream, watch_rev) = match opened {
+                Ok(v) => v,
+                Err(e) => {
+                    self.transient(e, &mut backoff, session, deadline).await?;
+                    continue;
+                }
+            };
+            if watch_rev > read_rev {
+                let still = on_recheck!(etcd.recheck(range, key, rev, deadline).await, true);
+                if !still {
+                    continue;
+                }
+            }
+            match bounded(wait_delete(&mut stream), session, deadline).await {
+                Cut::Done(Ok(())) => {
+                    etcd.counters.add_wakeups(1);
+                    backoff = Duration::from_millis(20);
+                }
+                Cut::Done(Err(e)) => {
+                    self.transient(e, &mut backoff, session, deadline).await?;
+                }
+                Cut::SessionEnded => return Ok(Turn::Requeue),
+                Cut::Deadline => return Ok(Turn::Timeout),
+            }
+            drop(stream);
+            let _ = on_recheck!(etcd.recheck(range, key, rev, deadline).await, false);
         }
     }
 
-    /// Watches `pred` for deletion, from the revision after our read.
-    async fn wait_deleted(
+    /// After a failed request while waiting: pause (backoff), or end the wait when the session
+    /// ended (`Requeue` is signalled as `Ok` by the caller's next step) or the deadline came
+    /// (the error is returned: etcd did not answer within the wait).
+    async fn transient(
         &self,
-        pred: &str,
-        header_rev: i64,
+        e: Error,
+        backoff: &mut Duration,
         session: &Session,
         deadline: Option<Instant>,
-    ) -> WaitEnd {
+    ) -> Result<(), Error> {
+        tracing::debug!(error = %e, retry_in = ?*backoff, "etcd failed while waiting; retrying");
+        match bounded(tokio::time::sleep(*backoff), session, deadline).await {
+            Cut::Done(()) => {
+                *backoff = (*backoff * 2).min(Duration::from_millis(500));
+                Ok(())
+            }
+            // The next step sees the ended session (its key is gone) and re-queues.
+            Cut::SessionEnded => Ok(()),
+            Cut::Deadline => Err(e),
+        }
+    }
+
+    /// Opens a watch on `key` for deletions from the current revision; returns the stream and
+    /// the revision the watch starts after.
+    async fn open_watch(&self, key: &str) -> Result<(etcd_client::WatchStream, i64), Error> {
         let etcd = &self.inner.etcd;
-        let watch = async {
-            let watcher = etcd.client.watch_client();
-            let opts = WatchOptions::new()
-                .with_start_revision(header_rev.saturating_add(1))
-                .with_filters([WatchFilterType::NoPut]);
+        let watcher = etcd.client.watch_client();
+        let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let open = async {
             let mut stream = etcd
                 .call("watch", None, || {
                     let (mut watcher, opts) = (watcher.clone(), opts.clone());
-                    async move { watcher.watch(pred, Some(opts)).await }
+                    async move { watcher.watch(key, Some(opts)).await }
                 })
                 .await?;
             loop {
                 match stream.message().await {
-                    Ok(Some(resp)) => {
-                        if resp.canceled() {
-                            // Compacted past our start revision, or cancelled by the server:
-                            // re-check instead of trusting the watch.
-                            tracing::debug!(
-                                reason = resp.cancel_reason(),
-                                compact = resp.compact_revision(),
-                                "watch cancelled by etcd"
-                            );
-                            return Ok(());
-                        }
-                        if resp
-                            .events()
-                            .iter()
-                            .any(|e| e.event_type() == EventType::Delete)
-                        {
-                            return Ok(());
-                        }
+                    Ok(Some(resp)) if resp.created() => {
+                        let rev = resp.header().map_or(i64::MAX, |h| h.revision());
+                        return Ok((stream, rev));
                     }
+                    Ok(Some(resp)) if resp.canceled() => {
+                        return Err(Error::backend(
+                            format!("watch refused by etcd: {}", resp.cancel_reason()),
+                            None,
+                        ));
+                    }
+                    Ok(Some(_)) => {}
                     Ok(None) => {
                         return Err(Error::unavailable("watch: stream closed by etcd", None));
                     }
@@ -518,19 +539,73 @@ impl EtcdLocker {
                 }
             }
         };
-        let until = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
+        let started = Instant::now();
+        match tokio::time::timeout(etcd.request_timeout, open).await {
+            Ok(r) => r,
+            Err(_) => Err(errors::no_reply("watch", started.elapsed())),
+        }
+    }
+}
+
+/// How waiting for our turn ended.
+enum Turn {
+    /// Our key is the first: we own the lock.
+    Owner,
+    /// Our key or session is gone: queue again.
+    Requeue,
+    /// The caller's wait elapsed.
+    Timeout,
+}
+
+/// A future cut short by the end of the session or the caller's deadline.
+enum Cut<T> {
+    Done(T),
+    SessionEnded,
+    Deadline,
+}
+
+async fn bounded<T>(
+    fut: impl std::future::Future<Output = T>,
+    session: &Session,
+    deadline: Option<Instant>,
+) -> Cut<T> {
+    let until = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        v = fut => Cut::Done(v),
+        _ = session.ended() => Cut::SessionEnded,
+        () = until => Cut::Deadline,
+    }
+}
+
+/// Waits on an open watch for a deletion (or a cancellation by etcd, e.g. a compaction: the
+/// caller re-checks either way).
+async fn wait_delete(stream: &mut etcd_client::WatchStream) -> Result<(), Error> {
+    loop {
+        match stream.message().await {
+            Ok(Some(resp)) => {
+                if resp.canceled() {
+                    tracing::debug!(
+                        reason = resp.cancel_reason(),
+                        compact = resp.compact_revision(),
+                        "watch cancelled by etcd"
+                    );
+                    return Ok(());
+                }
+                if resp
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
+                {
+                    return Ok(());
+                }
             }
-        };
-        tokio::select! {
-            r = watch => match r {
-                Ok(()) => WaitEnd::Wake,
-                Err(e) => WaitEnd::Failed(e),
-            },
-            _ = session.ended() => WaitEnd::SessionEnded,
-            () = until => WaitEnd::Deadline,
+            Ok(None) => return Err(Error::unavailable("watch: stream closed by etcd", None)),
+            Err(e) => return Err(errors::map("watch", e)),
         }
     }
 }
