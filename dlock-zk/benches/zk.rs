@@ -470,13 +470,13 @@ fn criterion_benches(env: &Env, c: &mut Criterion) {
 }
 
 fn main() {
-    let env = Env::new();
     let args: Vec<String> = std::env::args().collect();
-    // `cargo test --benches` runs bench targets with `--bench` absent: keep that quick.
+    // `cargo test --benches` runs bench targets without `--bench`: keep that quick.
     if !args.iter().any(|a| a == "--bench") {
         println!("benches are skipped outside `cargo bench`");
         return;
     }
+    let env = Env::new();
     summary(&env);
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))

@@ -226,11 +226,12 @@ impl ZkLocker {
                 None => {
                     contender.remove_now().await;
                     let waited = began.elapsed();
-                    if !sess.is_connected() {
+                    if single || !sess.is_connected() {
                         return Err(Error::unavailable(
                             format!(
-                                "ZooKeeper unreachable (session {:#x} disconnected) for the whole wait of {waited:?}",
-                                sess.id
+                                "ZooKeeper did not answer within {waited:?} (session {:#x}, connected: {})",
+                                sess.id,
+                                sess.is_connected()
                             ),
                             None,
                         ));
@@ -304,12 +305,15 @@ impl Locker for ZkLocker {
     /// Creates a node and checks once; if it is not the lowest, deletes it and returns `None`.
     ///
     /// # Errors
-    /// As [`ZkLocker::acquire`], without `Timeout`.
+    /// As [`ZkLocker::acquire`], without `Timeout`: when the ensemble does not answer within the
+    /// negotiated session timeout, [`Error::Unavailable`].
     ///
     /// # Cancel safety
     /// As [`ZkLocker::acquire`].
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        self.attempt(name, None, true).await
+        // One attempt, bounded by the session timeout when the ensemble does not answer.
+        self.attempt(name, Some(self.negotiated_timeout()), true)
+            .await
     }
 
     fn ttl(&self) -> Duration {

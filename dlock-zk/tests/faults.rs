@@ -309,3 +309,95 @@ async fn leader_killed_held_or_lost_never_double_granted() {
         lease.release().await.unwrap();
     }
 }
+
+/// The ensemble goes down under a connected locker: acquire and try_acquire fail with
+/// `Unavailable` within the wait (try_acquire within the session timeout), and leave nothing
+/// behind once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ensemble_down_is_unavailable_within_the_wait() {
+    let Some(cluster) = tokio::task::spawn_blocking(|| private(1)).await.unwrap() else {
+        return;
+    };
+    let connect = cluster.endpoints()[0].clone();
+    let ns = namespace("down");
+    let name = LockName::new("d").unwrap();
+    let l = locker(&connect, &ns, TTL).await;
+    l.acquire(&name, AcquireOptions::forever())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    cluster.node(0).kill().unwrap();
+    let wait = Duration::from_millis(800);
+    let began = Instant::now();
+    let err = l
+        .acquire(&name, AcquireOptions::wait(wait))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, dlock_core::Error::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < wait + Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    let began = Instant::now();
+    let err = l.try_acquire(&name).await.unwrap_err();
+    assert!(
+        matches!(err, dlock_core::Error::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(
+        began.elapsed() < l.negotiated_timeout() + Duration::from_secs(3),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(err.is_retryable());
+}
+
+/// Digest authentication with a creator-only ACL: the nodes carry the ACL, and a session
+/// without the identity cannot delete them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_and_creator_acl() {
+    let Some(c) = shared(1) else { return };
+    let connect = c.endpoints()[0].clone();
+    let ns = namespace("acl");
+    let l = dlock_zk::ZkLocker::builder(&connect)
+        .ttl(TTL)
+        .namespace(&ns)
+        .digest_auth("dlock", "secret")
+        .acl(dlock_zk::ZkAcl::CreatorAll)
+        .build()
+        .await
+        .unwrap();
+    let name = LockName::new("secure").unwrap();
+    let lease = l.acquire(&name, AcquireOptions::forever()).await.unwrap();
+    let parent = l.lock_path(&name);
+    let authed = zookeeper_client::Client::connector()
+        .with_auth("digest", b"dlock:secret")
+        .connect(&connect)
+        .await
+        .unwrap();
+    let (acl, _) = authed.get_acl(&parent).await.unwrap();
+    assert!(!acl.is_empty());
+    assert!(
+        acl.iter()
+            .all(|a| a.scheme() == "digest" && a.id().starts_with("dlock:")),
+        "{acl:?}"
+    );
+    let node = contenders(&authed, &parent).await.pop().unwrap();
+    let anonymous = raw(&connect).await;
+    let err = anonymous
+        .delete(&format!("{parent}/{node}"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err, zookeeper_client::Error::NoAuth);
+    assert_eq!(
+        anonymous.list_children(&parent).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    lease.release().await.unwrap();
+}
