@@ -145,7 +145,10 @@ impl ZkLockerBuilder {
         self
     }
 
-    /// The ACL put on created nodes (default [`ZkAcl::Open`]).
+    /// The ACL put on every node the locker creates (default [`ZkAcl::Open`]): contender
+    /// nodes, lock parents, and the root and namespace nodes when they do not exist yet. Give
+    /// lockers with different identities different roots, or create the root beforehand with
+    /// the ACL you want.
     pub fn acl(mut self, acl: ZkAcl) -> Self {
         self.acl = acl;
         self
