@@ -33,6 +33,7 @@ macro_rules! conformance_tests {
                 lost_after_break => LostAfterBreak,
                 release_idempotent => ReleaseIdempotent,
                 crash_release => CrashRelease,
+                paused_holder => PausedHolder,
                 name_isolation => NameIsolation,
                 bad_input => BadInput,
                 reentrancy => Reentrancy,

@@ -5,6 +5,7 @@
 mod basic;
 mod crash;
 mod exclusion;
+mod holder;
 mod lease;
 mod queue;
 mod util;
@@ -18,7 +19,7 @@ use serde_json::{Map, Value};
 use crate::report::{Row, Status};
 use crate::{ClientOptions, TestBackend};
 
-pub use crash::crash_holder_main;
+pub use holder::{CRASH_HOLDER_VAR, crash_holder_main};
 
 /// Every scenario, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,6 +51,9 @@ pub enum Scenario {
     ReleaseIdempotent,
     /// A SIGKILLed holder process's lock is free within [TTL − drift, TTL + slack].
     CrashRelease,
+    /// A holder process frozen (SIGSTOP) past its TTL: taken over with a higher token, its late
+    /// write rejected by the fenced resource, its lease known lost after SIGCONT.
+    PausedHolder,
     /// `a`, `a/b` and `ab` never block each other.
     NameIsolation,
     /// Bad names, TTLs and waits give typed errors before any I/O.
@@ -60,7 +64,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -74,6 +78,7 @@ impl Scenario {
         Scenario::LostAfterBreak,
         Scenario::ReleaseIdempotent,
         Scenario::CrashRelease,
+        Scenario::PausedHolder,
         Scenario::NameIsolation,
         Scenario::BadInput,
         Scenario::Reentrancy,
@@ -95,6 +100,7 @@ impl Scenario {
             Scenario::LostAfterBreak => "lost_after_break",
             Scenario::ReleaseIdempotent => "release_idempotent",
             Scenario::CrashRelease => "crash_release",
+            Scenario::PausedHolder => "paused_holder",
             Scenario::NameIsolation => "name_isolation",
             Scenario::BadInput => "bad_input",
             Scenario::Reentrancy => "reentrancy",
@@ -271,6 +277,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::LostAfterBreak => lease::lost_after_break(ctx).await,
         Scenario::ReleaseIdempotent => basic::release_idempotent(ctx).await,
         Scenario::CrashRelease => crash::crash_release(ctx).await,
+        Scenario::PausedHolder => crash::paused_holder(ctx).await,
         Scenario::NameIsolation => basic::name_isolation(ctx).await,
         Scenario::BadInput => basic::bad_input(ctx).await,
         Scenario::Reentrancy => basic::reentrancy(ctx).await,

@@ -104,6 +104,7 @@ pub(crate) fn launches(
                     .collect(),
                     cwd: Some(data),
                     env: Vec::new(),
+                    stdin_piped: false,
                 });
             }
         }
@@ -164,6 +165,7 @@ pub(crate) fn launches(
                     args,
                     cwd: Some(dir.to_path_buf()),
                     env: Vec::new(),
+                    stdin_piped: false,
                 });
             }
         }
@@ -212,6 +214,7 @@ pub(crate) fn launches(
                     .collect(),
                     cwd: Some(node_dir),
                     env: Vec::new(),
+                    stdin_piped: false,
                 });
             }
         }

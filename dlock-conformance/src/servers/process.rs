@@ -25,6 +25,8 @@ pub(crate) struct Launch {
     pub args: Vec<String>,
     pub cwd: Option<PathBuf>,
     pub env: Vec<(String, String)>,
+    /// Pipe stdin (to send commands); otherwise it is /dev/null.
+    pub stdin_piped: bool,
 }
 
 struct Request {
@@ -117,7 +119,11 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Request>> {
 fn spawn_here(launch: &Launch) -> io::Result<Child> {
     let mut cmd = Command::new(&launch.program);
     cmd.args(&launch.args)
-        .stdin(Stdio::null())
+        .stdin(if launch.stdin_piped {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(cwd) = &launch.cwd {
