@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_redis::RedisLocker;
 
@@ -85,7 +85,12 @@ impl Shared {
 }
 
 /// 8 dlock clients hand the lock around until `target` grants (or `stop`).
-async fn dlock_run(lockers: &[RedisLocker], lock: &LockName, target: u64, duration: Option<Duration>) -> Run {
+async fn dlock_run(
+    lockers: &[RedisLocker],
+    lock: &LockName,
+    target: u64,
+    duration: Option<Duration>,
+) -> Run {
     let shared = Shared::new(target);
     let began = Instant::now();
     let mut tasks = Vec::new();
@@ -94,7 +99,10 @@ async fn dlock_run(lockers: &[RedisLocker], lock: &LockName, target: u64, durati
         tasks.push(tokio::spawn(async move {
             loop {
                 let t0 = Instant::now();
-                let lease = l.acquire(&lock, AcquireOptions::forever()).await.unwrap_or_else(|e| panic!("{e}"));
+                let lease = l
+                    .acquire(&lock, AcquireOptions::forever())
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
                 let more = shared.granted(i, t0.elapsed());
                 lease.release().await.unwrap_or_else(|e| panic!("{e}"));
                 if !more {
@@ -121,7 +129,9 @@ fn finish(shared: &Shared, began: Instant, duration: Option<Duration>) -> Run {
         switches: last.1,
         waits: last.2.clone(),
         per_worker: last.3.clone(),
-        elapsed: duration.or_else(|| reached.map(|r| r - began)).unwrap_or_else(|| began.elapsed()),
+        elapsed: duration
+            .or_else(|| reached.map(|r| r - began))
+            .unwrap_or_else(|| began.elapsed()),
     }
 }
 
@@ -136,7 +146,10 @@ async fn rslock_run(urls: &[String], duration: Duration) -> Run {
         tasks.push(tokio::spawn(async move {
             loop {
                 let t0 = Instant::now();
-                let lock = rs.acquire_no_guard("bench/rslock-c", TTL).await.unwrap_or_else(|e| panic!("{e:?}"));
+                let lock = rs
+                    .acquire_no_guard("bench/rslock-c", TTL)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e:?}"));
                 let more = shared.granted(i, t0.elapsed());
                 rs.unlock(&lock).await;
                 if !more {
@@ -155,7 +168,14 @@ async fn rslock_run(urls: &[String], duration: Duration) -> Run {
 
 async fn lockers(url: &str, n: usize, ns: &str) -> Vec<RedisLocker> {
     (0..n)
-        .map(|_| RedisLocker::builder().url(url).ttl(TTL).namespace(ns).build().unwrap_or_else(|e| panic!("{e}")))
+        .map(|_| {
+            RedisLocker::builder()
+                .url(url)
+                .ttl(TTL)
+                .namespace(ns)
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
         .collect()
 }
 
@@ -167,19 +187,29 @@ async fn herd(url: &str, n: usize) {
     let holder = lockers(url, 1, &ns).await.remove(0);
     let waiters = lockers(url, n, &ns).await;
     let lock = name("herd");
-    let lease = holder.acquire(&lock, AcquireOptions::forever()).await.unwrap_or_else(|e| panic!("{e}"));
+    let lease = holder
+        .acquire(&lock, AcquireOptions::forever())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut tasks = Vec::new();
     for w in &waiters {
         let (w, lock) = (w.clone(), lock.clone());
         tasks.push(tokio::spawn(async move {
-            let l = w.acquire(&lock, AcquireOptions::forever()).await.unwrap_or_else(|e| panic!("{e}"));
+            let l = w
+                .acquire(&lock, AcquireOptions::forever())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
             tokio::time::sleep(Duration::from_millis(1)).await;
             l.release().await.unwrap_or_else(|e| panic!("{e}"));
         }));
     }
     let qkey = format!("{ns}/dlock:{{herd}}:q");
     loop {
-        let len: usize = redis::cmd("LLEN").arg(&qkey).query_async(&mut conn).await.unwrap_or(0);
+        let len: usize = redis::cmd("LLEN")
+            .arg(&qkey)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or(0);
         if len == n {
             break;
         }
@@ -187,7 +217,10 @@ async fn herd(url: &str, n: usize) {
     }
     // Let every waiter's notification channel come up (its first subscribe re-checks once).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before: (u64, u64) = waiters.iter().map(|w| w.stats()).fold((0, 0), |a, s| (a.0 + s.wakeups, a.1 + s.requests));
+    let before: (u64, u64) = waiters
+        .iter()
+        .map(|w| w.stats())
+        .fold((0, 0), |a, s| (a.0 + s.wakeups, a.1 + s.requests));
     common::reset_stats(&mut conn).await;
     let released = Instant::now();
     lease.release().await.unwrap_or_else(|e| panic!("{e}"));
@@ -196,10 +229,15 @@ async fn herd(url: &str, n: usize) {
     }
     let took = released.elapsed();
     let stats = common::commandstats(&mut conn).await;
-    let after: (u64, u64) = waiters.iter().map(|w| w.stats()).fold((0, 0), |a, s| (a.0 + s.wakeups, a.1 + s.requests));
+    let after: (u64, u64) = waiters
+        .iter()
+        .map(|w| w.stats())
+        .fold((0, 0), |a, s| (a.0 + s.wakeups, a.1 + s.requests));
     let total: u64 = stats
         .iter()
-        .filter(|(k, _)| !k.ends_with(".usec") && !k.starts_with("info") && !k.starts_with("config"))
+        .filter(|(k, _)| {
+            !k.ends_with(".usec") && !k.starts_with("info") && !k.starts_with("config")
+        })
         .map(|(_, v)| *v)
         .sum();
     let evalsha = stats.get("evalsha").copied().unwrap_or(0);
@@ -221,13 +259,19 @@ async fn rslock_herd(url: &str, n: usize) {
     let mut conn = common::plain(url).await;
     let key = format!("bench/rsherd{n}");
     let holder = rslock::LockManager::new(vec![url.to_string()]);
-    let lock = holder.lock(key.as_str(), TTL).await.unwrap_or_else(|e| panic!("{e:?}"));
+    let lock = holder
+        .lock(key.as_str(), TTL)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
     let mut tasks = Vec::new();
     for _ in 0..n {
         let rs = rslock::LockManager::new(vec![url.to_string()]);
         let key = key.clone();
         tasks.push(tokio::spawn(async move {
-            let l = rs.acquire_no_guard(key.as_str(), TTL).await.unwrap_or_else(|e| panic!("{e:?}"));
+            let l = rs
+                .acquire_no_guard(key.as_str(), TTL)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
             tokio::time::sleep(Duration::from_millis(1)).await;
             rs.unlock(&l).await;
         }));
@@ -243,7 +287,9 @@ async fn rslock_herd(url: &str, n: usize) {
     let stats = common::commandstats(&mut conn).await;
     let total: u64 = stats
         .iter()
-        .filter(|(k, _)| !k.ends_with(".usec") && !k.starts_with("info") && !k.starts_with("config"))
+        .filter(|(k, _)| {
+            !k.ends_with(".usec") && !k.starts_with("info") && !k.starts_with("config")
+        })
         .map(|(_, v)| *v)
         .sum();
     eprintln!(
@@ -264,8 +310,12 @@ fn benches(c: &mut Criterion) {
 
     // Fixed 3 s runs, side by side, for handoffs/s and wait percentiles.
     rt.block_on(async {
-        dlock_run(&ls, &lock, u64::MAX, Some(Duration::from_secs(3))).await.print("dlock fair, 8 clients");
-        rslock_run(std::slice::from_ref(&url), Duration::from_secs(3)).await.print("rslock 0.10, 8 clients");
+        dlock_run(&ls, &lock, u64::MAX, Some(Duration::from_secs(3)))
+            .await
+            .print("dlock fair, 8 clients");
+        rslock_run(std::slice::from_ref(&url), Duration::from_secs(3))
+            .await
+            .print("rslock 0.10, 8 clients");
         for n in [1, 8, 32, 64] {
             herd(&herd_url, n).await;
         }

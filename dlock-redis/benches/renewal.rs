@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dlock_core::{LockName, Locker};
 use dlock_redis::RedisLocker;
 use futures::future::join_all;
@@ -17,17 +17,31 @@ fn benches(c: &mut Criterion) {
     let rt = common::runtime();
     let url = node.endpoints().remove(0);
     let ttl = Duration::from_secs(3);
-    let names: Vec<LockName> = (0..LEASES).map(|i| LockName::new(format!("r/{i}")).unwrap_or_else(|e| panic!("{e}"))).collect();
+    let names: Vec<LockName> = (0..LEASES)
+        .map(|i| LockName::new(format!("r/{i}")).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
     let (locker, leases) = rt.block_on(async {
-        let l = RedisLocker::builder().url(&url).ttl(ttl).namespace("bench/renew").build().unwrap_or_else(|e| panic!("{e}"));
+        let l = RedisLocker::builder()
+            .url(&url)
+            .ttl(ttl)
+            .namespace("bench/renew")
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
         let began = Instant::now();
         let mut leases = Vec::with_capacity(LEASES);
         for chunk in names.chunks(1000) {
             for got in join_all(chunk.iter().map(|n| l.try_acquire(n))).await {
-                leases.push(got.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("held elsewhere")));
+                leases.push(
+                    got.unwrap_or_else(|e| panic!("{e}"))
+                        .unwrap_or_else(|| panic!("held elsewhere")),
+                );
             }
         }
-        eprintln!("[renewal] acquired {} leases in {:?}", leases.len(), began.elapsed());
+        eprintln!(
+            "[renewal] acquired {} leases in {:?}",
+            leases.len(),
+            began.elapsed()
+        );
         (l, leases)
     });
     rt.block_on(async {
@@ -55,28 +69,36 @@ fn benches(c: &mut Criterion) {
     });
     // Criterion timing of what one renewal round costs the client+server: one RENEW-shaped
     // script call over 10,000 keys, by the same client library.
-    let keys: Vec<String> = (0..LEASES).map(|i| format!("bench/renew/dlock:{{r/{i}}}")).collect();
+    let keys: Vec<String> = (0..LEASES)
+        .map(|i| format!("bench/renew/dlock:{{r/{i}}}"))
+        .collect();
     let script = redis::Script::new(
         "local out = {} for i = 1, #KEYS do if redis.call('GET', KEYS[i]) == ARGV[i + 1] then out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[1]) else out[i] = 0 end end return out",
     );
     let conn = rt.block_on(common::plain(&url));
-    c.benchmark_group("renewal").sample_size(10).bench_function("one_round_trip_10000_keys_shape", |b| {
-        b.to_async(&rt).iter(|| {
-            let mut conn = conn.clone();
-            let mut inv = script.prepare_invoke();
-            inv.arg(3000);
-            for k in &keys {
-                inv.key(k);
-            }
-            for _ in &keys {
-                inv.arg("not-the-owner");
-            }
-            async move {
-                let r: Vec<i64> = inv.invoke_async(&mut conn).await.unwrap_or_else(|e| panic!("{e}"));
-                assert_eq!(r.len(), LEASES);
-            }
-        })
-    });
+    c.benchmark_group("renewal").sample_size(10).bench_function(
+        "one_round_trip_10000_keys_shape",
+        |b| {
+            b.to_async(&rt).iter(|| {
+                let mut conn = conn.clone();
+                let mut inv = script.prepare_invoke();
+                inv.arg(3000);
+                for k in &keys {
+                    inv.key(k);
+                }
+                for _ in &keys {
+                    inv.arg("not-the-owner");
+                }
+                async move {
+                    let r: Vec<i64> = inv
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(r.len(), LEASES);
+                }
+            })
+        },
+    );
     rt.block_on(async {
         join_all(leases.into_iter().map(|l| l.release())).await;
     });

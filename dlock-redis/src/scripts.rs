@@ -46,7 +46,22 @@ end
 ///
 /// Returns `{1, token}` when granted; `{0, pttl, is_head}` when held by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
-const ACQUIRE_FAIR_BODY: &str = r#"
+const ACQUIRE_FAIR_FAST: &str = r#"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  -- Our own earlier grant (its reply was lost): the fence has not moved since.
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if not holder and not redis.call('LINDEX', KEYS[3], 0) then
+  -- Fast path: free and nobody queued.
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+"#;
+
+/// The rest of the fair acquire, after [`FAIR_PRELUDE`] (whose functions are only created when
+/// the fast path did not return).
+const ACQUIRE_FAIR_SLOW: &str = r#"
 local now = now_ms()
 local entry = ARGV[3]
 local function enqueue()
@@ -58,11 +73,6 @@ local function enqueue()
   redis.call('PEXPIRE', KEYS[4], ARGV[4])
 end
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  -- Our own earlier grant (its reply was lost): the fence has not moved since.
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
 if holder then
   enqueue()
   local is_head = 0
@@ -98,13 +108,16 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// Fair release: compare-and-delete, then notify the head waiter.
 ///
 /// KEYS: lock, queue, deadlines. ARGV: owner, channel prefix. Returns 1 when deleted.
-const RELEASE_FAIR_BODY: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  notify_head(KEYS[2], KEYS[3], ARGV[2])
-  return 1
-end
-return 0
+const RELEASE_FAIR_FAST: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if not redis.call('LINDEX', KEYS[2], 0) then return 1 end
+"#;
+
+/// The rest of the fair release: someone is queued.
+const RELEASE_FAIR_SLOW: &str = r#"
+notify_head(KEYS[2], KEYS[3], ARGV[2])
+return 1
 "#;
 
 /// Withdraws a waiter (cancel or timeout): removes its queue entry, deletes the lock if an
@@ -164,9 +177,13 @@ pub(crate) struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire_fair: Script::new(&format!("{FAIR_PRELUDE}{ACQUIRE_FAIR_BODY}")),
+    acquire_fair: Script::new(&format!(
+        "{ACQUIRE_FAIR_FAST}{FAIR_PRELUDE}{ACQUIRE_FAIR_SLOW}"
+    )),
     acquire_plain: Script::new(ACQUIRE_PLAIN_SRC),
-    release_fair: Script::new(&format!("{FAIR_PRELUDE}{RELEASE_FAIR_BODY}")),
+    release_fair: Script::new(&format!(
+        "{RELEASE_FAIR_FAST}{FAIR_PRELUDE}{RELEASE_FAIR_SLOW}"
+    )),
     withdraw: Script::new(&format!("{FAIR_PRELUDE}{WITHDRAW_BODY}")),
     release_plain: Script::new(RELEASE_PLAIN_SRC),
     renew: Script::new(RENEW_SRC),

@@ -10,7 +10,8 @@ use dlock_conformance::servers::{Cluster, ServerKind};
 
 /// A private cluster for one bench binary (killed when dropped).
 pub fn cluster(nodes: usize) -> Cluster {
-    Cluster::start(ServerKind::Redis, nodes).unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+    Cluster::start(ServerKind::Redis, nodes)
+        .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
 }
 
 /// The runtime every contender runs on (the same for dlock, rslock and the floors).
@@ -40,15 +41,23 @@ pub async fn commandstats(conn: &mut redis::aio::MultiplexedConnection) -> HashM
         .unwrap_or_else(|e| panic!("INFO commandstats: {e}"));
     let mut out = HashMap::new();
     for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
-        let Some((cmd, fields)) = rest.split_once(':') else { continue };
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((cmd, fields)) = rest.split_once(':') else {
+            continue;
+        };
         let calls = fields
             .split(',')
             .find_map(|f| f.strip_prefix("calls="))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         out.insert(cmd.to_string(), calls);
-        if let Some(us) = fields.split(',').find_map(|f| f.strip_prefix("usec=")).and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(us) = fields
+            .split(',')
+            .find_map(|f| f.strip_prefix("usec="))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             out.insert(format!("{cmd}.usec"), us);
         }
     }
@@ -81,4 +90,37 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+
+/// One contender of a side-by-side run: an operation to repeat.
+pub type Op<'a> = Box<dyn Fn() -> futures::future::BoxFuture<'a, ()> + 'a>;
+
+/// Runs every contender in turn, `batch` operations at a time, round-robin for `duration`, so
+/// that they all see the same machine load; returns the median time per operation of each.
+pub fn side_by_side(
+    rt: &tokio::runtime::Runtime,
+    ops: &[(&str, Op<'_>)],
+    duration: Duration,
+    batch: usize,
+) -> Vec<(String, Duration)> {
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); ops.len()];
+    rt.block_on(async {
+        let began = std::time::Instant::now();
+        while began.elapsed() < duration {
+            for (i, (_, op)) in ops.iter().enumerate() {
+                let t = std::time::Instant::now();
+                for _ in 0..batch {
+                    op().await;
+                }
+                samples[i].push(t.elapsed() / u32::try_from(batch).unwrap_or(1));
+            }
+        }
+    });
+    ops.iter()
+        .zip(samples)
+        .map(|((name, _), mut s)| {
+            s.sort();
+            (name.to_string(), percentile(&s, 0.5))
+        })
+        .collect()
 }
