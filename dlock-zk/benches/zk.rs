@@ -4,7 +4,9 @@
 //! Run: `DLOCK_SERVER_FSYNC=1 cargo bench -p dlock-zk` (or point `DLOCK_ZK_CONNECT` at a
 //! server). First a summary pass prints latency percentiles, 8-way handoffs/s and p99, and
 //! herd figures (watch notifications and requests per handoff for N = 1, 8, 32, 64) with the
-//! ratios; then criterion measures the uncontended cases and the 8-way handoff.
+//! ratios, then the throughput of many independent locks on one locker and the renewal cost of
+//! 1000 held leases; then criterion measures the uncontended cases and the 8-way handoff
+//! (`DLOCK_BENCH_SUMMARY_ONLY=1` stops after the summary).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,7 +132,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for _ in 0..50 {
+    for _ in 0..10 {
         op().await;
     }
     let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -144,8 +146,26 @@ where
     v
 }
 
+/// Sums runs: rates averaged, percentiles over all handoffs.
+fn merge(runs: &[Handoffs]) -> Handoffs {
+    let mut all: Vec<Duration> = runs
+        .iter()
+        .flat_map(|r| r.samples.iter().copied())
+        .collect();
+    all.sort();
+    Handoffs {
+        per_sec: runs.iter().map(|r| r.per_sec).sum::<f64>() / runs.len().max(1) as f64,
+        p50: percentile(&all, 0.5),
+        p99: percentile(&all, 0.99),
+        acquisitions: runs.iter().map(|r| r.acquisitions).sum(),
+        switches: runs.iter().map(|r| r.switches).sum(),
+        violations: runs.iter().map(|r| r.violations).sum(),
+        samples: all,
+    }
+}
+
 /// The 8-way handoff result.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Handoffs {
     per_sec: f64,
     p50: Duration,
@@ -153,6 +173,7 @@ struct Handoffs {
     acquisitions: u64,
     switches: u64,
     violations: u64,
+    samples: Vec<Duration>,
 }
 
 #[derive(Default)]
@@ -243,6 +264,7 @@ where
             acquisitions: t.acquisitions,
             switches,
             violations: violations.load(Ordering::SeqCst),
+            samples: h,
         },
         elapsed,
     )
@@ -360,9 +382,19 @@ fn summary(env: &Env) {
         let c = env.client().await;
         let peer_dir = env.dir(&c, "peer").await;
         let raw_dir = env.dir(&c, "raw").await;
-        let ours = sample(secs, || dlock_pair(&l, &name)).await;
-        let peer = sample(secs, || peer_pair(&c, &peer_dir)).await;
-        let raw = sample(secs, || raw_floor(&c, &raw_dir)).await;
+        // Interleave the three in short slices so load changes on this shared machine hit
+        // all of them alike.
+        let (mut ours, mut peer, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+        let slices = 15;
+        for _ in 0..slices {
+            let slice = secs / f64::from(slices);
+            ours.extend(sample(slice, || dlock_pair(&l, &name)).await);
+            peer.extend(sample(slice, || peer_pair(&c, &peer_dir)).await);
+            raw.extend(sample(slice, || raw_floor(&c, &raw_dir)).await);
+        }
+        for v in [&mut ours, &mut peer, &mut raw] {
+            v.sort();
+        }
         let held = l.acquire(&LockName::new("held").unwrap(), wait()).await.unwrap();
         let other = env.locker("uncontended").await;
         let held_name = LockName::new("held").unwrap();
@@ -392,10 +424,14 @@ fn summary(env: &Env) {
             p50(&ours) / p50(&raw)
         );
 
-        println!("== 8-way contention, 3 s each ==");
-        let (d, _) = dlock_handoffs(env, u64::MAX, Duration::from_secs(3)).await;
-        let (p, _) = peer_handoffs(env, u64::MAX, Duration::from_secs(3)).await;
-        for (what, h) in [("dlock-zk", d), ("zookeeper-client lock", p)] {
+        println!("== 8-way contention, 3 × 1 s each, interleaved ==");
+        let (mut d, mut p) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            d.push(dlock_handoffs(env, u64::MAX, Duration::from_secs(1)).await.0);
+            p.push(peer_handoffs(env, u64::MAX, Duration::from_secs(1)).await.0);
+        }
+        let (d, p) = (merge(&d), merge(&p));
+        for (what, h) in [("dlock-zk", &d), ("zookeeper-client lock", &p)] {
             println!(
                 "{what:<24} handoffs/s={:>7.0}  handoff p50={:>8.1?} p99={:>8.1?}  acquisitions={} switches={} violations={}",
                 h.per_sec, h.p50, h.p99, h.acquisitions, h.switches, h.violations
@@ -411,6 +447,55 @@ fn summary(env: &Env) {
         for n in [1, 8, 32, 64] {
             let (wakeups, requests) = herd(env, n).await;
             println!("N={n:>3}  watch notifications/handoff={wakeups:.2}  requests/handoff={requests:.2}");
+        }
+
+        println!("== many independent locks on one locker (64 tasks, one lock each, {secs} s) ==");
+        let many = Arc::new(env.locker("many").await);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let (l, stop, ops) = (Arc::clone(&many), Arc::clone(&stop), Arc::clone(&ops));
+            tasks.push(tokio::spawn(async move {
+                let name = LockName::new(format!("k{i}")).unwrap();
+                while !stop.load(Ordering::SeqCst) {
+                    dlock_pair(&l, &name).await;
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        stop.store(true, Ordering::SeqCst);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        println!("acquire+release/s over 64 names, one session: {:.0}", ops.load(Ordering::Relaxed) as f64 / secs);
+
+        println!("== renewal cost of many held leases (one locker) ==");
+        let short = ZkLocker::builder(&env.connect)
+            .ttl(Duration::from_millis(900))
+            .namespace(format!("{}/renew", env.ns))
+            .build()
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        for i in 0..1000 {
+            held.push(short.acquire(&LockName::new(format!("r{i}")).unwrap(), wait()).await.unwrap());
+        }
+        let before = short.stats();
+        let ttl = short.negotiated_timeout();
+        tokio::time::sleep(ttl * 3).await;
+        let after = short.stats();
+        let rounds = after.renewals - before.renewals;
+        println!(
+            "1000 leases, TTL {ttl:?}: {rounds} renewal rounds in {:?}, {} requests ({:.2} per round), {} losses",
+            ttl * 3,
+            after.requests - before.requests,
+            (after.requests - before.requests) as f64 / rounds.max(1) as f64,
+            after.losses - before.losses
+        );
+        for l in held {
+            l.release().await.unwrap();
         }
     });
 }
@@ -478,6 +563,9 @@ fn main() {
     }
     let env = Env::new();
     summary(&env);
+    if std::env::var_os("DLOCK_BENCH_SUMMARY_ONLY").is_some() {
+        return;
+    }
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))

@@ -89,18 +89,21 @@ impl Contender {
     /// Removes our node now (bounded wait), handing it to a background retry if that fails.
     pub(crate) async fn remove_now(&mut self) {
         let Some(target) = self.target() else { return };
-        self.armed = false;
         if self.sess.is_ended() {
+            self.armed = false;
             return;
         }
         let bound =
             (self.sess.timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(2));
-        match tokio::time::timeout(
+        // Stay armed while the delete is in flight: if this future is dropped, `Drop` hands the
+        // node to the background retry (deleting twice is harmless).
+        let outcome = tokio::time::timeout(
             bound,
             delete_target(&self.sess.client, &self.sess.counters, &target),
         )
-        .await
-        {
+        .await;
+        self.armed = false;
+        match outcome {
             Ok(Ok(())) => {}
             Ok(Err(e)) if session_ended(&e) => {}
             Ok(Err(e)) => {
