@@ -6,7 +6,7 @@
 //! let upstream = "127.0.0.1:6379".parse().expect("address");
 //! let proxy = Proxy::start(upstream)?;
 //! // connect the client to proxy.addr() ...
-//! proxy.set(Mode::Blackhole); // a hung peer: connections stay open, bytes vanish
+//! proxy.set(Mode::Blackhole); // a hung peer: connections stay open, nothing passes
 //! proxy.set_direction(Direction::Downstream, Mode::Blackhole); // request arrives, reply is lost
 //! proxy.set(Mode::Pass);
 //! # Ok::<(), std::io::Error>(())
@@ -27,7 +27,9 @@ use tokio::sync::watch;
 pub enum Mode {
     /// Forward bytes as they come.
     Pass,
-    /// Keep connections open and drop every byte (a hung peer or a silent partition).
+    /// Keep connections open and pass nothing (a hung peer or a silent partition). As TCP
+    /// would retransmit them, bytes are held, not lost: they arrive if the direction returns to
+    /// `Pass` or `Delay`, and are discarded by `Reset` (blackhole, then reset = a lost reply).
     Blackhole,
     /// Reset every open connection (RST) and every new one at once.
     Reset,
@@ -160,7 +162,7 @@ impl Proxy {
         self.state.connections.load(Ordering::Relaxed)
     }
 
-    /// Bytes forwarded so far in `direction` (dropped bytes are not counted).
+    /// Bytes forwarded so far in `direction` (bytes held by a blackhole count once delivered).
     pub fn bytes(&self, direction: Direction) -> u64 {
         match direction {
             Direction::Upstream => self.state.bytes_up.load(Ordering::Relaxed),
@@ -257,6 +259,10 @@ enum End {
     Reset,
 }
 
+/// Bytes held during a blackhole beyond which the proxy stops reading (back-pressure, as a
+/// full TCP window would).
+const HOLD_CAP: usize = 8 * 1024 * 1024;
+
 async fn pump(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
@@ -265,16 +271,35 @@ async fn pump(
     count: &AtomicU64,
 ) -> End {
     let mut buf = vec![0u8; 16 * 1024];
+    // Bytes held back by a blackhole: delivered if the link heals, discarded by a reset.
+    let mut held: Vec<u8> = Vec::new();
+    let mut eof = false;
     loop {
         if *mode.borrow_and_update() == Mode::Reset || *other.borrow_and_update() == Mode::Reset {
             return End::Reset;
         }
+        let current = *mode.borrow();
+        if current != Mode::Blackhole && !held.is_empty() {
+            if let Mode::Delay(d) = current {
+                tokio::time::sleep(d).await;
+            }
+            if to.write_all(&held).await.is_err() {
+                return End::Closed;
+            }
+            count.fetch_add(held.len() as u64, Ordering::Relaxed);
+            held.clear();
+        }
+        if eof && held.is_empty() {
+            let _ = to.shutdown().await;
+            return End::Closed;
+        }
+        let can_read = !eof && held.len() < HOLD_CAP;
         tokio::select! {
-            read = from.read(&mut buf) => {
+            read = from.read(&mut buf), if can_read => {
                 let n = match read {
                     Ok(0) | Err(_) => {
-                        let _ = to.shutdown().await;
-                        return End::Closed;
+                        eof = true;
+                        continue;
                     }
                     Ok(n) => n,
                 };
@@ -285,7 +310,10 @@ async fn pump(
                 // Judge by the mode at forwarding time (it may have changed while delayed).
                 let current = *mode.borrow();
                 match current {
-                    Mode::Blackhole => continue,
+                    Mode::Blackhole => {
+                        held.extend_from_slice(&buf[..n]);
+                        continue;
+                    }
                     Mode::Reset => return End::Reset,
                     Mode::Pass | Mode::Delay(_) => {}
                 }

@@ -32,6 +32,8 @@ macro_rules! conformance_tests {
                 lost_before_stolen => LostBeforeStolen,
                 lost_after_break => LostAfterBreak,
                 release_idempotent => ReleaseIdempotent,
+                short_blip => ShortBlip,
+                release_reply_lost => ReleaseReplyLost,
                 crash_release => CrashRelease,
                 paused_holder => PausedHolder,
                 name_isolation => NameIsolation,

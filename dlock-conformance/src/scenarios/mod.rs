@@ -7,6 +7,7 @@ mod crash;
 mod exclusion;
 mod holder;
 mod lease;
+mod network;
 mod queue;
 mod util;
 
@@ -49,6 +50,11 @@ pub enum Scenario {
     LostAfterBreak,
     /// Release is idempotent; a retried release never deletes a newer holder's lock.
     ReleaseIdempotent,
+    /// The holder's link goes silent for 0.3 × TTL: the lease survives, same token.
+    ShortBlip,
+    /// A release whose reply is lost returns within a bound; its retry never deletes the next
+    /// holder's lock.
+    ReleaseReplyLost,
     /// A SIGKILLed holder process's lock is free within [TTL − drift, TTL + slack].
     CrashRelease,
     /// A holder process frozen (SIGSTOP) past its TTL: taken over with a higher token, its late
@@ -64,7 +70,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 19] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -77,6 +83,8 @@ impl Scenario {
         Scenario::LostBeforeStolen,
         Scenario::LostAfterBreak,
         Scenario::ReleaseIdempotent,
+        Scenario::ShortBlip,
+        Scenario::ReleaseReplyLost,
         Scenario::CrashRelease,
         Scenario::PausedHolder,
         Scenario::NameIsolation,
@@ -99,6 +107,8 @@ impl Scenario {
             Scenario::LostBeforeStolen => "lost_before_stolen",
             Scenario::LostAfterBreak => "lost_after_break",
             Scenario::ReleaseIdempotent => "release_idempotent",
+            Scenario::ShortBlip => "short_blip",
+            Scenario::ReleaseReplyLost => "release_reply_lost",
             Scenario::CrashRelease => "crash_release",
             Scenario::PausedHolder => "paused_holder",
             Scenario::NameIsolation => "name_isolation",
@@ -276,6 +286,8 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::LostBeforeStolen => lease::lost_before_stolen(ctx).await,
         Scenario::LostAfterBreak => lease::lost_after_break(ctx).await,
         Scenario::ReleaseIdempotent => basic::release_idempotent(ctx).await,
+        Scenario::ShortBlip => network::short_blip(ctx).await,
+        Scenario::ReleaseReplyLost => network::release_reply_lost(ctx).await,
         Scenario::CrashRelease => crash::crash_release(ctx).await,
         Scenario::PausedHolder => crash::paused_holder(ctx).await,
         Scenario::NameIsolation => basic::name_isolation(ctx).await,
