@@ -310,7 +310,12 @@ async fn pump(
                 // Judge by the mode at forwarding time (it may have changed while delayed).
                 let current = *mode.borrow();
                 match current {
+                    // Behind held bytes, keep order: the loop top delivers them first.
                     Mode::Blackhole => {
+                        held.extend_from_slice(&buf[..n]);
+                        continue;
+                    }
+                    _ if !held.is_empty() => {
                         held.extend_from_slice(&buf[..n]);
                         continue;
                     }
