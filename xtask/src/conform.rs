@@ -1,6 +1,7 @@
 //! `cargo xtask conform [--backend memory,redis,…] [--json FILE]`: runs the one conformance
 //! scenario list against every enrolled backend on real servers, prints the scenario × backend
-//! table, writes the rows as JSON, and fails on any failure or missing row.
+//! table, writes the rows as JSON, and fails on any failure or missing row. Installing missing
+//! server binaries is `install::ensure_servers`, run before this.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -161,64 +162,6 @@ fn workspace_root() -> PathBuf {
     }
     let xtask = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     xtask.parent().map(Path::to_path_buf).unwrap_or(xtask)
-}
-
-/// The server each backend needs: (binary check, apt packages).
-fn server_needs(backend: &Backend) -> Option<(&'static str, &'static str)> {
-    match backend.krate {
-        "dlock-redis" => Some(("redis-server", "redis-server")),
-        "dlock-etcd" => Some(("etcd", "etcd-server etcd-client protobuf-compiler")),
-        "dlock-zk" => Some(("java", "zookeeper default-jre-headless")),
-        _ => None,
-    }
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
-fn installed(binary: &str) -> bool {
-    on_path(binary) && (binary != "java" || Path::new("/usr/share/java/zookeeper.jar").exists())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Installs missing server binaries with apt-get when possible, otherwise prints the command.
-fn ensure_servers(backends: &[Backend]) {
-    let mut missing: BTreeSet<&str> = BTreeSet::new();
-    for b in backends {
-        if let Some((binary, packages)) = server_needs(b) {
-            if !installed(binary) {
-                missing.extend(packages.split_whitespace());
-            }
-        }
-    }
-    if missing.is_empty() {
-        return;
-    }
-    let pkgs = missing.into_iter().collect::<Vec<_>>().join(" ");
-    let cmd = format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}");
-    if on_path("apt-get") && is_root() {
-        println!("conform: server binaries missing; installing: {cmd}");
-        let ok = Command::new("sh")
-            .arg("-c")
-            .arg(&cmd)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            println!(
-                "conform: the install failed; the affected backends will skip (or fail under CI)"
-            );
-        }
-    } else {
-        println!("conform: server binaries missing; install them with:\n    {cmd}");
-    }
 }
 
 /// One cell of the table.
@@ -455,7 +398,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let (enrolled_backends, not_enrolled): (Vec<Backend>, Vec<Backend>) =
         opts.backends.iter().partition(|b| enrolled(&root, b));
-    ensure_servers(&enrolled_backends);
     let report_dir = std::env::temp_dir().join(format!("dlock-conform-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&report_dir);
     std::fs::create_dir_all(&report_dir)
