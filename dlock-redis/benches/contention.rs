@@ -48,11 +48,14 @@ impl Run {
     }
 }
 
+/// Last holder, true handoffs, waits, grants per worker.
+type Tally = (Option<usize>, u64, Vec<Duration>, Vec<u64>);
+
 struct Shared {
     stop: AtomicBool,
     grants: AtomicU64,
     target: u64,
-    last: Mutex<(Option<usize>, u64, Vec<Duration>, Vec<u64>)>,
+    last: Mutex<Tally>,
     reached: Mutex<Option<Instant>>,
 }
 

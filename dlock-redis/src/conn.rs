@@ -97,6 +97,24 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Runs a pipeline (one round trip) within `budget`, counting one request.
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        pipe: &redis::Pipeline,
+        budget: Duration,
+        counters: &Counters,
+    ) -> Result<T, Error> {
+        counters.add_requests(1);
+        let mut conn = self.conn.clone();
+        bounded(&self.display, what, budget, async move {
+            pipe.query_async::<T>(&mut conn).await
+        })
+        .await
+    }
+}
+
 /// Awaits a client future within `budget`, mapping its error.
 pub(crate) async fn bounded<T>(
     node: &str,

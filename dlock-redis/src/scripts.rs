@@ -47,15 +47,14 @@ end
 /// Returns `{1, token}` when granted; `{0, pttl, is_head}` when held by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
 const ACQUIRE_FAIR_FAST: &str = r#"
+if not redis.call('LINDEX', KEYS[3], 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  -- Fast path: nobody queued and the lock was free.
+  return {1, redis.call('INCR', KEYS[2])}
+end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   -- Our own earlier grant (its reply was lost): the fence has not moved since.
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-if not holder and not redis.call('LINDEX', KEYS[3], 0) then
-  -- Fast path: free and nobody queued.
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
 end
 "#;
 

@@ -76,7 +76,6 @@ pub async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
 /// A plain connection for measurements.
 pub async fn plain(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
-        .and_then(|c| Ok(c))
         .unwrap_or_else(|e| panic!("bad url {url}: {e}"))
         .get_multiplexed_async_connection()
         .await

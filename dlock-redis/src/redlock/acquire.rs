@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::RInner;
 use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
-use crate::conn::{millis, token_of, unexpected};
+use crate::conn::{millis, token_of};
 use crate::keys::{Keys, random_id};
 use crate::scripts::scripts;
 
@@ -65,14 +65,23 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let owner = guard.owner.clone();
     let ttl_ms = millis(inner.ttl);
     let start = Instant::now();
-    let replies = join_all(b.nodes.iter().map(|node| {
-        let owner = &owner;
-        async move {
-            let mut inv = scripts().acquire_plain.prepare_invoke();
-            inv.key(&keys.lock).key(&keys.fence).arg(owner).arg(ttl_ms);
-            node.invoke::<Vec<i64>>("acquire", &inv, budget, &b.counters)
-                .await
-        }
+    // Per node, one round trip: `SET NX PX` then `INCR` of the node's fence. No other owner
+    // can be granted on that node between the two (our key is there), so a granting node's
+    // counter is fresh for this grant; failed attempts bump counters too, which only keeps
+    // them closer together. Plain commands cost the servers less than a script.
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(&keys.lock)
+        .arg(&owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .cmd("INCR")
+        .arg(&keys.fence);
+    let pipe = &pipe;
+    let replies = join_all(b.nodes.iter().map(|node| async move {
+        node.pipeline::<(Option<String>, i64)>("acquire", pipe, budget, &b.counters)
+            .await
     }))
     .await;
 
@@ -81,19 +90,15 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let mut errors = 0usize;
     let mut causes = Vec::new();
     for (i, (node, reply)) in b.nodes.iter().zip(replies).enumerate() {
-        match reply.as_deref() {
-            Ok([1, counter, ..]) => match token_of(&node.display, *counter) {
+        match reply {
+            Ok((Some(_), counter)) => match token_of(&node.display, counter) {
                 Ok(c) => granted.push((i, c)),
                 Err(e) => causes.push(cause(&node.display, e)),
             },
-            Ok([0, ..]) => {
+            Ok((None, _)) => {
                 busy += 1;
                 causes.push(cause(&node.display, "held by another owner"));
             }
-            Ok(other) => causes.push(cause(
-                &node.display,
-                unexpected(&node.display, "acquire", other),
-            )),
             Err(e) => {
                 errors += 1;
                 causes.push(cause(&node.display, e));
