@@ -8,7 +8,7 @@
 //! - **local** (the default here): the Debian-packaged binaries as direct child processes on
 //!   free loopback ports, each in a temp dir; killed with their process group at teardown.
 //! - **containers** (cargo feature `containers`): image and port configuration for
-//!   testcontainers, see [`containers`](self::containers) when the feature is on.
+//!   testcontainers, in the `containers` module when the feature is on.
 //!
 //! ```no_run
 //! use dlock_conformance::servers::{Cluster, ServerKind};
