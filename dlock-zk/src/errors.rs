@@ -13,6 +13,10 @@ pub(crate) fn session_ended(e: &zk::Error) -> bool {
 }
 
 /// Whether the error is a transient connection problem worth retrying on the same session.
+///
+/// When a connection dies, the client fails the requests in flight with the connection's own
+/// error (an I/O error, "no response from connection", an unexpected reply), not only with
+/// `ConnectionLoss`: those are transient too.
 pub(crate) fn transient(e: &zk::Error) -> bool {
     matches!(
         e,
@@ -20,6 +24,9 @@ pub(crate) fn transient(e: &zk::Error) -> bool {
             | zk::Error::Timeout
             | zk::Error::Throttled
             | zk::Error::SessionMoved
+            | zk::Error::Custom(_)
+            | zk::Error::UnexpectedError(_)
+            | zk::Error::UnmarshalError { .. }
     )
 }
 
@@ -33,7 +40,8 @@ pub(crate) fn map(what: &str, e: zk::Error) -> Error {
         | zk::Error::Throttled
         | zk::Error::SessionMoved
         | zk::Error::SessionExpired
-        | zk::Error::ClientClosed => Error::unavailable(message, Some(Box::new(e) as _)),
+        | zk::Error::ClientClosed
+        | zk::Error::Custom(_) => Error::unavailable(message, Some(Box::new(e) as _)),
         other => Error::backend(message, Some(Box::new(other) as _)),
     }
 }

@@ -44,7 +44,13 @@ impl Session {
     /// [`Error::Unavailable`] when no server answers within the client library's connect window
     /// (about the requested session timeout).
     pub(crate) async fn open(cfg: &Config, counters: Arc<Counters>) -> Result<Arc<Session>, Error> {
-        let mut connector = zk::Client::connector().with_session_timeout(cfg.ttl);
+        // Notice a dead connection (and give up on a hung reconnect attempt) after TTL/8 of
+        // silence rather than the client's default 2/5: a lease's deadline leaves about 2/3 of
+        // the TTL to reconnect and renew, and a short blip must not cost the lease. Idle
+        // sessions ping every 3/8 of that to keep the connection provably alive.
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(cfg.ttl)
+            .with_connection_timeout(connection_timeout(cfg.ttl));
         if let Some((user, password)) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
@@ -117,6 +123,11 @@ impl Session {
             target,
         );
     }
+}
+
+/// How long the client waits on a silent connection before it reconnects.
+fn connection_timeout(ttl: Duration) -> Duration {
+    (ttl / 8).max(Duration::from_millis(200))
 }
 
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
