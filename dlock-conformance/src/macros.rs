@@ -30,6 +30,7 @@ macro_rules! conformance_tests {
                 herd => Herd,
                 renewal => Renewal,
                 lost_before_stolen => LostBeforeStolen,
+                loss_trials => LossTrials,
                 lost_after_break => LostAfterBreak,
                 release_idempotent => ReleaseIdempotent,
                 short_blip => ShortBlip,

@@ -69,6 +69,21 @@ fn early_expiry_fails_lost_before_stolen() {
 }
 
 #[test]
+fn early_expiry_fails_loss_trials() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::EarlyExpiry),
+        Scenario::LossTrials,
+    );
+    assert_caught(&row, "trials failed");
+    assert_eq!(
+        row.figures.get("violations").and_then(|v| v.as_u64()),
+        Some(20),
+        "{}",
+        row.summary()
+    );
+}
+
+#[test]
 fn lifo_fails_fifo() {
     // The LIFO memory variant grants newest-first; it may also stall (it wakes the head, which
     // may not go): either way the FIFO checker must fail it.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FencingStrength, LossReason};
+use dlock_core::{AcquireOptions, FencingStrength, LockName, LossReason};
 use tokio::time::Instant;
 
 use super::util::{name, within};
@@ -55,14 +55,23 @@ pub(crate) async fn renewal(ctx: &Ctx) -> Result<(), Verdict> {
     Ok(())
 }
 
-/// The holder's connection is cut (blackholed through a proxy; in-process backends stop its
-/// renewal instead): its `lost()` fires before a contender's acquire succeeds, and no later
-/// than one TTL after the cut.
-pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
-    let lock = name("cut")?;
+/// What one cut trial measured.
+struct Trial {
+    cut: &'static str,
+    reason: String,
+    detect: Duration,
+    contender_after: Duration,
+    /// Contender's grant minus the holder's `lost()`; negative is a violation.
+    margin_ms: f64,
+}
+
+/// One trial: the holder's connection is cut (blackholed through a proxy per node; in-process
+/// backends stop its renewal instead) while a contender waits.
+async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
     let ttl = ctx.ttl();
-    let addrs = ctx.backend().node_addrs();
-    let proxies = addrs
+    let proxies = ctx
+        .backend()
+        .node_addrs()
         .iter()
         .map(|a| Proxy::start(*a))
         .collect::<Result<Vec<_>, _>>()
@@ -77,21 +86,19 @@ pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
     };
     let contender = ctx.client().await?;
     let slack = contender.capabilities().crash_release_slack;
-    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl)).await?;
+    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
     // Let one renewal round pass so the cut hits a lease in its steady state.
     tokio::time::sleep(ttl / 2).await;
     ensure!(lease.check().is_ok(), "the lease was lost before the cut");
     let lost = lease.lost();
     let cut = Instant::now();
-    if proxies.is_empty() {
-        ctx.figure("cut", "renewal stopped in-process");
+    let how = if proxies.is_empty() {
         lease.stop_renewal_for_test();
+        "renewal stopped in-process"
     } else {
-        ctx.figure("cut", "blackholed proxy");
-        for p in &proxies {
-            p.set(Mode::Blackhole);
-        }
-    }
+        proxies.iter().for_each(|p| p.set(Mode::Blackhole));
+        "blackholed proxy"
+    };
     let lost_at = tokio::spawn(async move {
         let reason = lost.await;
         (Instant::now(), reason)
@@ -103,60 +110,106 @@ pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
     });
     let lost = within(ttl * 5, lost_at).await;
     let stolen = within(ttl * 5, stolen_at).await;
-    for p in &proxies {
-        p.set(Mode::Pass);
-    }
-    let (lost_t, reason) = match lost {
-        Some(Ok(v)) => v,
-        _ => {
-            return Err(Verdict::Fail(
-                "lost() never fired after the holder was cut off".into(),
-            ));
-        }
+    // Drop what the cut held back (as a real partition's timeouts would).
+    proxies.iter().for_each(|p| p.set(Mode::Reset));
+    let Some(Ok((lost_t, reason))) = lost else {
+        return Err(Verdict::Fail(
+            "lost() never fired after the holder was cut off".into(),
+        ));
     };
     ensure!(
         reason != LossReason::Released,
         "lost() reported a release, not a loss"
     );
-    let detect = lost_t.saturating_duration_since(cut);
-    ctx.figure_ms("lost_after_cut_ms", detect);
-    ctx.figure("loss_reason", reason.to_string());
-    let (stolen_t, got) = match stolen {
-        Some(Ok(v)) => v,
-        _ => {
-            return Err(Verdict::Fail(
-                "the contender's acquire never returned".into(),
-            ));
-        }
+    let Some(Ok((stolen_t, got))) = stolen else {
+        return Err(Verdict::Fail(
+            "the contender's acquire never returned".into(),
+        ));
     };
     let got = got.map_err(|e| {
         Verdict::Fail(format!(
             "the contender never got the lock after the holder was cut off: {e}"
         ))
     })?;
-    ctx.figure_ms(
-        "contender_after_cut_ms",
-        stolen_t.saturating_duration_since(cut),
-    );
-    let margin_ms = (stolen_t.saturating_duration_since(lost_t).as_secs_f64()
-        - lost_t.saturating_duration_since(stolen_t).as_secs_f64())
-        * 1e3;
-    ctx.figure("margin_ms", (margin_ms * 1e3).round() / 1e3);
     got.release().await?;
     drop(lease);
+    let trial = Trial {
+        cut: how,
+        reason: reason.to_string(),
+        detect: lost_t.saturating_duration_since(cut),
+        contender_after: stolen_t.saturating_duration_since(cut),
+        margin_ms: (stolen_t.saturating_duration_since(lost_t).as_secs_f64()
+            - lost_t.saturating_duration_since(stolen_t).as_secs_f64())
+            * 1e3,
+    };
     ensure!(
         lost_t <= stolen_t,
-        "the contender got the lock {:?} BEFORE the cut-off holder's lost() fired",
-        lost_t.saturating_duration_since(stolen_t)
+        "the contender got the lock {:.3} ms BEFORE the cut-off holder's lost() fired",
+        -trial.margin_ms
     );
     ensure!(
-        detect <= ttl + SCHED,
-        "lost() fired {detect:?} after the cut, later than the TTL {ttl:?}"
+        trial.detect <= ttl + SCHED,
+        "lost() fired {:?} after the cut, later than the TTL {ttl:?}",
+        trial.detect
     );
     ensure!(
-        stolen_t.saturating_duration_since(cut) <= ttl * 2 + slack + SCHED,
+        trial.contender_after <= ttl * 2 + slack + SCHED,
         "the contender waited {:?} after the cut",
-        stolen_t.saturating_duration_since(cut)
+        trial.contender_after
+    );
+    Ok(trial)
+}
+
+/// The holder's connection is cut: its `lost()` fires before a contender's acquire succeeds,
+/// and no later than one TTL after the cut.
+pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
+    let t = cut_trial(ctx, name("cut")?).await?;
+    ctx.figure("cut", t.cut);
+    ctx.figure("loss_reason", t.reason);
+    ctx.figure_ms("lost_after_cut_ms", t.detect);
+    ctx.figure_ms("contender_after_cut_ms", t.contender_after);
+    ctx.figure("margin_ms", (t.margin_ms * 1e3).round() / 1e3);
+    Ok(())
+}
+
+/// How many cut trials [`loss_trials`] runs (concurrently, on distinct names).
+pub(crate) const TRIALS: usize = 20;
+
+/// [`lost_before_stolen`] in K = 20 concurrent trials: every one must hold; the minimum
+/// margin is reported.
+pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
+    let mut names = Vec::with_capacity(TRIALS);
+    for i in 0..TRIALS {
+        names.push(name(&format!("trial-{i}"))?);
+    }
+    let results = futures::future::join_all(names.into_iter().map(|n| cut_trial(ctx, n))).await;
+    let mut failures = Vec::new();
+    let mut margins = Vec::new();
+    let mut detects = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(t) => {
+                margins.push(t.margin_ms);
+                detects.push(t.detect);
+            }
+            Err(Verdict::Fail(why) | Verdict::Skip(why)) => {
+                failures.push(format!("trial {i}: {why}"))
+            }
+        }
+    }
+    ctx.figure("trials", TRIALS);
+    ctx.figure("violations", failures.len());
+    if let Some(min) = margins.iter().copied().reduce(f64::min) {
+        ctx.figure("min_margin_ms", (min * 1e3).round() / 1e3);
+    }
+    if let Some(max) = detects.iter().max() {
+        ctx.figure_ms("max_lost_after_cut_ms", *max);
+    }
+    ensure!(
+        failures.is_empty(),
+        "{} of {TRIALS} trials failed: {}",
+        failures.len(),
+        failures.join("; ")
     );
     Ok(())
 }

@@ -46,6 +46,8 @@ pub enum Scenario {
     Renewal,
     /// A holder cut off from the servers learns of the loss before a contender gets the lock.
     LostBeforeStolen,
+    /// [`Scenario::LostBeforeStolen`] in 20 concurrent trials; the minimum margin is reported.
+    LossTrials,
     /// A holder broken from the server side learns of it within the TTL.
     LostAfterBreak,
     /// Release is idempotent; a retried release never deletes a newer holder's lock.
@@ -70,7 +72,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 19] = [
+    pub const ALL: [Scenario; 20] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -81,6 +83,7 @@ impl Scenario {
         Scenario::Herd,
         Scenario::Renewal,
         Scenario::LostBeforeStolen,
+        Scenario::LossTrials,
         Scenario::LostAfterBreak,
         Scenario::ReleaseIdempotent,
         Scenario::ShortBlip,
@@ -105,6 +108,7 @@ impl Scenario {
             Scenario::Herd => "herd",
             Scenario::Renewal => "renewal",
             Scenario::LostBeforeStolen => "lost_before_stolen",
+            Scenario::LossTrials => "loss_trials",
             Scenario::LostAfterBreak => "lost_after_break",
             Scenario::ReleaseIdempotent => "release_idempotent",
             Scenario::ShortBlip => "short_blip",
@@ -284,6 +288,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::Herd => queue::herd(ctx).await,
         Scenario::Renewal => lease::renewal(ctx).await,
         Scenario::LostBeforeStolen => lease::lost_before_stolen(ctx).await,
+        Scenario::LossTrials => lease::loss_trials(ctx).await,
         Scenario::LostAfterBreak => lease::lost_after_break(ctx).await,
         Scenario::ReleaseIdempotent => basic::release_idempotent(ctx).await,
         Scenario::ShortBlip => network::short_blip(ctx).await,
