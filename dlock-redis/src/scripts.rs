@@ -193,3 +193,40 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 pub(crate) fn scripts() -> &'static Scripts {
     &SCRIPTS
 }
+
+/// The most keys one renewal script call takes; larger batches become several calls in ONE
+/// pipeline (one round trip), so the server can serve other clients between them.
+pub(crate) const RENEW_CHUNK: usize = 1000;
+
+/// One round trip renewing every `(lock key, owner)` pair: `SCRIPT LOAD` (a cheap no-op when
+/// the script is cached; it makes `NOSCRIPT` impossible inside the pipeline), then one
+/// [`RENEW`](RENEW_SRC) call per chunk of [`RENEW_CHUNK`] keys. The reply is one
+/// `Vec<i64>` per chunk; [`flatten_renewals`] joins them.
+pub(crate) fn renew_pipeline<'a>(
+    ttl_ms: u64,
+    entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> redis::Pipeline {
+    let s = scripts();
+    let mut pipe = redis::pipe();
+    pipe.load_script(&s.renew).ignore();
+    let entries: Vec<(&str, &str)> = entries.collect();
+    for chunk in entries.chunks(RENEW_CHUNK) {
+        let mut inv = s.renew.prepare_invoke();
+        inv.arg(ttl_ms);
+        for (key, _) in chunk {
+            inv.key(*key);
+        }
+        for (_, owner) in chunk {
+            inv.arg(*owner);
+        }
+        pipe.invoke_script(&inv);
+    }
+    pipe
+}
+
+/// Joins the per-chunk replies of [`renew_pipeline`]; `None` when their total length is not
+/// `expected`.
+pub(crate) fn flatten_renewals(chunks: Vec<Vec<i64>>, expected: usize) -> Option<Vec<i64>> {
+    let out: Vec<i64> = chunks.into_iter().flatten().collect();
+    (out.len() == expected).then_some(out)
+}

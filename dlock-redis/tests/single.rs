@@ -178,7 +178,7 @@ async fn many_leases_renew_in_one_request_per_period() {
     assert!(rounds >= 6, "only {rounds} renewal rounds in 3 TTLs");
     assert_eq!(
         requests, rounds,
-        "{requests} requests for {rounds} renewal rounds of 300 leases"
+        "{requests} requests for {rounds} renewal rounds of 2500 leases"
     );
     for lease in &leases {
         lease.check().expect("still held past 3 TTLs");

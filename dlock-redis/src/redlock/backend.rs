@@ -9,7 +9,7 @@ use futures::future::join_all;
 
 use crate::conn::{Node, millis};
 use crate::keys::Keys;
-use crate::scripts::scripts;
+use crate::scripts::{self, scripts};
 
 /// One held Redlock lease.
 #[derive(Debug)]
@@ -92,21 +92,25 @@ impl RenewBackend for Renewer {
         // Compare-and-PEXPIRE never re-creates a key that expired or a node that lost it.
         let ttl_ms = millis(self.ttl);
         let budget = self.ttl / 3;
+        let pipe = scripts::renew_pipeline(
+            ttl_ms,
+            entries
+                .iter()
+                .map(|e| (e.keys.lock.as_str(), e.owner.as_str())),
+        );
+        let pipe = &pipe;
         let results = join_all(self.nodes.iter().map(|node| async move {
-            let mut inv = scripts().renew.prepare_invoke();
-            inv.arg(ttl_ms);
-            for e in entries {
-                inv.key(&e.keys.lock);
-            }
-            for e in entries {
-                inv.arg(&e.owner);
-            }
-            let r: Vec<i64> = node.invoke("renew", &inv, budget, &self.counters).await?;
-            if r.len() == entries.len() {
-                Ok(r)
-            } else {
-                Err(crate::conn::unexpected(&node.display, "renew", &r))
-            }
+            let chunks: Vec<Vec<i64>> =
+                node.pipeline("renew", pipe, budget, &self.counters).await?;
+            scripts::flatten_renewals(chunks, entries.len()).ok_or_else(|| {
+                Error::backend(
+                    format!(
+                        "unexpected reply to renew from {}: wrong length",
+                        node.display
+                    ),
+                    None,
+                )
+            })
         }))
         .await;
         let mut extended = vec![0usize; entries.len()];

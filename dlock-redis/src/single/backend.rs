@@ -8,7 +8,7 @@ use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal};
 
 use crate::conn::{Node, millis};
 use crate::keys::Keys;
-use crate::scripts::scripts;
+use crate::scripts::{self, scripts};
 
 /// One held lock: its keys and our owner value.
 #[derive(Debug)]
@@ -57,27 +57,27 @@ impl RenewBackend for SingleBackend {
     type Entry = Held;
 
     async fn renew(&self, entries: &[Arc<Held>]) -> Result<Vec<Renewal>, Error> {
-        // ONE script call over every held lease: one round trip per renewal period.
-        let mut inv = scripts().renew.prepare_invoke();
-        inv.arg(millis(self.ttl));
-        for e in entries {
-            inv.key(&e.keys.lock);
-        }
-        for e in entries {
-            inv.arg(&e.owner);
-        }
+        // ONE round trip over every held lease (chunked script calls in one pipeline).
+        let pipe = scripts::renew_pipeline(
+            millis(self.ttl),
+            entries
+                .iter()
+                .map(|e| (e.keys.lock.as_str(), e.owner.as_str())),
+        );
         // The driver bounds the call by the leases' remaining validity.
-        let replies: Vec<i64> = self
+        let chunks: Vec<Vec<i64>> = self
             .node
-            .invoke("renew", &inv, self.ttl, &self.counters)
+            .pipeline("renew", &pipe, self.ttl, &self.counters)
             .await?;
-        if replies.len() != entries.len() {
-            return Err(crate::conn::unexpected(
-                &self.node.display,
-                "renew",
-                &replies,
-            ));
-        }
+        let replies = scripts::flatten_renewals(chunks, entries.len()).ok_or_else(|| {
+            Error::backend(
+                format!(
+                    "unexpected reply to renew from {}: wrong length",
+                    self.node.display
+                ),
+                None,
+            )
+        })?;
         Ok(replies
             .into_iter()
             .map(|r| {
