@@ -118,6 +118,22 @@ async fn raw_floor(c: &zk::Client, dir: &str) {
     c.delete(&format!("{prefix}{seq}"), None).await.unwrap();
 }
 
+/// CPU time (user + system) this process used so far, from `/proc/self/stat` (Linux; zero
+/// elsewhere). The servers are separate processes, so this is the client side only.
+fn cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return Duration::ZERO;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // Fields are numbered from 1 with pid and comm first: utime is field 14, index 11 here.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -385,12 +401,20 @@ fn summary(env: &Env) {
         // Interleave the three in short slices so load changes on this shared machine hit
         // all of them alike.
         let (mut ours, mut peer, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+        let mut cpu = [Duration::ZERO; 3];
         let slices = 15;
         for _ in 0..slices {
             let slice = secs / f64::from(slices);
+            let t = cpu_time();
             ours.extend(sample(slice, || dlock_pair(&l, &name)).await);
+            let t2 = cpu_time();
             peer.extend(sample(slice, || peer_pair(&c, &peer_dir)).await);
+            let t3 = cpu_time();
             raw.extend(sample(slice, || raw_floor(&c, &raw_dir)).await);
+            let t4 = cpu_time();
+            cpu[0] += t2.saturating_sub(t);
+            cpu[1] += t3.saturating_sub(t2);
+            cpu[2] += t4.saturating_sub(t3);
         }
         for v in [&mut ours, &mut peer, &mut raw] {
             v.sort();
@@ -404,10 +428,12 @@ fn summary(env: &Env) {
         .await;
         held.release().await.unwrap();
         let line = |what: &str, v: &[Duration]| {
+            let mean = v.iter().sum::<Duration>() / u32::try_from(v.len().max(1)).unwrap_or(u32::MAX);
             println!(
-                "{what:<44} n={:>6}  p50={:>8.1?}  p99={:>8.1?}  ops/s={:>7.0}",
+                "{what:<44} n={:>6}  p50={:>8.1?}  mean={:>8.1?}  p99={:>8.1?}  ops/s={:>7.0}",
                 v.len(),
                 percentile(v, 0.5),
+                mean,
                 percentile(v, 0.99),
                 v.len() as f64 / secs
             );
@@ -417,6 +443,13 @@ fn summary(env: &Env) {
         line("zookeeper-client Client::lock + delete", &peer);
         line("raw create+getChildren+delete (floor)", &raw);
         line("dlock-zk try_acquire on a held lock", &try_held);
+        let per_op = |i: usize, v: &[Duration]| cpu[i].as_secs_f64() * 1e6 / v.len().max(1) as f64;
+        println!(
+            "client CPU per op: dlock {:.0} µs, zookeeper-client lock {:.0} µs, raw floor {:.0} µs",
+            per_op(0, &ours),
+            per_op(1, &peer),
+            per_op(2, &raw)
+        );
         let p50 = |v: &[Duration]| percentile(v, 0.5).as_secs_f64();
         println!(
             "ratio p50: dlock / zookeeper-client lock = {:.2} (target <= 1.0); dlock / raw floor = {:.2} (target <= 1.35)",

@@ -179,6 +179,7 @@ impl ZkLocker {
         Ok(s)
     }
 
+    #[tracing::instrument(level = "debug", name = "zk.acquire", skip(self, name), fields(lock = %name))]
     async fn attempt(
         &self,
         name: &LockName,
