@@ -379,3 +379,68 @@ async fn protected_create_adopts_only_our_session_and_deletes_older_ones() {
     lease.check().unwrap();
     lease.release().await.unwrap();
 }
+
+/// Interop: zookeeper-client's Curator-style lock recipe (`_c_<uuid>-lock-` under the same
+/// parent, as Curator's InterProcessMutex lays it out) and this locker exclude each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn excludes_a_curator_style_peer_on_the_same_path() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("interop");
+    let l = locker(connect, &ns, TTL).await;
+    let name = LockName::new("shared/resource").unwrap();
+    let parent = l.lock_path(&name);
+    let peer = raw(connect).await;
+    let options = || {
+        zookeeper_client::LockOptions::new(zookeeper_client::Acls::anyone_all())
+            .with_ancestor_options(
+                zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .unwrap()
+    };
+
+    // We hold: the peer must wait.
+    let ours = l.acquire(&name, AcquireOptions::forever()).await.unwrap();
+    let prefix = zookeeper_client::LockPrefix::new_curator(&parent, "lock-").unwrap();
+    let blocked = tokio::time::timeout(
+        Duration::from_millis(500),
+        peer.lock(prefix, b"", options()),
+    )
+    .await;
+    assert!(blocked.is_err(), "the peer got the lock while we hold it");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            contenders(&raw(connect).await, &parent).await.len() == 1
+        })
+        .await,
+        "the cancelled peer removed its node"
+    );
+    ours.release().await.unwrap();
+
+    // The peer holds: we must not get it.
+    let prefix = zookeeper_client::LockPrefix::new_curator(&parent, "lock-").unwrap();
+    let held = peer.lock(prefix, b"", options()).await.unwrap();
+    assert!(
+        l.try_acquire(&name).await.unwrap().is_none(),
+        "we got the lock while the peer holds it"
+    );
+    let err = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let (l2, n2) = (Arc::new(l), name.clone());
+    let l3 = Arc::clone(&l2);
+    let waiting = tokio::spawn(async move {
+        l3.acquire(&n2, AcquireOptions::wait(Duration::from_secs(10)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished());
+    peer.delete(held.lock_path(), None).await.unwrap();
+    std::mem::forget(held);
+    let got = waiting.await.unwrap().unwrap();
+    got.release().await.unwrap();
+    drop(l2);
+}
