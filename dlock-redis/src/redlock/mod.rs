@@ -156,7 +156,7 @@ impl RedlockLockerBuilder {
         self
     }
 
-    /// The bound on one request to one node (default TTL/10, between 20 ms and 500 ms). A
+    /// The bound on one request to one node (default TTL/5, between 50 ms and 1 s). A
     /// slow node then counts as a refusal instead of eating the validity.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = Some(timeout);
@@ -202,7 +202,7 @@ impl RedlockLockerBuilder {
             clients.push(client);
         }
         let node_timeout = match self.node_timeout {
-            None => (ttl / 10).clamp(Duration::from_millis(20), Duration::from_millis(500)),
+            None => (ttl / 5).clamp(Duration::from_millis(50), Duration::from_secs(1)),
             Some(t) if t.is_zero() || t >= ttl => {
                 return Err(Error::invalid_option(
                     "node_timeout",
