@@ -46,7 +46,7 @@ pub enum Scenario {
     Renewal,
     /// A holder cut off from the servers learns of the loss before a contender gets the lock.
     LostBeforeStolen,
-    /// [`Scenario::LostBeforeStolen`] in 20 concurrent trials; the minimum margin is reported.
+    /// [`Scenario::LostBeforeStolen`] in 20 trials, 5 at a time; the minimum margin is reported.
     LossTrials,
     /// A holder broken from the server side learns of it within the TTL.
     LostAfterBreak,
