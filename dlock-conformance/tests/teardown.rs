@@ -71,6 +71,8 @@ fn helper(mode: &str) -> Option<(std::process::Child, u32)> {
             return Some((child, pid));
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("the helper exited without reporting a server pid");
 }
 
