@@ -156,6 +156,8 @@ struct Handoffs {
 }
 
 struct ContentionResult {
+    /// Handoffs slower than 50 ms, and the slowest.
+    stalls: (usize, Duration),
     handoffs_per_s: f64,
     p50: Duration,
     p99: Duration,
@@ -189,6 +191,10 @@ fn summarize(state: Handoffs, per_worker: Vec<u64>, secs: f64) -> ContentionResu
     let mut l = state.latencies;
     l.sort();
     ContentionResult {
+        stalls: (
+            l.iter().filter(|d| **d > Duration::from_millis(50)).count(),
+            l.last().copied().unwrap_or_default(),
+        ),
         handoffs_per_s: l.len() as f64 / secs,
         p50: pct(&l, 0.5),
         p99: pct(&l, 0.99),
@@ -311,7 +317,9 @@ async fn queue_chain(endpoints: &[String], n: usize) -> (f64, f64, f64) {
                 .acquire(&name, AcquireOptions::wait(Duration::from_secs(60)))
                 .await
                 .expect("acquire");
+            let granted = Instant::now();
             lease.release().await.expect("release");
+            (granted, Instant::now())
         }));
         // Enqueue in order.
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -321,10 +329,31 @@ async fn queue_chain(endpoints: &[String], n: usize) -> (f64, f64, f64) {
     let h_before = holder.stats();
     let t = Instant::now();
     lease.release().await.expect("release");
+    let mut times = Vec::new();
     for task in tasks {
-        task.await.expect("task");
+        times.push(task.await.expect("task"));
     }
     let secs = t.elapsed().as_secs_f64();
+    if std::env::var_os("DLOCK_BENCH_VERBOSE").is_some() {
+        times.sort();
+        let mut prev = t;
+        let hops: Vec<String> = times
+            .iter()
+            .map(|(g, r)| {
+                let s = format!(
+                    "{:.2}/{:.2}",
+                    (*g - prev).as_secs_f64() * 1e3,
+                    (*r - *g).as_secs_f64() * 1e3
+                );
+                prev = *r;
+                s
+            })
+            .collect();
+        println!(
+            "  hops (ms, release-start→grant / grant→released): {}",
+            hops.join(" ")
+        );
+    }
     let h_after = holder.stats();
     let mut requests = (h_after.requests - h_before.requests) as f64;
     let mut wakeups = 0.0;
@@ -376,15 +405,97 @@ async fn many_held(endpoints: &[String], n: usize, hold: Duration) -> (Duration,
     )
 }
 
+/// Interleaved rounds of `per_round` sequential pairs each: dlock acquire+release, etcd lock
+/// API lock+unlock, and the floor (put + delete). Returns sorted latencies per contender.
+async fn uncontended_interleaved(
+    endpoints: &[String],
+    rounds: usize,
+    per_round: usize,
+) -> [Vec<Duration>; 3] {
+    let l = locker(endpoints, &ns("pairs")).await;
+    let name = LockName::new("p").expect("valid");
+    warm(&l).await;
+    let (client, lease) = peer(endpoints).await;
+    let peer_name = ns("pairs-peer");
+    let floor_key = ns("pairs-floor");
+    let mut out: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..rounds {
+        for _ in 0..per_round {
+            let t = Instant::now();
+            let g = l
+                .acquire(&name, AcquireOptions::forever())
+                .await
+                .expect("acquire");
+            g.release().await.expect("release");
+            out[0].push(t.elapsed());
+        }
+        for _ in 0..per_round {
+            let mut c = client.clone();
+            let t = Instant::now();
+            let key = c
+                .lock(
+                    peer_name.as_str(),
+                    Some(LockOptions::new().with_lease(lease)),
+                )
+                .await
+                .expect("lock")
+                .key()
+                .to_vec();
+            c.unlock(key).await.expect("unlock");
+            out[1].push(t.elapsed());
+        }
+        for _ in 0..per_round {
+            let mut c = client.clone();
+            let t = Instant::now();
+            c.put(floor_key.as_str(), "", None).await.expect("put");
+            c.delete(floor_key.as_str(), None).await.expect("delete");
+            out[2].push(t.elapsed());
+        }
+    }
+    for v in &mut out {
+        v.sort();
+    }
+    out
+}
+
 fn report(rt: &Runtime, endpoints: &[String]) {
-    println!("\n==== contention report (one run, same server) ====");
+    println!("\n==== report (one run, same server) ====");
+    let pairs = rt.block_on(uncontended_interleaved(endpoints, 10, 200));
+    for (who, v) in [
+        "dlock-etcd acquire+release",
+        "etcd lock API lock+unlock",
+        "floor put+delete",
+    ]
+    .iter()
+    .zip(&pairs)
+    {
+        println!(
+            "uncontended {who:>27}: p50 {:>9.3?}  p99 {:>9.3?}  n {}",
+            pct(v, 0.5),
+            pct(v, 0.99),
+            v.len()
+        );
+    }
+    println!(
+        "uncontended ratio dlock/etcd-lock-api p50 x{:.3}, dlock/floor p50 x{:.3}",
+        pct(&pairs[0], 0.5).as_secs_f64() / pct(&pairs[1], 0.5).as_secs_f64(),
+        pct(&pairs[0], 0.5).as_secs_f64() / pct(&pairs[2], 0.5).as_secs_f64()
+    );
     let secs = 3.0;
     let d = rt.block_on(contention_dlock(endpoints, 8, secs));
     let p = rt.block_on(contention_peer(endpoints, 8, secs));
     for (who, r) in [("dlock-etcd", &d), ("etcd lock API", &p)] {
         println!(
-            "8-way {who:>14}: {:>8.1} handoffs/s  p50 {:>9.3?}  p99 {:>9.3?}  grants {}  per-worker {}..{}  violations {}",
-            r.handoffs_per_s, r.p50, r.p99, r.grants, r.min_max.0, r.min_max.1, r.violations
+            "8-way {who:>14}: {:>8.1} handoffs/s  p50 {:>9.3?}  p99 {:>9.3?}  >50ms {} (max {:.1?})  grants {}  per-worker {}..{}  violations {}",
+            r.handoffs_per_s,
+            r.p50,
+            r.p99,
+            r.stalls.0,
+            r.stalls.1,
+            r.grants,
+            r.min_max.0,
+            r.min_max.1,
+            r.violations
         );
     }
     println!(

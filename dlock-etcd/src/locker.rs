@@ -423,7 +423,8 @@ impl EtcdLocker {
     ) -> Result<Turn, Error> {
         let etcd = &self.inner.etcd;
         let mut backoff = Duration::from_millis(20);
-        // The outcome of a re-read: continue with (pred, read_rev), or a final turn.
+        // The outcome of a re-read: Some(head) to keep watching `pred`, None to watch the
+        // (new) `pred` afresh, or a final turn.
         macro_rules! on_recheck {
             ($result:expr, $keep:expr) => {
                 match $result {
@@ -432,18 +433,22 @@ impl EtcdLocker {
                         tracing::debug!(lock = %name, %key, "our queue key is gone; queueing again");
                         return Ok(Turn::Requeue);
                     }
-                    Ok(Recheck::Behind { predecessor, header_rev }) => {
+                    Ok(Recheck::Behind {
+                        predecessor,
+                        header_rev,
+                        head,
+                    }) => {
                         read_rev = header_rev;
                         if predecessor == pred && $keep {
-                            true
+                            Some(head)
                         } else {
                             pred = predecessor;
-                            false
+                            None
                         }
                     }
                     Err(e) => {
                         self.transient(e, &mut backoff, session, deadline).await?;
-                        false
+                        None
                     }
                 }
             };
@@ -462,22 +467,59 @@ impl EtcdLocker {
                     continue;
                 }
             };
-            if watch_rev > read_rev {
-                let still = on_recheck!(etcd.recheck(range, key, rev, deadline).await, true);
-                if !still {
-                    continue;
-                }
+            let opened_at = Instant::now();
+            // Re-read once the watch exists: the deletion may predate the watch. etcd registers
+            // a watch "from now" at the revision `watch_rev` it read just before; a write that
+            // lands in between leaves the watch unsynced, served only by etcd's 100 ms resync
+            // loop. If our read shows no write since `watch_rev`, that cannot have happened;
+            // otherwise we cannot tell, and re-read a few times during the first resync period
+            // (after 5, 15, 35 and 75 ms, until the watch fires): at most four more reads.
+            if on_recheck!(etcd.recheck(range, key, rev, deadline).await, true).is_none() {
+                continue;
             }
-            match bounded(wait_delete(&mut stream), session, deadline).await {
-                Cut::Done(Ok(())) => {
+            let mut poll = (read_rev > watch_rev).then_some(Duration::from_millis(5));
+            let woke = loop {
+                let step = match poll {
+                    Some(p) if opened_at.elapsed() + p <= RESYNC_PERIOD => {
+                        let at = Instant::now() + p;
+                        bounded(
+                            tokio::time::timeout_at(at, wait_delete(&mut stream)),
+                            session,
+                            deadline,
+                        )
+                        .await
+                    }
+                    _ => {
+                        bounded(
+                            async { Ok(wait_delete(&mut stream).await) },
+                            session,
+                            deadline,
+                        )
+                        .await
+                    }
+                };
+                match step {
+                    Cut::Done(Ok(Ok(()))) => break Woke::Event,
+                    Cut::Done(Ok(Err(e))) => break Woke::Failed(e),
+                    Cut::Done(Err(_)) => {
+                        poll = poll.map(|p| p * 2);
+                        match on_recheck!(etcd.recheck(range, key, rev, deadline).await, true) {
+                            Some(_) => {}
+                            None => break Woke::Moved,
+                        }
+                    }
+                    Cut::SessionEnded => return Ok(Turn::Requeue),
+                    Cut::Deadline => return Ok(Turn::Timeout),
+                }
+            };
+            match woke {
+                Woke::Event => {
                     etcd.counters.add_wakeups(1);
                     backoff = Duration::from_millis(20);
                 }
-                Cut::Done(Err(e)) => {
-                    self.transient(e, &mut backoff, session, deadline).await?;
-                }
-                Cut::SessionEnded => return Ok(Turn::Requeue),
-                Cut::Deadline => return Ok(Turn::Timeout),
+                // A re-read found a new predecessor: watch it.
+                Woke::Moved => continue,
+                Woke::Failed(e) => self.transient(e, &mut backoff, session, deadline).await?,
             }
             drop(stream);
             let _ = on_recheck!(etcd.recheck(range, key, rev, deadline).await, false);
@@ -545,6 +587,19 @@ impl EtcdLocker {
             Err(_) => Err(errors::no_reply("watch", started.elapsed())),
         }
     }
+}
+
+/// etcd's watch resync period: an unsynced watcher is served within it.
+const RESYNC_PERIOD: Duration = Duration::from_millis(100);
+
+/// How one watch of the predecessor ended.
+enum Woke {
+    /// A deletion (or a cancellation by etcd): re-check.
+    Event,
+    /// A re-read found a different predecessor (already handled).
+    Moved,
+    /// The watch failed.
+    Failed(Error),
 }
 
 /// How waiting for our turn ended.
