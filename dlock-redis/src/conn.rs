@@ -71,6 +71,29 @@ pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     }
 }
 
+/// Whether `e` says a server was slow (our budget ran out, or the client timed out), as
+/// opposed to definitely down (refused, reset) or answering with an error.
+pub(crate) fn is_slow(e: &Error) -> bool {
+    match e {
+        Error::Unavailable { source: None, .. } => true,
+        Error::Unavailable {
+            source: Some(s), ..
+        } => s
+            .downcast_ref::<RedisError>()
+            .is_some_and(RedisError::is_timeout),
+        _ => false,
+    }
+}
+
+/// Starts connecting in the background, so that the first request does not pay for the
+/// connection set-up (errors are left for real requests to report).
+pub(crate) fn warm_up(node: &Node, budget: Duration) {
+    let mut conn = node.conn.clone();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(budget, conn.send_packed_command(&redis::cmd("PING"))).await;
+    });
+}
+
 /// The error of a request cut by its time budget.
 pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
     Error::unavailable(

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::RInner;
 use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
-use crate::conn::{millis, token_of};
+use crate::conn::{is_slow, millis, token_of};
 use crate::keys::{Keys, random_id};
 use crate::scripts::scripts;
 
@@ -22,7 +22,8 @@ enum Outcome {
     Busy,
     /// No quorum for another reason (slow nodes, validity used up, fence write-back failed).
     Failed(Error),
-    /// Too many nodes are unreachable for any quorum: retrying now cannot help.
+    /// So many nodes are down (refused, reset) that no quorum is possible: retrying now cannot
+    /// help.
     Unreachable(Error),
 }
 
@@ -88,6 +89,7 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let mut granted: Vec<(usize, u64)> = Vec::with_capacity(n);
     let mut busy = 0usize;
     let mut errors = 0usize;
+    let mut slow = 0usize;
     let mut causes = Vec::new();
     for (i, (node, reply)) in b.nodes.iter().zip(replies).enumerate() {
         match reply {
@@ -101,6 +103,9 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
             }
             Err(e) => {
                 errors += 1;
+                if is_slow(&e) {
+                    slow += 1;
+                }
                 causes.push(cause(&node.display, e));
             }
         }
@@ -165,11 +170,14 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
         granted: granted.len(),
         causes,
     };
-    if errors > n - b.quorum {
+    if errors - slow > n - b.quorum {
         Outcome::Unreachable(err)
     } else if busy > 0 {
+        // Someone else holds the lock on some nodes: contention, not a failure.
         Outcome::Busy
     } else {
+        // Slow nodes may answer next time (a loaded host, a connection being set up), and a
+        // split or an expired validity is worth another try.
         Outcome::Failed(err)
     }
 }

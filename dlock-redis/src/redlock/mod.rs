@@ -29,7 +29,9 @@ pub const MAX_NODES: usize = 63;
 ///   (saturating) is still positive. Otherwise every node is unlocked (also those that seemed
 ///   to refuse: a reply may have been lost) and, when waiting, the attempt is retried after a
 ///   random delay. One node's error never aborts an attempt; it is counted as a refusal and
-///   reported in [`Error::QuorumNotReached`] when it matters.
+///   reported in [`Error::QuorumNotReached`] when it matters. When so many nodes are down
+///   (refused, reset) that no quorum is possible, acquire returns that error at once; slow
+///   nodes are retried until the wait ends.
 /// - **Fencing**: the token is the maximum of the counters of the granting nodes; before the
 ///   lease is handed out, every granting node whose counter is lower is raised to it, so that
 ///   a majority holds a counter ≥ the token and the next grant's majority (which intersects
@@ -169,8 +171,9 @@ impl RedlockLockerBuilder {
         self
     }
 
-    /// Checks every option and builds the locker. No I/O happens here; nodes that are down
-    /// only make their requests fail.
+    /// Checks every option (before any I/O) and builds the locker. The build never waits for
+    /// the network: connections are opened in the background; nodes that are down only make
+    /// their requests fail.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
@@ -230,6 +233,9 @@ impl RedlockLockerBuilder {
             .into_iter()
             .map(|c| conn::open(c, node_timeout))
             .collect::<Result<Vec<_>, _>>()?;
+        for node in &nodes {
+            conn::warm_up(node, node_timeout.max(Duration::from_secs(1)));
+        }
         let counters = Arc::new(Counters::default());
         let backend = Arc::new(RedlockBackend {
             quorum: quorum::quorum(nodes.len()),

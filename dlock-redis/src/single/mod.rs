@@ -175,9 +175,9 @@ impl RedisLockerBuilder {
         self
     }
 
-    /// Checks every option and builds the locker. No I/O happens here: the connection is made
-    /// by the first request, so a server that is down makes requests fail with
-    /// [`Error::Unavailable`], not the build.
+    /// Checks every option (before any I/O) and builds the locker. The build never waits for
+    /// the network: the connection is opened in the background, so a server that is down makes
+    /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a missing or malformed URL, a TTL out of range, a bad key
@@ -216,6 +216,7 @@ impl RedisLockerBuilder {
             ));
         }
         let node: Node = conn::open(client.clone(), request_timeout)?;
+        conn::warm_up(&node, request_timeout.max(Duration::from_secs(1)));
         let counters = Arc::new(Counters::default());
         let locker_id = keys::random_id();
         let channel_prefix = format!("{prefix}dlock:notify:");
