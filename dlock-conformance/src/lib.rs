@@ -15,6 +15,7 @@
 
 mod backend;
 pub mod faults;
+pub mod history;
 mod macros;
 pub mod memory;
 pub mod report;

@@ -3,77 +3,40 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FenceGuard, FencingStrength, FencingToken};
+use dlock_core::{AcquireOptions, FenceGuard, FencingStrength};
 use tokio::time::Instant;
 
 use super::util::name;
 use super::{Ctx, Verdict, ensure};
+use crate::history::History;
 
 const CLIENTS: usize = 8;
 const SECTIONS: usize = 50;
 
-/// One recorded hold: client, grant, end (just before release), token.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Hold {
-    pub client: usize,
-    pub start: Instant,
-    pub end: Instant,
-    pub token: FencingToken,
-}
-
-/// Checks that no two holds overlap; returns a description of the first overlap and the count.
-pub(crate) fn overlaps(holds: &[Hold]) -> (usize, Option<String>) {
-    let mut sorted = holds.to_vec();
-    sorted.sort_by_key(|h| h.start);
-    let mut count = 0;
-    let mut first = None;
-    let mut latest_end: Option<Hold> = None;
-    for h in &sorted {
-        if let Some(prev) = latest_end {
-            if h.start < prev.end {
-                count += 1;
-                first.get_or_insert_with(|| {
-                    format!(
-                        "client {} (token {}) was granted while client {} (token {}) still held it",
-                        h.client, h.token, prev.client, prev.token
-                    )
-                });
-            }
-        }
-        if latest_end.is_none_or(|p| h.end > p.end) {
-            latest_end = Some(*h);
-        }
-    }
-    (count, first)
-}
-
 /// 8 clients × 50 critical sections doing a non-atomic read-sleep-write on a shared counter:
-/// the final count is exact and no two recorded holds overlap.
+/// the final count is exact and no two clients' belief intervals (grant to release) overlap.
 pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     let lock = name("counter")?;
     let clients = ctx.clients(CLIENTS).await?;
     let counter = Arc::new(Mutex::new(0u64));
-    let holds = Arc::new(Mutex::new(Vec::with_capacity(CLIENTS * SECTIONS)));
+    let history = Arc::new(History::new());
     let began = Instant::now();
     let mut tasks = Vec::new();
     for (i, c) in clients.into_iter().enumerate() {
-        let (lock, counter, holds) = (lock.clone(), Arc::clone(&counter), Arc::clone(&holds));
+        let (lock, counter, history) = (lock.clone(), Arc::clone(&counter), Arc::clone(&history));
         tasks.push(tokio::spawn(async move {
             for _ in 0..SECTIONS {
                 let lease = c
                     .acquire(&lock, AcquireOptions::wait(Duration::from_secs(60)))
                     .await?;
-                let start = Instant::now();
+                history.grant(i, lease.token());
                 let seen = *counter.lock().unwrap_or_else(|p| p.into_inner());
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 *counter.lock().unwrap_or_else(|p| p.into_inner()) = seen + 1;
-                let end = Instant::now();
-                holds.lock().unwrap_or_else(|p| p.into_inner()).push(Hold {
-                    client: i,
-                    start,
-                    end,
-                    token: lease.token(),
-                });
+                if lease.is_lost() {
+                    history.lost(i, lease.token());
+                }
+                history.release(i, lease.token());
                 lease.release().await?;
             }
             Ok::<(), dlock_core::Error>(())
@@ -88,22 +51,23 @@ pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     }
     let elapsed = began.elapsed();
     let count = *counter.lock().unwrap_or_else(|p| p.into_inner());
-    let holds = holds.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (overlapping, first) = overlaps(&holds);
-    ctx.figure("sections", holds.len());
+    let sections = history.beliefs().len();
+    let overlaps = history.belief_overlap();
+    ctx.figure("sections", sections);
     ctx.figure("final_count", count);
-    ctx.figure("overlaps", overlapping);
+    ctx.figure("overlaps", overlaps.as_ref().err().map_or(0, |o| o.count));
     ctx.figure_ms("total_ms", elapsed);
     ctx.figure(
         "sections_per_s",
-        ((holds.len() as f64 / elapsed.as_secs_f64()) * 10.0).round() / 10.0,
+        ((sections as f64 / elapsed.as_secs_f64()) * 10.0).round() / 10.0,
     );
+    if let Err(o) = overlaps {
+        return Err(Verdict::Fail(format!(
+            "{} overlapping holds ({:?} in total); first: {}",
+            o.count, o.total, o.first
+        )));
+    }
     let want = (CLIENTS * SECTIONS) as u64;
-    ensure!(
-        overlapping == 0,
-        "{overlapping} overlapping holds; first: {}",
-        first.unwrap_or_default()
-    );
     ensure!(
         count == want,
         "lost updates: the counter reads {count}, expected {want}"
@@ -189,31 +153,4 @@ pub(crate) async fn fenced_resource(ctx: &Ctx) -> Result<(), Verdict> {
     let log = resource.read(Clone::clone);
     ensure!(log == ["a1", "b1"], "the resource holds {log:?}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn overlap_checker_finds_overlaps_and_accepts_sequences() {
-        let t0 = Instant::now();
-        let ms = |n| t0 + Duration::from_millis(n);
-        let h = |client, s, e, t| Hold {
-            client,
-            start: ms(s),
-            end: ms(e),
-            token: FencingToken(t),
-        };
-        assert_eq!(
-            overlaps(&[h(0, 0, 10, 1), h(1, 10, 20, 2), h(0, 25, 30, 3)]).0,
-            0
-        );
-        assert_eq!(overlaps(&[h(0, 0, 10, 1), h(1, 5, 20, 2)]).0, 1);
-        // A hold nested inside a long one is found even after a short one in between.
-        assert_eq!(
-            overlaps(&[h(0, 0, 100, 1), h(1, 10, 20, 2), h(2, 30, 40, 3)]).0,
-            2
-        );
-    }
 }
