@@ -11,5 +11,5 @@ mod redlock;
 mod scripts;
 mod single;
 
-pub use redlock::{RedlockLocker, RedlockLockerBuilder};
+pub use redlock::{MAX_NODES, RedlockLocker, RedlockLockerBuilder};
 pub use single::{DEFAULT_RETRY_DELAY, DEFAULT_TTL, RedisLocker, RedisLockerBuilder};

@@ -52,6 +52,10 @@ pub const MAX_NODES: usize = 63;
 /// - a holder finishes its work within the lease's deadline (watch [`Lease::lost`]) and the
 ///   protected resource checks the fencing token.
 ///
+/// # Cancel safety
+/// Dropping a pending `acquire` or `try_acquire` unlocks every node in the background; a
+/// failed attempt unlocks every node before it returns.
+///
 /// Redlock is not fair: waiters retry after random delays, so it reports neither `fair` nor
 /// `herd_free`, and its fencing strength is [`FencingStrength::Assumed`].
 ///

@@ -39,6 +39,12 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   connection; a timer (the holder's remaining TTL) covers a lost message or a crashed
 ///   holder. Non-fair mode retries after randomized, jittered delays.
 ///
+/// # Cancel safety
+/// Dropping a pending `acquire` withdraws its queue entry in the background (and passes the
+/// baton when it was the head); an `acquire` that times out withdraws before it returns (waiting
+/// at most 100 ms for a hung server). A grant whose reply was never seen is deleted by owner
+/// value, so nothing is left behind.
+///
 /// Every client of one name must use the same mode: a non-fair client ignores the queue.
 /// Other clients that lock the same key with a plain `SET key value NX PX` exclude and are
 /// excluded by dlock.
