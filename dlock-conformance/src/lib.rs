@@ -92,7 +92,11 @@ fn finish(row: &Row, backend: Option<&dyn TestBackend>) {
     row.write_if_requested();
     println!("{}", row.summary());
     if row.failed() {
-        if let Some(logs) = backend.map(TestBackend::logs).filter(|l| !l.is_empty()) {
+        let logs = backend
+            .map(TestBackend::logs)
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| servers::shared_logs(4096));
+        if !logs.is_empty() {
             println!("---- server output ----\n{logs}");
         }
         panic!("{}::{} failed: {}", row.backend, row.scenario, row.reason);

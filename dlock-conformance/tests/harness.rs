@@ -124,6 +124,11 @@ fn shared_is_shared() {
     };
     let b = Cluster::shared(ServerKind::Redis, 1).expect("second call");
     assert!(std::sync::Arc::ptr_eq(&a, &b));
+    let logs = dlock_conformance::servers::shared_logs(4096);
+    assert!(
+        logs.contains("==== redis node 0") && logs.contains("started pid"),
+        "{logs}"
+    );
     assert!(local::probe(ServerKind::Redis, a.addrs()[0]));
 }
 

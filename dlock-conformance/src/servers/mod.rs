@@ -160,6 +160,33 @@ impl fmt::Debug for Cluster {
 type SharedMap = HashMap<(ServerKind, usize), Result<Arc<Cluster>, HarnessError>>;
 static SHARED: Mutex<Option<SharedMap>> = Mutex::new(None);
 
+/// The last `tail` bytes of every node's output of every shared cluster started in this
+/// process (what the suite prints when a scenario fails).
+pub fn shared_logs(tail: usize) -> String {
+    let guard = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(map) = guard.as_ref() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for cluster in map.values().flatten() {
+        for n in cluster.nodes() {
+            let log = n.logs();
+            let mut cut = log.len().saturating_sub(tail);
+            while !log.is_char_boundary(cut) {
+                cut += 1;
+            }
+            out.push_str(&format!(
+                "==== {} node {} ({}) ====\n{}\n",
+                cluster.kind,
+                n.index(),
+                n.endpoint(),
+                &log[cut..]
+            ));
+        }
+    }
+    out
+}
+
 impl Cluster {
     /// The cluster of `kind` with `nodes` nodes shared by every caller in this process; started
     /// on first use (or taken from the external provider), killed at process exit.
