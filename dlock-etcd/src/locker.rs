@@ -473,7 +473,7 @@ impl EtcdLocker {
             // lands in between leaves the watch unsynced, served only by etcd's 100 ms resync
             // loop. If our read shows no write since `watch_rev`, that cannot have happened;
             // otherwise we cannot tell, and re-read a few times during the first resync period
-            // (after 5, 15, 35 and 75 ms, until the watch fires): at most four more reads.
+            // (after 5, 15, 35, 75 and 115 ms, until the watch fires): at most five more reads.
             if on_recheck!(etcd.recheck(range, key, rev, deadline).await, true).is_none() {
                 continue;
             }
@@ -502,7 +502,7 @@ impl EtcdLocker {
                     Cut::Done(Ok(Ok(()))) => break Woke::Event,
                     Cut::Done(Ok(Err(e))) => break Woke::Failed(e),
                     Cut::Done(Err(_)) => {
-                        poll = poll.map(|p| p * 2);
+                        poll = poll.map(|p| (p * 2).min(Duration::from_millis(40)));
                         match on_recheck!(etcd.recheck(range, key, rev, deadline).await, true) {
                             Some(_) => {}
                             None => break Woke::Moved,
@@ -590,7 +590,8 @@ impl EtcdLocker {
 }
 
 /// etcd's watch resync period: an unsynced watcher is served within it.
-const RESYNC_PERIOD: Duration = Duration::from_millis(100);
+/// (A watcher registered just after a resync tick waits a whole period, plus the sync itself.)
+const RESYNC_PERIOD: Duration = Duration::from_millis(120);
 
 /// How one watch of the predecessor ended.
 enum Woke {
