@@ -1,5 +1,7 @@
 //! The server harness starts every topology, each node answers, and teardown leaves no process.
 
+use std::time::Duration;
+
 use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, local};
 
 fn alive(pid: u32) -> bool {
@@ -146,4 +148,49 @@ fn missing_binary_is_typed() {
         !HarnessError::Io("x".into()).may_skip(),
         "only a missing binary may skip"
     );
+}
+
+/// Kill the leader of a 3-node cluster: a new leader is elected among the others, and the old
+/// leader restarts on its port with its data and rejoins.
+fn leader_failover(kind: ServerKind) {
+    let Some(cluster) = start_or_skip(kind, 3) else {
+        return;
+    };
+    let first = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster.node(first).kill().expect("kill the leader");
+    let second = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(first, second, "a killed node cannot lead");
+    cluster
+        .node(first)
+        .restart()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        cluster.node(first).is_serving(),
+        "the old leader did not rejoin:\n{}",
+        cluster.logs()
+    );
+    // Pausing the leader also moves leadership.
+    let leader = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cluster.node(leader).pause().expect("pause");
+    let next = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(leader, next, "a paused node cannot keep leading");
+    cluster.node(leader).resume().expect("resume");
+}
+
+#[test]
+fn etcd_3_leader_failover() {
+    leader_failover(ServerKind::Etcd);
+}
+
+#[test]
+fn zk_3_leader_failover() {
+    leader_failover(ServerKind::Zk);
 }

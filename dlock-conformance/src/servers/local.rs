@@ -288,3 +288,18 @@ pub fn zk_mode(addr: SocketAddr) -> Option<String> {
         .lines()
         .find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_string()))
 }
+
+/// Whether the etcd member at `addr` is the raft leader (`etcd_server_is_leader 1` in its
+/// `/metrics`); `None` when it does not answer.
+pub fn etcd_is_leader(addr: SocketAddr) -> Option<bool> {
+    // `Connection: close`: the reply is read to its end.
+    let reply = exchange(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        "\u{0}",
+    )?;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_server_is_leader "))
+        .map(|v| v.trim() == "1")
+}

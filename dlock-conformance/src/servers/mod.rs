@@ -355,15 +355,49 @@ impl Cluster {
             .join("\n")
     }
 
-    /// The index of the ZooKeeper leader (the node whose `srvr` reports `Mode: leader`).
-    /// `None` for other kinds or when no node reports it.
-    pub fn zk_leader(&self) -> Option<usize> {
-        if self.kind != ServerKind::Zk {
-            return None;
+    /// The index of the leader: the ZooKeeper node whose `srvr` reports `Mode: leader`, or the
+    /// etcd member whose `/metrics` reports `etcd_server_is_leader 1`. `None` for Redis, for a
+    /// single ZooKeeper node (standalone), or when no node reports it.
+    pub fn leader(&self) -> Option<usize> {
+        match self.kind {
+            ServerKind::Redis => None,
+            ServerKind::Zk => self.nodes.iter().position(|n| {
+                !n.is_paused() && local::zk_mode(n.addr()).as_deref() == Some("leader")
+            }),
+            ServerKind::Etcd => self
+                .nodes
+                .iter()
+                .position(|n| !n.is_paused() && local::etcd_is_leader(n.addr()) == Some(true)),
         }
-        self.nodes
-            .iter()
-            .position(|n| local::zk_mode(n.addr()).as_deref() == Some("leader"))
+    }
+
+    /// The index of the ZooKeeper leader; [`Cluster::leader`] for ZooKeeper only.
+    pub fn zk_leader(&self) -> Option<usize> {
+        if self.kind == ServerKind::Zk {
+            self.leader()
+        } else {
+            None
+        }
+    }
+
+    /// Waits until some node reports being the leader (see [`Cluster::leader`]).
+    ///
+    /// # Errors
+    /// [`HarnessError::NotReady`] when none does within `timeout`.
+    pub fn wait_leader(&self, timeout: Duration) -> Result<usize, HarnessError> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.leader() {
+                return Ok(i);
+            }
+            if Instant::now() >= until {
+                return Err(HarnessError::NotReady {
+                    what: format!("a {} leader", self.kind),
+                    logs: self.logs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The temp dir holding the nodes' data (local provider, private clusters).
