@@ -303,7 +303,10 @@ async fn dlock_handoffs(env: &Env, target: u64, max: Duration) -> (Handoffs, Dur
                     .await
                 {
                     Ok(lease) => lease,
-                    Err(_) => continue,
+                    Err(e) => {
+                        eprintln!("handoff worker {w}: acquire failed: {e}");
+                        continue;
+                    }
                 };
                 let releasing = on_grant(w);
                 releasing();
@@ -459,11 +462,21 @@ fn summary(env: &Env) {
 
         println!("== 8-way contention, 3 × 1 s each, interleaved ==");
         let (mut d, mut p) = (Vec::new(), Vec::new());
+        let mut cpu8 = [Duration::ZERO; 2];
         for _ in 0..3 {
+            let t = cpu_time();
             d.push(dlock_handoffs(env, u64::MAX, Duration::from_secs(1)).await.0);
+            let t2 = cpu_time();
             p.push(peer_handoffs(env, u64::MAX, Duration::from_secs(1)).await.0);
+            cpu8[0] += t2.saturating_sub(t);
+            cpu8[1] += cpu_time().saturating_sub(t2);
         }
         let (d, p) = (merge(&d), merge(&p));
+        println!(
+            "client CPU per acquisition: dlock {:.0} µs, zookeeper-client lock {:.0} µs",
+            cpu8[0].as_secs_f64() * 1e6 / d.acquisitions.max(1) as f64,
+            cpu8[1].as_secs_f64() * 1e6 / p.acquisitions.max(1) as f64
+        );
         for (what, h) in [("dlock-zk", &d), ("zookeeper-client lock", &p)] {
             println!(
                 "{what:<24} handoffs/s={:>7.0}  handoff p50={:>8.1?} p99={:>8.1?}  acquisitions={} switches={} violations={}",
@@ -593,6 +606,12 @@ fn main() {
     if !args.iter().any(|a| a == "--bench") {
         println!("benches are skipped outside `cargo bench`");
         return;
+    }
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
     }
     let env = Env::new();
     summary(&env);
