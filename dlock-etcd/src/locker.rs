@@ -189,7 +189,19 @@ impl EtcdLocker {
     /// ended.
     async fn session(&self, deadline: Option<Instant>) -> Result<Arc<Session>, Error> {
         let inner = &self.inner;
-        let mut current = inner.session.lock().await;
+        // Another task may be granting the session: wait for it, but not past our deadline.
+        let mut current = match deadline {
+            None => inner.session.lock().await,
+            Some(d) => match tokio::time::timeout_at(d, inner.session.lock()).await {
+                Ok(guard) => guard,
+                Err(_) => {
+                    return Err(Error::unavailable(
+                        "the session lease grant in progress did not finish within the wait",
+                        None,
+                    ));
+                }
+            },
+        };
         if let Some(s) = current.as_ref() {
             if s.is_live() {
                 return Ok(Arc::clone(s));
