@@ -247,10 +247,18 @@ impl Backend {
     }
 
     fn wake_next(&self, st: &NameState) {
-        if self.defect == Some(Defect::WakeAll) {
-            st.queue.iter().for_each(|w| w.wake.notify_one());
-        } else if let Some(w) = st.queue.front() {
-            w.wake.notify_one();
+        match self.defect {
+            Some(Defect::WakeAll) => st.queue.iter().for_each(|w| w.wake.notify_one()),
+            Some(Defect::Lifo) => {
+                if let Some(w) = st.queue.back() {
+                    w.wake.notify_one();
+                }
+            }
+            _ => {
+                if let Some(w) = st.queue.front() {
+                    w.wake.notify_one();
+                }
+            }
         }
     }
 }
