@@ -346,3 +346,23 @@ async fn head_waiter_takes_over_an_expired_holder() {
     got.release().await.expect("release");
     drop(lease);
 }
+
+/// `rediss://` URLs are accepted and use TLS; against a server that does not speak TLS the
+/// handshake fails with a typed, retryable error (never a panic for a missing crypto provider).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_urls_are_supported() {
+    let addr = shared().addrs()[0];
+    let l = RedisLocker::builder()
+        .url(format!("rediss://{addr}/#insecure"))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .expect("a rediss URL builds");
+    let e = l
+        .try_acquire(&name("tls"))
+        .await
+        .expect_err("the server does not speak TLS");
+    assert!(
+        matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Backend),
+        "{e}"
+    );
+}
