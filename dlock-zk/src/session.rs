@@ -68,6 +68,8 @@ impl Session {
             counters: Arc::clone(&counters),
             cursor: AtomicUsize::new(0),
             ended: Arc::clone(&ended),
+            no_multi_read: AtomicBool::new(false),
+            timeout,
         });
         let driver = RenewalDriver::new(backend, timeout, Arc::clone(&counters));
         let watcher = client.state_watcher();
@@ -273,13 +275,50 @@ pub(crate) struct SessionBackend {
     counters: Arc<Counters>,
     cursor: AtomicUsize,
     ended: Arc<AtomicBool>,
+    no_multi_read: AtomicBool,
+    /// The negotiated session timeout: how long a release retries.
+    timeout: Duration,
+}
+
+impl SessionBackend {
+    /// Reads the stats of the windowed entries in ONE multi-read request.
+    async fn read_many(
+        &self,
+        entries: &[Arc<NodeEntry>],
+        window: &[usize],
+    ) -> Result<Vec<Result<zk::Stat, zk::Error>>, zk::Error> {
+        let mut reader = self.client.new_multi_reader();
+        for &i in window {
+            reader.add_get_data(&entries[i].path)?;
+        }
+        let results = reader.commit().await?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                zk::MultiReadResult::Data { stat, .. } => Ok(stat),
+                zk::MultiReadResult::Error { err } => Err(err),
+                _ => Err(zk::Error::UnexpectedError(
+                    "unexpected multi-read result".into(),
+                )),
+            })
+            .collect())
+    }
+
+    /// Reads one entry's stat (servers without multi-read).
+    async fn read_one(&self, path: &str) -> Result<Vec<Result<zk::Stat, zk::Error>>, zk::Error> {
+        match self.client.check_stat(path).await? {
+            Some(stat) => Ok(vec![Ok(stat)]),
+            None => Ok(vec![Err(zk::Error::NoNode)]),
+        }
+    }
 }
 
 #[async_trait]
 impl RenewBackend for SessionBackend {
     type Entry = NodeEntry;
 
-    /// One multi-read of (up to [`RENEW_WINDOW`]) held nodes. Its success proves the session was
+    /// One multi-read of (up to [`RENEW_WINDOW`]) held nodes (one plain read of one node on
+    /// servers before 3.6). Its success proves the session was
     /// alive when the request was sent, so no other session can be granted these locks before
     /// send time + negotiated timeout (the driver's deadline). Nodes read back missing or owned
     /// by another session are lost; a session that ended loses everything.
@@ -289,17 +328,18 @@ impl RenewBackend for SessionBackend {
         if n == 0 {
             return Ok(out);
         }
-        let start = self.cursor.fetch_add(RENEW_WINDOW, Ordering::Relaxed) % n;
-        let window: Vec<usize> = (0..n.min(RENEW_WINDOW)).map(|i| (start + i) % n).collect();
-        let mut reader = self.client.new_multi_reader();
-        for &i in &window {
-            reader
-                .add_get_data(&entries[i].path)
-                .map_err(|e| map("renewal request", e))?;
-        }
+        let single = self.no_multi_read.load(Ordering::Relaxed);
+        let width = if single { 1 } else { n.min(RENEW_WINDOW) };
+        let start = self.cursor.fetch_add(width, Ordering::Relaxed) % n;
+        let window: Vec<usize> = (0..width).map(|i| (start + i) % n).collect();
         self.counters.add_requests(1);
-        let results = match reader.commit().await {
-            Ok(r) => r,
+        let read = if single {
+            self.read_one(&entries[window[0]].path).await
+        } else {
+            self.read_many(entries, &window).await
+        };
+        let stats = match read {
+            Ok(stats) => stats,
             Err(e) if session_ended(&e) => {
                 self.ended.store(true, Ordering::Release);
                 let reason = LossReason::SessionEnded(format!(
@@ -308,61 +348,74 @@ impl RenewBackend for SessionBackend {
                 ));
                 return Ok(vec![Renewal::Lost(reason); n]);
             }
+            Err(e @ (zk::Error::Unimplemented | zk::Error::MarshallingError)) if !single => {
+                // Servers before 3.6 have no multi-read: renew with one plain read from now on.
+                tracing::info!(error = %e, "the server has no multi-read; renewing with single reads");
+                self.no_multi_read.store(true, Ordering::Relaxed);
+                return Err(map("renewal (multi-read unsupported)", e));
+            }
             Err(e) => return Err(map("renewal", e)),
         };
-        if results.len() != window.len() {
+        if stats.len() != window.len() {
             return Err(Error::backend(
                 format!(
                     "ZooKeeper renewal: {} results for {} reads",
-                    results.len(),
+                    stats.len(),
                     window.len()
                 ),
                 None,
             ));
         }
-        for (&i, result) in window.iter().zip(results) {
+        for (&i, stat) in window.iter().zip(stats) {
             let entry = &entries[i];
-            out[i] = match result {
-                zk::MultiReadResult::Data { stat, .. } => {
-                    if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid {
-                        Renewal::Extended
-                    } else {
-                        Renewal::Lost(LossReason::Gone(format!(
-                            "lock node {} now belongs to another session",
-                            entry.path
-                        )))
-                    }
+            out[i] = match stat {
+                Ok(stat)
+                    if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid =>
+                {
+                    Renewal::Extended
                 }
-                zk::MultiReadResult::Error {
-                    err: zk::Error::NoNode,
-                } => Renewal::Lost(LossReason::Gone(format!(
+                Ok(_) => Renewal::Lost(LossReason::Gone(format!(
+                    "lock node {} now belongs to another session",
+                    entry.path
+                ))),
+                Err(zk::Error::NoNode) => Renewal::Lost(LossReason::Gone(format!(
                     "lock node {} was deleted",
                     entry.path
                 ))),
                 // The session answered, which is what the deadline rests on.
-                _ => Renewal::Extended,
+                Err(_) => Renewal::Extended,
             };
         }
         Ok(out)
     }
 
-    /// Deletes the lease's node (by its unique path). If the delete cannot be confirmed, it is
-    /// retried in the background until it succeeds or the session ends, so a failed release
+    /// Deletes the lease's node (by its unique path, so a retry never deletes anyone else's).
+    /// A transient failure (connection lost, reply lost) is retried on the same session for
+    /// up to the session timeout — the delete is idempotent. If it still cannot be confirmed, it
+    /// goes on in the background until it succeeds or the session ends, so a failed release
     /// never wedges the lock, and the error is reported.
     async fn release(&self, entry: &NodeEntry) -> Result<(), Error> {
-        match delete_path(&self.client, &self.counters, &entry.path).await {
-            Ok(()) => Ok(()),
-            Err(e) if session_ended(&e) => Ok(()),
-            Err(e) => {
-                if transient(&e) {
-                    spawn_delete(
-                        self.client.clone(),
-                        Arc::clone(&self.ended),
-                        Arc::clone(&self.counters),
-                        DeleteTarget::Path(entry.path.clone()),
-                    );
+        let began = tokio::time::Instant::now();
+        loop {
+            match delete_path(&self.client, &self.counters, &entry.path).await {
+                Ok(()) => return Ok(()),
+                // The session is over: its ephemeral node is gone with it.
+                Err(e) if session_ended(&e) => return Ok(()),
+                Err(e) if transient(&e) && began.elapsed() < self.timeout => {
+                    tracing::debug!(node = %entry.path, error = %e, "release interrupted; retrying");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                Err(map("release", e))
+                Err(e) => {
+                    if transient(&e) {
+                        spawn_delete(
+                            self.client.clone(),
+                            Arc::clone(&self.ended),
+                            Arc::clone(&self.counters),
+                            DeleteTarget::Path(entry.path.clone()),
+                        );
+                    }
+                    return Err(map("release", e));
+                }
             }
         }
     }
