@@ -411,14 +411,15 @@ async fn uncontended_interleaved(
     endpoints: &[String],
     rounds: usize,
     per_round: usize,
-) -> [Vec<Duration>; 3] {
+) -> [Vec<Duration>; 5] {
     let l = locker(endpoints, &ns("pairs")).await;
     let name = LockName::new("p").expect("valid");
     warm(&l).await;
     let (client, lease) = peer(endpoints).await;
     let peer_name = ns("pairs-peer");
     let floor_key = ns("pairs-floor");
-    let mut out: [Vec<Duration>; 3] = Default::default();
+    // pairs: dlock, lock API, floor; then the acquire halves: dlock, lock API.
+    let mut out: [Vec<Duration>; 5] = Default::default();
     for _ in 0..rounds {
         for _ in 0..per_round {
             let t = Instant::now();
@@ -426,6 +427,7 @@ async fn uncontended_interleaved(
                 .acquire(&name, AcquireOptions::forever())
                 .await
                 .expect("acquire");
+            out[3].push(t.elapsed());
             g.release().await.expect("release");
             out[0].push(t.elapsed());
         }
@@ -441,6 +443,7 @@ async fn uncontended_interleaved(
                 .expect("lock")
                 .key()
                 .to_vec();
+            out[4].push(t.elapsed());
             c.unlock(key).await.expect("unlock");
             out[1].push(t.elapsed());
         }
@@ -465,6 +468,8 @@ fn report(rt: &Runtime, endpoints: &[String]) {
         "dlock-etcd acquire+release",
         "etcd lock API lock+unlock",
         "floor put+delete",
+        "dlock-etcd acquire only",
+        "etcd lock API lock only",
     ]
     .iter()
     .zip(&pairs)
