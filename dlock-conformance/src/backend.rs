@@ -7,6 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_core::{Error, LockName, Locker};
 
+use crate::servers::{Cluster, ServerKind};
+
 /// Options for one test client.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -73,5 +75,31 @@ pub trait TestBackend: Send + Sync + 'static {
     /// The servers' captured output, printed when a scenario fails. Empty by default.
     fn logs(&self) -> String {
         String::new()
+    }
+
+    /// The server kind and node count this backend runs on (`(Redis, 5)` for Redlock,
+    /// `(Etcd, 3)` for an etcd cluster). `None` (the default) for in-process backends; the
+    /// server-node fault scenarios skip with a printed reason then.
+    fn topology(&self) -> Option<(ServerKind, usize)> {
+        None
+    }
+
+    /// The same backend over another cluster of the same [`topology`](TestBackend::topology):
+    /// a private one the server-node fault scenarios kill and pause nodes of (never the shared
+    /// one). `None` (the default): those scenarios skip with a printed reason.
+    fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
+        let _ = cluster;
+        None
+    }
+
+    /// Requests the servers have received so far, summed over the nodes (Redis
+    /// `INFO commandstats` calls, etcd gRPC requests handled from `/metrics`, ZooKeeper `mntr`
+    /// packets received), read with blocking I/O. Includes every other client's traffic to the
+    /// same servers. By default it is read from the nodes of [`topology`](TestBackend::topology)
+    /// at [`node_addrs`](TestBackend::node_addrs); `None` when the backend has no topology or
+    /// a node does not answer.
+    fn server_requests(&self) -> Option<u64> {
+        let (kind, _) = self.topology()?;
+        crate::servers::stats::requests(kind, &self.node_addrs())
     }
 }

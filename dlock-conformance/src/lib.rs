@@ -21,6 +21,7 @@ pub mod memory;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
+pub mod soak;
 
 use std::sync::Arc;
 

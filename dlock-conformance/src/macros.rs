@@ -37,6 +37,9 @@ macro_rules! conformance_tests {
                 release_reply_lost => ReleaseReplyLost,
                 crash_release => CrashRelease,
                 paused_holder => PausedHolder,
+                waiter_crash => WaiterCrash,
+                minority_nodes_down => MinorityNodesDown,
+                majority_nodes_down => MajorityNodesDown,
                 name_isolation => NameIsolation,
                 bad_input => BadInput,
                 reentrancy => Reentrancy,
@@ -46,6 +49,12 @@ macro_rules! conformance_tests {
             #[ignore = "the crash-release scenario runs this in a child process"]
             fn __crash_holder() {
                 $crate::scenarios::crash_holder_main(__factory);
+            }
+
+            #[test]
+            #[ignore = "the soak: cargo xtask conform --soak <duration>"]
+            fn __soak() {
+                $crate::soak::soak_main(stringify!($module), __factory);
             }
         }
     };

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::memory::MemoryBackend;
+use dlock_conformance::scenarios::Fencing;
+use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend, scenarios};
 use dlock_core::memory::Defect;
 use dlock_core::{
@@ -338,4 +340,120 @@ impl Locker for Twisted {
     fn stats(&self) -> Stats {
         self.inner.stats()
     }
+}
+
+// ---- negative controls of the server-node fault scenarios ----
+
+/// Claims a 5-node Redis topology and, over any private cluster, hands out a memory backend
+/// (optionally broken): the node-fault scenarios then really kill and pause Redis nodes while
+/// the workload runs on the memory backend, so the scenario's checkers meet a known defect.
+struct Pretend {
+    defect: Option<Defect>,
+}
+
+#[async_trait]
+impl TestBackend for Pretend {
+    fn name(&self) -> &str {
+        "memory-pretend-cluster"
+    }
+    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
+        Vec::new()
+    }
+    async fn client(&self, _opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
+        Err(Error::unavailable(
+            "only the private-cluster backend serves clients",
+            None,
+        ))
+    }
+    async fn leftovers(&self, _namespace: &str) -> Result<Vec<String>, Error> {
+        Ok(Vec::new())
+    }
+    async fn break_holder(&self, _namespace: &str, _name: &LockName) -> Result<(), Error> {
+        Ok(())
+    }
+    fn child_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    fn topology(&self) -> Option<(ServerKind, usize)> {
+        Some((ServerKind::Redis, 5))
+    }
+    fn on_cluster(&self, _cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
+        Some(Arc::new(match self.defect {
+            Some(d) => MemoryBackend::with_defect(d),
+            None => MemoryBackend::new(),
+        }))
+    }
+}
+
+fn redis_installed() -> bool {
+    match Cluster::shared(ServerKind::Redis, 1) {
+        Ok(_) => true,
+        Err(e) if e.may_skip() => {
+            println!("skipped: {e}");
+            false
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn node_faults_pass_on_the_honest_memory_backend() {
+    if !redis_installed() {
+        return;
+    }
+    let row = run(Pretend { defect: None }, Scenario::MinorityNodesDown);
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    assert!(
+        row.figures.get("grants").and_then(|v| v.as_u64()) > Some(0),
+        "{}",
+        row.summary()
+    );
+}
+
+#[test]
+fn node_faults_with_an_unfenced_resource_fail_fenced_safety() {
+    if !redis_installed() {
+        return;
+    }
+    let row = scenarios::run_control(
+        Arc::new(Pretend { defect: None }),
+        "checkers",
+        Scenario::MinorityNodesDown,
+        Fencing::Off,
+    );
+    println!("{}", row.summary());
+    assert_caught(&row, "fenced-safety violation");
+}
+
+#[test]
+fn node_faults_with_early_expiry_fail_belief_overlap() {
+    if !redis_installed() {
+        return;
+    }
+    let row = run(
+        Pretend {
+            defect: Some(Defect::EarlyExpiry),
+        },
+        Scenario::MinorityNodesDown,
+    );
+    assert_caught(&row, "belief overlap");
+}
+
+#[test]
+fn node_faults_skip_with_a_reason_without_a_topology() {
+    for s in [Scenario::MinorityNodesDown, Scenario::MajorityNodesDown] {
+        let row = run(MemoryBackend::new(), s);
+        assert_eq!(row.status, Status::Skip, "{}", row.summary());
+        assert!(row.reason.contains("topology"), "{}", row.reason);
+    }
+}
+
+#[test]
+fn majority_down_fails_a_backend_that_ignores_the_dead_nodes() {
+    // The memory backend keeps granting with 3 of 5 Redis nodes dead: the scenario must fail.
+    if !redis_installed() {
+        return;
+    }
+    let row = run(Pretend { defect: None }, Scenario::MajorityNodesDown);
+    assert_caught(&row, "SUCCEEDED");
 }

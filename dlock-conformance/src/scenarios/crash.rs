@@ -164,3 +164,92 @@ pub(crate) async fn paused_holder(ctx: &Ctx) -> Result<(), Verdict> {
     }
     Ok(())
 }
+
+/// A waiter PROCESS in the middle of the queue is SIGKILLed: the waiter behind it re-targets,
+/// does not jump the holder, and gets the lock right after the holder releases (fair backends).
+pub(crate) async fn waiter_crash(ctx: &Ctx) -> Result<(), Verdict> {
+    skip_in_process(ctx)?;
+    let ttl = ctx.ttl();
+    let holder = ctx.client().await?;
+    let caps = holder.capabilities();
+    if !caps.fair {
+        return Err(Verdict::Skip(
+            "the backend is not fair (capabilities.fair = false): no queue to crash a waiter in"
+                .into(),
+        ));
+    }
+    let lock = name("waiter-crash")?;
+    let held = holder.acquire(&lock, AcquireOptions::wait(ttl)).await?;
+    let base = ctx.leftovers().await?.len();
+    // The middle waiter: a process of its own, queued behind the holder.
+    let mut middle = super::holder::HolderProcess::spawn(ctx, &lock)?;
+    let with_middle = super::util::wait_growth(ctx, base, Duration::from_secs(20)).await?;
+    ensure!(
+        with_middle > base,
+        "the waiter process never showed in the queue ({base} entries before, {with_middle} after 20 s); its output:\n{}",
+        middle.output()
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The last waiter, in this process.
+    let last = ctx.client().await?;
+    let l2 = lock.clone();
+    let waiting = tokio::spawn(async move {
+        let got = last
+            .acquire(&l2, AcquireOptions::wait(Duration::from_secs(60)))
+            .await;
+        (Instant::now(), got)
+    });
+    let with_both = super::util::wait_growth(ctx, with_middle, Duration::from_secs(5)).await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let killed = Instant::now();
+    middle.kill();
+    // The crashed waiter's entry goes once its session / lease / queue deadline runs out.
+    let want = with_both - (with_middle - base);
+    let bound = ttl * 2 + caps.crash_release_slack + Duration::from_secs(2);
+    loop {
+        let now = ctx.leftovers().await?.len();
+        if now <= want {
+            ctx.figure_ms("crashed_waiter_gone_ms", killed.elapsed());
+            break;
+        }
+        if killed.elapsed() > bound {
+            return Err(Verdict::Fail(format!(
+                "the crashed waiter's entry was still queued {bound:?} after the kill ({now} entries, {want} expected)"
+            )));
+        }
+        if waiting.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Give the last waiter time to re-target; it must not jump the live holder.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(
+        !waiting.is_finished(),
+        "the waiter behind the crashed one got the lock while the holder still held it"
+    );
+    ensure!(
+        held.check().is_ok(),
+        "the holder lost its lease while waiters crashed"
+    );
+    let released = Instant::now();
+    held.release().await?;
+    let (at, got) = super::util::within(ttl * 2, waiting)
+        .await
+        .ok_or_else(|| {
+            Verdict::Fail(format!(
+                "the waiter behind the crashed one was not granted within {:?} of the release",
+                ttl * 2
+            ))
+        })?
+        .map_err(|e| Verdict::Fail(format!("the last waiter panicked: {e}")))?;
+    let lease = got.map_err(|e| Verdict::Fail(format!("the last waiter failed: {e}")))?;
+    let handoff = at.saturating_duration_since(released);
+    ctx.figure_ms("handoff_ms", handoff);
+    lease.release().await?;
+    ensure!(
+        handoff < ttl / 2,
+        "the waiter behind the crashed one got the lock {handoff:?} after the release: it did not re-target"
+    );
+    Ok(())
+}

@@ -43,6 +43,31 @@ pub(crate) struct HolderProcess {
 impl HolderProcess {
     /// Starts the holder and waits until it reports its grant.
     pub(crate) async fn start(ctx: &Ctx, lock: &LockName) -> Result<HolderProcess, Verdict> {
+        let mut holder = HolderProcess::spawn(ctx, lock)?;
+        holder.granted().await?;
+        Ok(holder)
+    }
+
+    /// Waits until the process reports its grant (60 s at most) and notes its token.
+    pub(crate) async fn granted(&mut self) -> Result<(), Verdict> {
+        let granted = self.expect("granted", Duration::from_secs(60)).await;
+        let Some(rest) = granted else {
+            return Err(Verdict::Fail(format!(
+                "the holder process never reported its grant; its output:\n{}",
+                self.output()
+            )));
+        };
+        let (token, start_ns) = (field(&rest, "token"), field(&rest, "start_ns"));
+        let (Some(token), Some(start_ns)) = (token, start_ns) else {
+            return Err(Verdict::Fail(format!("unreadable grant line {rest:?}")));
+        };
+        self.token = token;
+        self.start_ns = start_ns;
+        Ok(())
+    }
+
+    /// Starts the process; it begins acquiring `lock` (and may wait in its queue).
+    pub(crate) fn spawn(ctx: &Ctx, lock: &LockName) -> Result<HolderProcess, Verdict> {
         let exe = std::env::current_exe()
             .map_err(|e| Verdict::Fail(format!("cannot find the test binary: {e}")))?;
         let mut env = ctx.backend().child_env();
@@ -92,28 +117,14 @@ impl HolderProcess {
             });
         }
         let stdin = child.stdin.take();
-        let mut holder = HolderProcess {
+        Ok(HolderProcess {
             child,
             stdin,
             lines,
             output: Vec::new(),
             token: 0,
             start_ns: 0,
-        };
-        let granted = holder.expect("granted", Duration::from_secs(60)).await;
-        let Some(rest) = granted else {
-            return Err(Verdict::Fail(format!(
-                "the holder process never reported its grant; its output:\n{}",
-                holder.output()
-            )));
-        };
-        let (token, start_ns) = (field(&rest, "token"), field(&rest, "start_ns"));
-        let (Some(token), Some(start_ns)) = (token, start_ns) else {
-            return Err(Verdict::Fail(format!("unreadable grant line {rest:?}")));
-        };
-        holder.token = token;
-        holder.start_ns = start_ns;
-        Ok(holder)
+        })
     }
 
     /// Waits for the next line `DLOCK_HOLDER <event> …` and returns what follows the event.

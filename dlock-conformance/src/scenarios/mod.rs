@@ -5,11 +5,13 @@
 mod basic;
 mod crash;
 mod exclusion;
-mod holder;
+pub(crate) mod holder;
 mod lease;
 mod network;
+mod nodes;
 mod queue;
-mod util;
+pub(crate) mod util;
+pub(crate) mod workload;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +23,7 @@ use crate::report::{Row, Status};
 use crate::{ClientOptions, TestBackend};
 
 pub use holder::{CRASH_HOLDER_VAR, crash_holder_main};
+pub use workload::Fencing;
 
 /// Every scenario, in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +65,16 @@ pub enum Scenario {
     /// A holder process frozen (SIGSTOP) past its TTL: taken over with a higher token, its late
     /// write rejected by the fenced resource, its lease known lost after SIGCONT.
     PausedHolder,
+    /// A waiter process in the middle of the queue is SIGKILLed: the next waiter re-targets,
+    /// does not jump the holder, and gets the lock right after the holder releases.
+    WaiterCrash,
+    /// On a private cluster under a contended workload: Redlock 1 and 2 of 5 nodes killed or
+    /// paused keep working; etcd / ZooKeeper follower killed, leader killed, leader paused
+    /// break no checker (fenced safety, tokens, belief overlap).
+    MinorityNodesDown,
+    /// On a private cluster: a majority of nodes killed makes an acquire fail within its wait,
+    /// with no partial entries; the lock works again once they are back.
+    MajorityNodesDown,
     /// `a`, `a/b` and `ab` never block each other.
     NameIsolation,
     /// Bad names, TTLs and waits give typed errors before any I/O.
@@ -72,7 +85,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 20] = [
+    pub const ALL: [Scenario; 23] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -90,6 +103,9 @@ impl Scenario {
         Scenario::ReleaseReplyLost,
         Scenario::CrashRelease,
         Scenario::PausedHolder,
+        Scenario::WaiterCrash,
+        Scenario::MinorityNodesDown,
+        Scenario::MajorityNodesDown,
         Scenario::NameIsolation,
         Scenario::BadInput,
         Scenario::Reentrancy,
@@ -115,6 +131,9 @@ impl Scenario {
             Scenario::ReleaseReplyLost => "release_reply_lost",
             Scenario::CrashRelease => "crash_release",
             Scenario::PausedHolder => "paused_holder",
+            Scenario::WaiterCrash => "waiter_crash",
+            Scenario::MinorityNodesDown => "minority_nodes_down",
+            Scenario::MajorityNodesDown => "majority_nodes_down",
             Scenario::NameIsolation => "name_isolation",
             Scenario::BadInput => "bad_input",
             Scenario::Reentrancy => "reentrancy",
@@ -161,7 +180,8 @@ pub struct Ctx {
     backend: Arc<dyn TestBackend>,
     module: String,
     scenario: Scenario,
-    namespace: String,
+    pub(crate) namespace: String,
+    fencing: Fencing,
     figures: Mutex<Map<String, Value>>,
 }
 
@@ -187,6 +207,7 @@ impl Ctx {
             module: module.to_string(),
             scenario,
             namespace,
+            fencing: Fencing::On,
             figures: Mutex::new(Map::new()),
         }
     }
@@ -199,6 +220,12 @@ impl Ctx {
     /// The scenario's namespace.
     pub fn ns(&self) -> &str {
         &self.namespace
+    }
+
+    /// How the scenarios' fenced resources treat tokens ([`Fencing::Off`] only in negative
+    /// controls).
+    pub fn fencing(&self) -> Fencing {
+        self.fencing
     }
 
     /// The scenario's lease TTL.
@@ -295,6 +322,9 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::ReleaseReplyLost => network::release_reply_lost(ctx).await,
         Scenario::CrashRelease => crash::crash_release(ctx).await,
         Scenario::PausedHolder => crash::paused_holder(ctx).await,
+        Scenario::WaiterCrash => crash::waiter_crash(ctx).await,
+        Scenario::MinorityNodesDown => nodes::minority_nodes_down(ctx).await,
+        Scenario::MajorityNodesDown => nodes::majority_nodes_down(ctx).await,
         Scenario::NameIsolation => basic::name_isolation(ctx).await,
         Scenario::BadInput => basic::bad_input(ctx).await,
         Scenario::Reentrancy => basic::reentrancy(ctx).await,
@@ -308,8 +338,22 @@ pub const SCENARIO_TIMEOUT: Duration = Duration::from_secs(150);
 /// leftovers (waiting up to 2 × TTL + 1 s for expiries), and returns its row. Never panics on a
 /// scenario failure: panics inside the scenario become a failed row.
 pub fn run(backend: Arc<dyn TestBackend>, module: &str, scenario: Scenario) -> Row {
+    run_control(backend, module, scenario, Fencing::On)
+}
+
+/// [`run`] with the workload scenarios' fenced resource in mode `fencing`: with
+/// [`Fencing::Off`] (a negative control) the fenced-safety checker must fire whenever a stale
+/// holder writes.
+pub fn run_control(
+    backend: Arc<dyn TestBackend>,
+    module: &str,
+    scenario: Scenario,
+    fencing: Fencing,
+) -> Row {
     let name = backend.name().to_string();
-    let ctx = Arc::new(Ctx::new(backend, module, scenario));
+    let mut ctx = Ctx::new(backend, module, scenario);
+    ctx.fencing = fencing;
+    let ctx = Arc::new(ctx);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

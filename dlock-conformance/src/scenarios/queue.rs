@@ -220,6 +220,7 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
             );
         }
         let before: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        let server_before = server_requests(ctx).await;
         lh.release().await?;
         for (i, t) in tasks.into_iter().enumerate() {
             within(WAITER_WAIT * 2, joined(t, &format!("waiter {i} of {n}")))
@@ -227,6 +228,14 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
                 .ok_or_else(|| Verdict::Fail(format!("waiter {i} of {n} never got the lock")))??;
         }
         let after: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        if let (Some(s0), Some(s1)) = (server_before, server_requests(ctx).await) {
+            // Whole-server counts: other scenarios sharing the server add to them.
+            let per = s1.saturating_sub(s0) as f64 / n as f64;
+            ctx.figure(
+                &format!("server_requests_per_handoff_n{n}"),
+                (per * 100.0).round() / 100.0,
+            );
+        }
         let ((w0, r0), (w1, r1)) = (sum(&before), sum(&after));
         let wakeups = (w1 - w0) as f64 / n as f64;
         let requests = (r1 - r0) as f64 / n as f64;
@@ -252,4 +261,14 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
         );
     }
     Ok(())
+}
+
+/// The servers' request counter ([`TestBackend::server_requests`](crate::TestBackend::server_requests)),
+/// read off the runtime's threads (blocking I/O).
+async fn server_requests(ctx: &Ctx) -> Option<u64> {
+    let backend = Arc::clone(ctx.backend());
+    tokio::task::spawn_blocking(move || backend.server_requests())
+        .await
+        .ok()
+        .flatten()
 }

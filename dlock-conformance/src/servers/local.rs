@@ -238,7 +238,7 @@ fn write(p: &Path, text: &str) -> Result<(), HarnessError> {
 
 /// One request/reply exchange over a fresh connection; the reply read until EOF or `until`
 /// appears.
-fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<String> {
+pub(crate) fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<String> {
     let timeout = Duration::from_millis(500);
     let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
     s.set_read_timeout(Some(timeout)).ok()?;

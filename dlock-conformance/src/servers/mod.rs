@@ -21,6 +21,7 @@ mod external;
 pub mod local;
 mod node;
 pub(crate) mod process;
+pub mod stats;
 
 #[cfg(feature = "containers")]
 pub mod containers;

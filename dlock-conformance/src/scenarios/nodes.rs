@@ -1,0 +1,328 @@
+//! Server-node faults on a PRIVATE cluster of the backend's topology (never the shared one):
+//! Redlock minority and majority down, etcd / ZooKeeper follower and leader killed or paused.
+//! A contended workload runs throughout; the history checkers judge it afterwards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, Locker};
+use tokio::time::Instant;
+
+use super::util::name;
+use super::workload::{Counts, Findings, Plan, Workload};
+use super::{Ctx, Verdict, ensure};
+use crate::servers::{Cluster, HarnessError, ServerKind};
+use crate::{ClientOptions, TestBackend};
+
+/// The private cluster and the backend over it.
+struct Private {
+    kind: ServerKind,
+    cluster: Arc<Cluster>,
+    backend: Arc<dyn TestBackend>,
+}
+
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, HarnessError> + Send + 'static,
+) -> Result<T, Verdict> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Verdict::Fail(format!("cannot {what}: {e}"))),
+        Err(e) => Err(Verdict::Fail(format!("{what} panicked: {e}"))),
+    }
+}
+
+/// Starts a private cluster of the backend's topology, or skips with the reason it cannot.
+async fn private(ctx: &Ctx) -> Result<Private, Verdict> {
+    let Some((kind, n)) = ctx.backend().topology() else {
+        return Err(Verdict::Skip(
+            "the backend declares no server topology (TestBackend::topology): no server nodes to fault".into(),
+        ));
+    };
+    if n < 3 {
+        return Err(Verdict::Skip(format!(
+            "single-node topology ({kind} × {n}): node faults need a cluster of 3 or more"
+        )));
+    }
+    let cluster = match tokio::task::spawn_blocking(move || Cluster::start(kind, n)).await {
+        Ok(Ok(c)) => Arc::new(c),
+        Ok(Err(e)) if e.may_skip() => return Err(Verdict::Skip(e.to_string())),
+        Ok(Err(e)) => {
+            return Err(Verdict::Fail(format!(
+                "cannot start a private {kind} × {n} cluster: {e}"
+            )));
+        }
+        Err(e) => return Err(Verdict::Fail(format!("cluster start panicked: {e}"))),
+    };
+    if cluster.is_external() {
+        return Err(Verdict::Skip(
+            "the servers are external (DLOCK_* variables): their nodes cannot be killed".into(),
+        ));
+    }
+    let Some(backend) = ctx.backend().on_cluster(Arc::clone(&cluster)) else {
+        return Err(Verdict::Skip(
+            "the backend cannot be rebuilt over a private cluster (TestBackend::on_cluster): node faults would hit the shared servers".into(),
+        ));
+    };
+    Ok(Private {
+        kind,
+        cluster,
+        backend,
+    })
+}
+
+impl Private {
+    async fn clients(&self, ctx: &Ctx, n: usize) -> Result<Vec<Arc<dyn Locker>>, Verdict> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(self.client(ctx).await?);
+        }
+        Ok(out)
+    }
+
+    async fn client(&self, ctx: &Ctx) -> Result<Arc<dyn Locker>, Verdict> {
+        self.backend
+            .client(ClientOptions::new(ctx.ns(), ctx.ttl()))
+            .await
+            .map_err(|e| {
+                Verdict::Fail(format!("cannot build a client on the private cluster: {e}"))
+            })
+    }
+
+    async fn act(&self, what: &'static str, node: usize) -> Result<(), Verdict> {
+        let c = Arc::clone(&self.cluster);
+        blocking(&format!("{what} node {node}"), move || {
+            let n = c.node(node);
+            match what {
+                "kill" => n.kill(),
+                "pause" => n.pause(),
+                "resume" => n.resume(),
+                _ => n.restart(),
+            }
+        })
+        .await
+    }
+
+    async fn leader(&self) -> Result<usize, Verdict> {
+        let c = Arc::clone(&self.cluster);
+        blocking("find the leader", move || {
+            c.wait_leader(Duration::from_secs(30))
+        })
+        .await
+    }
+
+    /// Entries left under the namespace, waiting up to `bound` for them to go.
+    async fn settle_empty(&self, ctx: &Ctx, bound: Duration) -> Result<(), Verdict> {
+        let began = Instant::now();
+        loop {
+            let left = match self.backend.leftovers(ctx.ns()).await {
+                Ok(l) => l,
+                Err(e) if began.elapsed() < bound => {
+                    tracing::debug!(error = %e, "leak audit retry");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Verdict::Fail(format!(
+                        "leak audit cannot read the private cluster: {e}"
+                    )));
+                }
+            };
+            if left.is_empty() {
+                return Ok(());
+            }
+            if began.elapsed() >= bound {
+                return Err(Verdict::Fail(format!(
+                    "leak audit: {} entries left on the private cluster after {bound:?}: {left:?}",
+                    left.len()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn plan(ctx: &Ctx, lock: &str) -> Result<Plan, Verdict> {
+    Ok(Plan {
+        lock: name(lock)?,
+        ttl: ctx.ttl(),
+        wait: ctx.ttl() * 2,
+        hold_max: ctx.ttl() / 4,
+        stall_chance: 0.1,
+        seed: 7,
+    })
+}
+
+/// Faults on a minority of the nodes, one phase after another, under a contended workload:
+/// Redlock × 5: 1 then 2 nodes killed, restarted, then 1 then 2 paused, resumed — grants
+/// continue in every phase. etcd / ZooKeeper × 3: a follower killed, the leader killed, the
+/// leader paused (each healed before the next) — no checker fires, and grants resume once
+/// healed. Leases caught by a fault must be either still held or known lost.
+pub(crate) async fn minority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
+    let p = private(ctx).await?;
+    let ttl = ctx.ttl();
+    let workers = p.clients(ctx, 3).await?;
+    let caps = workers[0].capabilities();
+    let load = Workload::start(workers, &plan(ctx, "nodes")?, ctx.fencing());
+    let phase = ttl * 2;
+    let mut phases: Vec<(String, u64)> = Vec::new();
+    let mut mark = |label: &str, load: &Workload, since: u64| {
+        let n = load.grants() - since;
+        ctx.figure(&format!("grants_{label}"), n);
+        phases.push((label.to_string(), n));
+        load.grants()
+    };
+    tokio::time::sleep(phase).await;
+    let mut g = mark("healthy", &load, 0);
+    match p.kind {
+        ServerKind::Redis => {
+            p.act("kill", 0).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("1_killed", &load, g);
+            p.act("kill", 1).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("2_killed", &load, g);
+            p.act("restart", 0).await?;
+            p.act("restart", 1).await?;
+            p.act("pause", 2).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("1_paused", &load, g);
+            p.act("pause", 3).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("2_paused", &load, g);
+            p.act("resume", 2).await?;
+            p.act("resume", 3).await?;
+        }
+        ServerKind::Etcd | ServerKind::Zk => {
+            let leader = p.leader().await?;
+            let follower = (leader + 1) % p.cluster.len();
+            p.act("kill", follower).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("follower_killed", &load, g);
+            p.act("restart", follower).await?;
+            let leader = p.leader().await?;
+            p.act("kill", leader).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("leader_killed", &load, g);
+            p.act("restart", leader).await?;
+            let leader = p.leader().await?;
+            p.act("pause", leader).await?;
+            tokio::time::sleep(phase).await;
+            g = mark("leader_paused", &load, g);
+            p.act("resume", leader).await?;
+        }
+    }
+    tokio::time::sleep(phase * 2).await;
+    mark("healed", &load, g);
+    let counts = Arc::clone(&load.counts);
+    let resource = Arc::clone(&load.resource);
+    let history = load.stop(ttl * 4).await;
+    report_counts(ctx, &counts);
+    ensure!(
+        resource.value() == Counts::get(&counts.accepted),
+        "the fenced counter is {} after {} accepted increments",
+        resource.value(),
+        Counts::get(&counts.accepted)
+    );
+    let findings = Findings::of(&history, &caps);
+    ctx.figure("violations", findings.violations() as u64);
+    findings.verdict("under minority node faults")?;
+    if p.kind == ServerKind::Redis {
+        for (label, n) in &phases {
+            ensure!(
+                *n > 0,
+                "no grant at all while {label}: a minority fault stopped Redlock"
+            );
+        }
+    }
+    let healed = phases.last().map_or(0, |p| p.1);
+    ensure!(healed > 0, "no grant after the faults were healed");
+    p.settle_empty(ctx, ttl * 3).await
+}
+
+/// A majority of the nodes killed: an acquire fails within its wait (plus slack) and leaves no
+/// partial entries on the live nodes; after the nodes come back, the lock works again and
+/// nothing is left behind.
+pub(crate) async fn majority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
+    let p = private(ctx).await?;
+    let ttl = ctx.ttl();
+    let lock = name("majority")?;
+    let client = p.client(ctx).await?;
+    let lease = client.acquire(&lock, AcquireOptions::wait(ttl)).await?;
+    lease.release().await?;
+    let majority = p.cluster.len() / 2 + 1;
+    for i in 0..majority {
+        p.act("kill", i).await?;
+    }
+    let wait = ttl;
+    let began = Instant::now();
+    let got = tokio::time::timeout(
+        wait * 3 + Duration::from_secs(5),
+        client.acquire(&lock, AcquireOptions::wait(wait)),
+    )
+    .await;
+    let took = began.elapsed();
+    ctx.figure_ms("failed_after_ms", took);
+    let outcome = match got {
+        Err(_) => Err(format!(
+            "the acquire had not returned {took:?} into a {wait:?} wait"
+        )),
+        Ok(Ok(l)) => {
+            let t = l.token();
+            drop(l);
+            Err(format!(
+                "the acquire SUCCEEDED with {majority} of {} nodes down (token {t})",
+                p.cluster.len()
+            ))
+        }
+        Ok(Err(e)) => {
+            ctx.figure("error", e.to_string());
+            Ok(())
+        }
+    };
+    if let Err(why) = outcome {
+        return Err(Verdict::Fail(why));
+    }
+    let slack = Duration::from_secs(2);
+    ensure!(
+        took <= wait + slack,
+        "the failing acquire took {took:?}, more than its wait {wait:?} + {slack:?}"
+    );
+    if p.kind == ServerKind::Redis {
+        // The live minority: no partial keys once the failed attempt is over.
+        let left = p.backend.leftovers(ctx.ns()).await?;
+        ensure!(
+            left.is_empty(),
+            "the failed Redlock acquire left partial keys on the live nodes: {left:?}"
+        );
+    }
+    for i in 0..majority {
+        p.act("restart", i).await?;
+    }
+    if p.kind != ServerKind::Redis {
+        p.leader().await?;
+    }
+    // Works again (a fresh client: the old one may still be reconnecting).
+    let again = p.client(ctx).await?;
+    let began = Instant::now();
+    let lease = again
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(30)))
+        .await
+        .map_err(|e| {
+            Verdict::Fail(format!(
+                "the lock did not work after the nodes came back: {e}"
+            ))
+        })?;
+    ctx.figure_ms("recovered_after_ms", began.elapsed());
+    lease.release().await?;
+    p.settle_empty(ctx, ttl * 3).await
+}
+
+pub(crate) fn report_counts(ctx: &Ctx, c: &Counts) {
+    ctx.figure("grants", Counts::get(&c.grants));
+    ctx.figure("losses", Counts::get(&c.losses));
+    ctx.figure("timeouts", Counts::get(&c.timeouts));
+    ctx.figure("errors", Counts::get(&c.errors));
+    ctx.figure("ops_accepted", Counts::get(&c.accepted));
+    ctx.figure("ops_rejected", Counts::get(&c.rejected));
+}

@@ -1,0 +1,70 @@
+//! Server-side request counters, read with blocking I/O: how many requests the servers
+//! received, to measure herd effects from the server's side too.
+
+use std::net::SocketAddr;
+
+use super::ServerKind;
+use super::local::exchange;
+
+/// Requests received so far by the server at `addr`:
+/// - Redis: the sum of `calls=` over `INFO commandstats`;
+/// - etcd: the sum of `grpc_server_msg_received_total` in `/metrics` (unary requests and
+///   stream messages, watch requests included);
+/// - ZooKeeper: `zk_packets_received` from `mntr`.
+///
+/// `None` when the node does not answer or the reply has no such counter.
+pub fn node_requests(kind: ServerKind, addr: SocketAddr) -> Option<u64> {
+    match kind {
+        ServerKind::Redis => {
+            // QUIT makes the server close the connection, so the reply is read to its end.
+            let reply = exchange(addr, b"INFO commandstats\r\nQUIT\r\n", "\u{0}")?;
+            let mut total = 0u64;
+            let mut seen = false;
+            for line in reply.lines().filter(|l| l.starts_with("cmdstat_")) {
+                let calls = line
+                    .split([':', ','])
+                    .find_map(|part| part.strip_prefix("calls="))
+                    .and_then(|v| v.trim().parse::<u64>().ok())?;
+                total += calls;
+                seen = true;
+            }
+            seen.then_some(total)
+        }
+        ServerKind::Etcd => {
+            let reply = exchange(
+                addr,
+                b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                "\u{0}",
+            )?;
+            let mut total = 0f64;
+            let mut seen = false;
+            for line in reply
+                .lines()
+                .filter(|l| l.starts_with("grpc_server_msg_received_total"))
+            {
+                let value = line.rsplit(' ').next()?.trim().parse::<f64>().ok()?;
+                total += value;
+                seen = true;
+            }
+            seen.then_some(total as u64)
+        }
+        ServerKind::Zk => {
+            let reply = exchange(addr, b"mntr", "\u{0}")?;
+            reply.lines().find_map(|l| {
+                l.strip_prefix("zk_packets_received")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        }
+    }
+}
+
+/// [`node_requests`] summed over `addrs`; `None` when any node does not answer.
+pub fn requests(kind: ServerKind, addrs: &[SocketAddr]) -> Option<u64> {
+    if addrs.is_empty() {
+        return None;
+    }
+    addrs
+        .iter()
+        .map(|a| node_requests(kind, *a))
+        .sum::<Option<u64>>()
+}

@@ -1,0 +1,280 @@
+//! The soak: randomized combined nemeses against one backend for a set duration, judged by the
+//! history checkers. The hidden `__soak` test of [`conformance_tests!`](crate::conformance_tests)
+//! runs it when [`SOAK_VAR`] is set (`cargo xtask conform --soak 10m [--seed N]`).
+//!
+//! Nemeses, chosen at random every 0.3–1.5 s (several may overlap): a worker's links
+//! blackholed for 0.2–3 × TTL, delayed by 20–300 ms, reset, or their replies lost; the holder
+//! broken from the server side; a holder stall (renewal stopped, writes continue for
+//! 1.5 × TTL); a holder PROCESS frozen (SIGSTOP) past its TTL, then writing with its old token.
+//!
+//! It prints one line `DLOCK_SOAK result backend=… seed=… key=value…` and fails on any
+//! fenced-safety violation (or a fenced counter that disagrees with the accepted writes).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock_core::{FencingToken, Locker};
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::faults::{Direction, Mode, Proxy};
+use crate::scenarios::holder::HolderProcess;
+use crate::scenarios::workload::{Counts, Findings, Plan, Workload};
+use crate::scenarios::{Ctx, Fencing, Scenario, Verdict};
+use crate::{ClientOptions, TestBackend};
+
+/// `<seconds>,<seed>`: turns the hidden `__soak` test on.
+pub const SOAK_VAR: &str = "DLOCK_SOAK";
+
+/// Workers in the soak.
+const WORKERS: usize = 4;
+/// The soak's lease TTL.
+const TTL: Duration = Duration::from_secs(2);
+/// The history id of the frozen holder processes' writes.
+const PROCESS_CLIENT: usize = 1000;
+
+/// What one soak measured.
+#[derive(Debug, Default)]
+struct Nemeses {
+    blackholes: AtomicU64,
+    delays: AtomicU64,
+    resets: AtomicU64,
+    lost_replies: AtomicU64,
+    breaks: AtomicU64,
+    frozen: AtomicU64,
+    frozen_rejected: AtomicU64,
+}
+
+/// The body of the hidden `__soak` test: does nothing unless [`SOAK_VAR`] is set.
+///
+/// # Panics
+/// On a malformed variable, and when the soak finds a fenced-safety violation (the test fails).
+pub fn soak_main(module: &str, factory: fn() -> Arc<dyn TestBackend>) {
+    let Ok(spec) = std::env::var(SOAK_VAR) else {
+        return;
+    };
+    let (secs, seed) = spec
+        .split_once(',')
+        .and_then(|(d, s)| Some((d.trim().parse::<u64>().ok()?, s.trim().parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("malformed {SOAK_VAR}={spec:?}: want <seconds>,<seed>"));
+    let backend = match std::panic::catch_unwind(factory) {
+        Ok(b) => b,
+        Err(p) => {
+            println!(
+                "DLOCK_SOAK skipped backend={module} reason={:?}",
+                crate::scenarios::panic_message(p)
+            );
+            return;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("cannot build a runtime: {e}"));
+    let name = backend.name().to_string();
+    let outcome = runtime.block_on(soak(backend, module, Duration::from_secs(secs), seed));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match outcome {
+        Ok(line) => println!("DLOCK_SOAK result backend={name} seed={seed} secs={secs} {line}"),
+        Err(Verdict::Skip(why)) => println!("DLOCK_SOAK skipped backend={name} reason={why:?}"),
+        Err(Verdict::Fail(why)) => {
+            println!("DLOCK_SOAK failed backend={name} seed={seed} secs={secs} reason={why:?}");
+            panic!("soak of {name} (seed {seed}) failed: {why}");
+        }
+    }
+}
+
+async fn soak(
+    backend: Arc<dyn TestBackend>,
+    module: &str,
+    duration: Duration,
+    seed: u64,
+) -> Result<String, Verdict> {
+    let mut ctx = Ctx::new(Arc::clone(&backend), module, Scenario::PausedHolder);
+    ctx.namespace = ctx.namespace.replace("/paused_holder", "/soak");
+    let ctx = Arc::new(ctx);
+    let addrs = backend.node_addrs();
+    let mut clients: Vec<Arc<dyn Locker>> = Vec::new();
+    let mut links: Vec<Arc<Vec<Proxy>>> = Vec::new();
+    for _ in 0..WORKERS {
+        let mut opts = ClientOptions::new(ctx.ns(), TTL);
+        if !addrs.is_empty() {
+            let proxies = addrs
+                .iter()
+                .map(|a| Proxy::start(*a))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
+            opts = opts.via(proxies.iter().map(Proxy::addr).collect());
+            links.push(Arc::new(proxies));
+        }
+        clients.push(
+            backend
+                .client(opts)
+                .await
+                .map_err(|e| Verdict::Fail(format!("cannot build a client: {e}")))?,
+        );
+    }
+    let caps = clients[0].capabilities();
+    let plan = Plan {
+        lock: crate::scenarios::util::name("soak")?,
+        ttl: TTL,
+        wait: TTL * 2,
+        hold_max: TTL / 4,
+        stall_chance: 0.05,
+        seed,
+    };
+    let load = Workload::start(clients, &plan, Fencing::On);
+    let nemeses = Arc::new(Nemeses::default());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let end = Instant::now() + duration;
+    let mut frozen: Option<tokio::task::JoinHandle<()>> = None;
+    let in_process = addrs.is_empty();
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        let pick = rng.random_range(0..6u32);
+        let link =
+            (!links.is_empty()).then(|| Arc::clone(&links[rng.random_range(0..links.len())]));
+        match (pick, link) {
+            (0, Some(l)) => {
+                nemeses.blackholes.fetch_add(1, Ordering::SeqCst);
+                let d = TTL.mul_f64(rng.random_range(0.2..3.0));
+                tokio::spawn(async move {
+                    l.iter().for_each(|p| p.set(Mode::Blackhole));
+                    tokio::time::sleep(d).await;
+                    l.iter().for_each(|p| p.set(Mode::Pass));
+                });
+            }
+            (1, Some(l)) => {
+                nemeses.delays.fetch_add(1, Ordering::SeqCst);
+                let lag = Duration::from_millis(rng.random_range(20..300));
+                let d = Duration::from_millis(rng.random_range(1000..4000));
+                tokio::spawn(async move {
+                    l.iter().for_each(|p| p.set(Mode::Delay(lag)));
+                    tokio::time::sleep(d).await;
+                    l.iter().for_each(|p| p.set(Mode::Pass));
+                });
+            }
+            (2, Some(l)) => {
+                nemeses.resets.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    l.iter().for_each(|p| p.set(Mode::Reset));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    l.iter().for_each(|p| p.set(Mode::Pass));
+                });
+            }
+            (3, Some(l)) => {
+                nemeses.lost_replies.fetch_add(1, Ordering::SeqCst);
+                let d = TTL.mul_f64(rng.random_range(0.2..2.0));
+                tokio::spawn(async move {
+                    l.iter()
+                        .for_each(|p| p.set_direction(Direction::Downstream, Mode::Blackhole));
+                    tokio::time::sleep(d).await;
+                    l.iter().for_each(|p| p.set(Mode::Reset));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    l.iter().for_each(|p| p.set(Mode::Pass));
+                });
+            }
+            (5, _) if !in_process && frozen.as_ref().is_none_or(|f| f.is_finished()) => {
+                nemeses.frozen.fetch_add(1, Ordering::SeqCst);
+                let (c, n, r) = (
+                    Arc::clone(&ctx),
+                    Arc::clone(&nemeses),
+                    Arc::clone(&load.resource),
+                );
+                let lock = plan.lock.clone();
+                frozen = Some(tokio::spawn(async move {
+                    freeze_a_holder(&c, &lock, &n, &r).await;
+                }));
+            }
+            _ => {
+                nemeses.breaks.fetch_add(1, Ordering::SeqCst);
+                if let Err(e) = backend.break_holder(ctx.ns(), &plan.lock).await {
+                    tracing::debug!(error = %e, "soak: break found no holder");
+                }
+            }
+        }
+    }
+    links
+        .iter()
+        .flat_map(|l| l.iter())
+        .for_each(|p| p.set(Mode::Pass));
+    if let Some(f) = frozen {
+        let _ = tokio::time::timeout(TTL * 10, f).await;
+    }
+    let counts = Arc::clone(&load.counts);
+    let resource = Arc::clone(&load.resource);
+    let history = load.stop(TTL * 5).await;
+    let f = Findings::of(&history, &caps);
+    let g = |c: &AtomicU64| c.load(Ordering::SeqCst);
+    let line = format!(
+        "ops_accepted={} ops_rejected={} grants={} losses={} timeouts={} errors={} stalls={} \
+         blackholes={} delays={} resets={} lost_replies={} breaks={} frozen_processes={} \
+         frozen_writes_rejected={} fenced_violations={} token_violations={} belief_overlaps={}",
+        Counts::get(&counts.accepted),
+        Counts::get(&counts.rejected),
+        Counts::get(&counts.grants),
+        Counts::get(&counts.losses),
+        Counts::get(&counts.timeouts),
+        Counts::get(&counts.errors),
+        Counts::get(&counts.stalls),
+        g(&nemeses.blackholes),
+        g(&nemeses.delays),
+        g(&nemeses.resets),
+        g(&nemeses.lost_replies),
+        g(&nemeses.breaks),
+        g(&nemeses.frozen),
+        g(&nemeses.frozen_rejected),
+        usize::from(f.fenced.is_some()),
+        usize::from(f.tokens.is_some()),
+        f.overlaps.as_ref().map_or(0, |o| o.0),
+    );
+    if let Some(v) = &f.fenced {
+        return Err(Verdict::Fail(format!(
+            "fenced-safety violation: {v} ({line})"
+        )));
+    }
+    let accepted_writes = history
+        .events()
+        .iter()
+        .filter(|e| e.kind == crate::history::Kind::OpAccepted)
+        .count() as u64;
+    if resource.value() != accepted_writes {
+        return Err(Verdict::Fail(format!(
+            "the fenced counter is {} after {accepted_writes} accepted writes ({line})",
+            resource.value()
+        )));
+    }
+    Ok(line)
+}
+
+/// A holder PROCESS joins the queue; once granted it writes, is frozen (SIGSTOP) for
+/// 1.5 × TTL, resumed, and writes again with its old token: the fenced resource must reject
+/// that write whenever a newer holder wrote meanwhile (the checker judges the history).
+async fn freeze_a_holder(
+    ctx: &Ctx,
+    lock: &dlock_core::LockName,
+    nemeses: &Nemeses,
+    resource: &crate::scenarios::workload::Resource,
+) {
+    let Ok(mut holder) = HolderProcess::spawn(ctx, lock) else {
+        return;
+    };
+    if holder.granted().await.is_err() {
+        return;
+    }
+    let token = FencingToken(holder.token);
+    resource.op(PROCESS_CLIENT, token);
+    if holder.pause().is_err() {
+        return;
+    }
+    tokio::time::sleep(TTL * 3 / 2).await;
+    let _ = holder.resume();
+    if !resource.op(PROCESS_CLIENT, token) {
+        nemeses.frozen_rejected.fetch_add(1, Ordering::SeqCst);
+    }
+    let _ = holder.send("release");
+    let _ = holder.expect("released", Duration::from_secs(5)).await;
+    holder.kill();
+}
