@@ -9,10 +9,13 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Server time in milliseconds and the queue purge, shared by the fair scripts.
+/// Server time in milliseconds, the queue purge and the baton pass, shared by the fair
+/// scripts (placed after their fast paths, so these closures are only created when needed).
 ///
 /// A queue entry is `<locker id>.<sequence>`; the head's locker listens on the channel
-/// `<channel prefix><locker id>`.
+/// `<channel prefix><locker id>`. A lock released while waiters are queued is not freed: it is
+/// RESERVED for the live head (value `r:<entry>`, with the lock's TTL), so that nobody can
+/// barge in with a plain `SET NX` while the head is being woken.
 const FAIR_PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
@@ -29,111 +32,102 @@ local function live_head(q, qt, now)
     redis.call('HDEL', qt, head)
   end
 end
--- Tells the live head waiter (only it) to try again.
+local function publish(head, chan_prefix)
+  local locker = string.match(head, '^([^.]+)')
+  if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
+end
+-- Tells the live head waiter (only it) to look again.
 local function notify_head(q, qt, chan_prefix)
   local head = live_head(q, qt, now_ms())
+  if head then publish(head, chan_prefix) end
+end
+-- Hands the lock to the live head (reserved for it, and only it is told), or frees it.
+local function pass_on(lock, q, qt, chan_prefix, ttl)
+  local head = live_head(q, qt, now_ms())
   if head then
-    local locker = string.match(head, '^([^.]+)')
-    if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
+    redis.call('SET', lock, 'r:' .. head, 'PX', ttl)
+    publish(head, chan_prefix)
+  else
+    redis.call('DEL', lock)
   end
 end
 "#;
 
-/// Fair acquire.
+/// Fair acquire (the queued path; the uncontended first attempt is the
+/// [`fast_acquire`] pipeline).
 ///
-/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry (`''` = try only, never
-/// enqueue), entry lifetime ms.
+/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms.
 ///
-/// Returns `{1, token}` when granted; `{0, pttl, is_head}` when held by someone else;
+/// Grants when the lock is reserved for `entry`, or free with no other live head. Returns
+/// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
-const ACQUIRE_FAIR_FAST: &str = r#"
-if not redis.call('LINDEX', KEYS[3], 0) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  -- Fast path: nobody queued and the lock was free.
-  return {1, redis.call('INCR', KEYS[2])}
-end
+const ACQUIRE_FAIR_HEAD: &str = r#"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  -- Our own earlier grant (its reply was lost): the fence has not moved since.
+  -- Our own earlier grant (its reply was lost); the fence only grew since.
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 "#;
 
-/// The rest of the fair acquire, after [`FAIR_PRELUDE`] (whose functions are only created when
-/// the fast path did not return).
-const ACQUIRE_FAIR_SLOW: &str = r#"
+/// The rest of the fair acquire, after [`FAIR_PRELUDE`].
+const ACQUIRE_FAIR_TAIL: &str = r#"
 local now = now_ms()
 local entry = ARGV[3]
-local function enqueue()
-  if entry == '' then return end
-  if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
-    redis.call('RPUSH', KEYS[3], entry)
-  end
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[4])
-end
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
+if holder == 'r:' .. entry or (not holder and (not head or head == entry)) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('LREM', KEYS[3], 1, entry)
+  redis.call('HDEL', KEYS[4], entry)
+  return {1, token}
+end
+if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
+  redis.call('RPUSH', KEYS[3], entry)
+end
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
 if holder then
-  enqueue()
   local is_head = 0
   if redis.call('LINDEX', KEYS[3], 0) == entry then is_head = 1 end
   return {0, redis.call('PTTL', KEYS[1]), is_head}
 end
-if head and head ~= entry then
-  enqueue()
-  return {0, -3, 0, head_dl - now}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local token = redis.call('INCR', KEYS[2])
-if head then
-  redis.call('LPOP', KEYS[3])
-  redis.call('HDEL', KEYS[4], entry)
-end
-return {1, token}
+return {0, -3, 0, head_dl - now}
 "#;
 
-/// Plain acquire (non-fair mode and Redlock nodes).
+/// Fair release: compare-and-delete, or, when waiters are queued, reserve the lock for the
+/// head and notify only it.
 ///
-/// KEYS: lock, fence. ARGV: owner, ttl ms. Returns `{1, token}` or `{0, pttl}`.
-const ACQUIRE_PLAIN_SRC: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-return {0, redis.call('PTTL', KEYS[1])}
-"#;
-
-/// Fair release: compare-and-delete, then notify the head waiter.
-///
-/// KEYS: lock, queue, deadlines. ARGV: owner, channel prefix. Returns 1 when deleted.
-const RELEASE_FAIR_FAST: &str = r#"
+/// KEYS: lock, queue, deadlines. ARGV: owner, channel prefix, ttl ms. Returns 1 when it was
+/// ours.
+const RELEASE_FAIR_HEAD: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if not redis.call('LINDEX', KEYS[2], 0) then return 1 end
+if not redis.call('LINDEX', KEYS[2], 0) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 "#;
 
 /// The rest of the fair release: someone is queued.
-const RELEASE_FAIR_SLOW: &str = r#"
-notify_head(KEYS[2], KEYS[3], ARGV[2])
+const RELEASE_FAIR_TAIL: &str = r#"
+pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
 return 1
 "#;
 
-/// Withdraws a waiter (cancel or timeout): removes its queue entry, deletes the lock if an
-/// in-flight attempt had granted it, and passes the baton when the waiter was the head.
+/// Withdraws a waiter (cancel or timeout): removes its queue entry; if the lock is ours (an
+/// unseen grant) or reserved for us, passes it on; if we were the head, tells the new head.
 ///
-/// KEYS: lock, queue, deadlines. ARGV: owner, entry, channel prefix.
+/// KEYS: lock, queue, deadlines. ARGV: owner, entry, channel prefix, ttl ms.
 const WITHDRAW_BODY: &str = r#"
 local was_head = redis.call('LINDEX', KEYS[2], 0) == ARGV[2]
 redis.call('LREM', KEYS[2], 1, ARGV[2])
 redis.call('HDEL', KEYS[3], ARGV[2])
-local deleted = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  deleted = 1
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or holder == 'r:' .. ARGV[2] then
+  pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4])
+  return 1
 end
-if deleted == 1 or was_head then notify_head(KEYS[2], KEYS[3], ARGV[3]) end
-return deleted
+if was_head then notify_head(KEYS[2], KEYS[3], ARGV[3]) end
+return 0
 "#;
 
 /// Plain release: compare-and-delete. KEYS: lock. ARGV: owner. Returns 1 when deleted.
@@ -167,7 +161,6 @@ return 1
 /// All scripts, built once per process.
 pub(crate) struct Scripts {
     pub(crate) acquire_fair: Script,
-    pub(crate) acquire_plain: Script,
     pub(crate) release_fair: Script,
     pub(crate) withdraw: Script,
     pub(crate) release_plain: Script,
@@ -177,11 +170,10 @@ pub(crate) struct Scripts {
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire_fair: Script::new(&format!(
-        "{ACQUIRE_FAIR_FAST}{FAIR_PRELUDE}{ACQUIRE_FAIR_SLOW}"
+        "{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
-    acquire_plain: Script::new(ACQUIRE_PLAIN_SRC),
     release_fair: Script::new(&format!(
-        "{RELEASE_FAIR_FAST}{FAIR_PRELUDE}{RELEASE_FAIR_SLOW}"
+        "{RELEASE_FAIR_HEAD}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
     )),
     withdraw: Script::new(&format!("{FAIR_PRELUDE}{WITHDRAW_BODY}")),
     release_plain: Script::new(RELEASE_PLAIN_SRC),
@@ -192,6 +184,32 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// The process-wide scripts.
 pub(crate) fn scripts() -> &'static Scripts {
     &SCRIPTS
+}
+
+/// The first attempt of every acquire, in one round trip without a script: `SET lock owner NX
+/// PX ttl`, `INCR fence`, `PTTL lock`. Granted when the `SET` answered OK; the token is the
+/// `INCR` result.
+///
+/// The `INCR` runs whether or not the `SET` did (a failed attempt only skips a number). It is
+/// not atomic with the `SET`, but no other grant can happen between them (our key is there),
+/// so the token is still above every earlier grant's and below every later one's; a reply that
+/// arrives after the grant's validity is discarded by the caller. A release never frees a lock
+/// that has queued waiters (it is reserved for the head), so this cannot bypass a fair queue;
+/// only when a holder's key EXPIRED (a crash) may a newcomer get the lock before the queued
+/// head, which costs fairness once, never safety.
+pub(crate) fn fast_acquire(lock: &str, fence: &str, owner: &str, ttl_ms: u64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(lock)
+        .arg(owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .cmd("INCR")
+        .arg(fence)
+        .cmd("PTTL")
+        .arg(lock);
+    pipe
 }
 
 /// The most keys one renewal script call takes; larger batches become several calls in ONE

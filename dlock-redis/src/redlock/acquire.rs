@@ -13,7 +13,7 @@ use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
 use crate::conn::{is_slow, millis, token_of};
 use crate::keys::{Keys, random_id};
-use crate::scripts::scripts;
+use crate::scripts::{self, scripts};
 
 /// How one attempt ended.
 enum Outcome {
@@ -66,22 +66,13 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let owner = guard.owner.clone();
     let ttl_ms = millis(inner.ttl);
     let start = Instant::now();
-    // Per node, one round trip: `SET NX PX` then `INCR` of the node's fence. No other owner
-    // can be granted on that node between the two (our key is there), so a granting node's
-    // counter is fresh for this grant; failed attempts bump counters too, which only keeps
-    // them closer together. Plain commands cost the servers less than a script.
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(&keys.lock)
-        .arg(&owner)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms)
-        .cmd("INCR")
-        .arg(&keys.fence);
+    // Per node, one round trip: `SET NX PX` then `INCR` of the node's fence (see
+    // `scripts::fast_acquire`); failed attempts bump counters too, which only keeps them
+    // closer together. Plain commands cost the servers less than a script.
+    let pipe = scripts::fast_acquire(&keys.lock, &keys.fence, &owner, ttl_ms);
     let pipe = &pipe;
     let replies = join_all(b.nodes.iter().map(|node| async move {
-        node.pipeline::<(Option<String>, i64)>("acquire", pipe, budget, &b.counters)
+        node.pipeline::<(Option<String>, i64, i64)>("acquire", pipe, budget, &b.counters)
             .await
     }))
     .await;
@@ -93,11 +84,11 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let mut causes = Vec::new();
     for (i, (node, reply)) in b.nodes.iter().zip(replies).enumerate() {
         match reply {
-            Ok((Some(_), counter)) => match token_of(&node.display, counter) {
+            Ok((Some(_), counter, _)) => match token_of(&node.display, counter) {
                 Ok(c) => granted.push((i, c)),
                 Err(e) => causes.push(cause(&node.display, e)),
             },
-            Ok((None, _)) => {
+            Ok((None, _, _)) => {
                 busy += 1;
                 causes.push(cause(&node.display, "held by another owner"));
             }

@@ -15,7 +15,7 @@ use super::backend::{Held, SingleBackend};
 use super::notify::Notifier;
 use crate::conn::{millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
-use crate::scripts::scripts;
+use crate::scripts::{self, scripts};
 
 /// What one attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,8 @@ impl Pending {
                     .key(&keys.deadlines)
                     .arg(owner)
                     .arg(entry)
-                    .arg(&backend.channel_prefix);
+                    .arg(&backend.channel_prefix)
+                    .arg(millis(backend.ttl));
                 backend
                     .node
                     .invoke::<i64>("withdraw", &inv, backend.request_timeout, &backend.counters)
@@ -137,30 +138,40 @@ impl Drop for Pending {
     }
 }
 
-async fn attempt(inner: &Inner, p: &Pending, budget: Duration) -> Result<Reply, Error> {
-    let s = scripts();
+/// One attempt: the script-free [`fast_acquire`](scripts::fast_acquire) pipeline first (and
+/// always in non-fair mode), the queue script once a fair waiter is `queued`.
+async fn attempt(
+    inner: &Inner,
+    p: &Pending,
+    budget: Duration,
+    queued: bool,
+) -> Result<Reply, Error> {
     let node = &inner.backend.node;
-    let reply: Vec<i64> = if inner.fair {
-        let mut inv = s.acquire_fair.prepare_invoke();
-        inv.key(&p.keys.lock)
-            .key(&p.keys.fence)
-            .key(&p.keys.queue)
-            .key(&p.keys.deadlines)
-            .arg(&p.owner)
-            .arg(millis(inner.ttl))
-            .arg(p.entry.as_deref().unwrap_or(""))
-            .arg(millis(entry_lifetime(inner.ttl)));
-        node.invoke("acquire", &inv, budget, &inner.counters)
-            .await?
-    } else {
-        let mut inv = s.acquire_plain.prepare_invoke();
-        inv.key(&p.keys.lock)
-            .key(&p.keys.fence)
-            .arg(&p.owner)
-            .arg(millis(inner.ttl));
-        node.invoke("acquire", &inv, budget, &inner.counters)
-            .await?
-    };
+    if !queued {
+        let pipe = scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl));
+        let (set, token, pttl): (Option<String>, i64, i64) = node
+            .pipeline("acquire", &pipe, budget, &inner.counters)
+            .await?;
+        return match set {
+            Some(_) => Ok(Reply::Granted(token_of(&node.display, token)?)),
+            None => Ok(Reply::Held {
+                pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                head: false,
+            }),
+        };
+    }
+    let mut inv = scripts().acquire_fair.prepare_invoke();
+    inv.key(&p.keys.lock)
+        .key(&p.keys.fence)
+        .key(&p.keys.queue)
+        .key(&p.keys.deadlines)
+        .arg(&p.owner)
+        .arg(millis(inner.ttl))
+        .arg(p.entry.as_deref().unwrap_or(""))
+        .arg(millis(entry_lifetime(inner.ttl)));
+    let reply: Vec<i64> = node
+        .invoke("acquire", &inv, budget, &inner.counters)
+        .await?;
     parse(&node.display, &reply)
 }
 
@@ -201,7 +212,7 @@ pub(super) async fn try_acquire(
     let mut p = pending(inner, Keys::new(&inner.prefix, name), None);
     let start = Instant::now();
     p.dirty = true;
-    match attempt(inner, &p, inner.request_timeout).await? {
+    match attempt(inner, &p, inner.request_timeout, false).await? {
         Reply::Granted(token) => {
             if Instant::now() >= inner.driver.deadline_from(start) {
                 // Too late to be useful: dropping `p` (still dirty) gives the key back.
@@ -247,6 +258,8 @@ pub(super) async fn acquire(
     let notify = entry.as_deref().map(|e| inner.notifier.register(e));
     let mut p = pending(inner, keys, entry);
     let mut waited = false;
+    // A fair waiter first tries the script-free fast path, then queues with the script.
+    let mut queued = false;
     loop {
         let budget = match deadline {
             Some(d) => inner
@@ -259,7 +272,7 @@ pub(super) async fn acquire(
         }
         let start = Instant::now();
         p.dirty = true;
-        let reply = match attempt(inner, &p, budget).await {
+        let reply = match attempt(inner, &p, budget, queued).await {
             Ok(r) => r,
             Err(e) => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -282,6 +295,12 @@ pub(super) async fn acquire(
                 let lease = grant(inner, name, p, token, start);
                 tracing::debug!(lock = %name, token, waited, "granted");
                 return Ok(lease);
+            }
+            Reply::Held { .. } if inner.fair && !queued => {
+                // The fast path left nothing behind; join the queue at once.
+                p.dirty = false;
+                queued = true;
+                continue;
             }
             Reply::Held { pttl, head } => {
                 if p.entry.is_none() {

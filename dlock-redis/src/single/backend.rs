@@ -37,7 +37,8 @@ impl SingleBackend {
                 .key(&keys.queue)
                 .key(&keys.deadlines)
                 .arg(owner)
-                .arg(&self.channel_prefix);
+                .arg(&self.channel_prefix)
+                .arg(millis(self.ttl));
             self.node
                 .invoke("release", &inv, self.request_timeout, &self.counters)
                 .await?
