@@ -121,6 +121,17 @@ impl TestBackend for ZkBackend {
     fn logs(&self) -> String {
         self.cluster.logs()
     }
+
+    fn topology(&self) -> Option<(ServerKind, usize)> {
+        Some((ServerKind::Zk, self.cluster.len()))
+    }
+
+    fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
+        Some(Arc::new(ZkBackend {
+            name: self.name,
+            cluster,
+        }))
+    }
 }
 
 fn shared(nodes: usize) -> Arc<Cluster> {
