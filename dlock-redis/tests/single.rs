@@ -372,17 +372,38 @@ async fn tls_urls_are_supported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
     let ns = "dlock-test/single/no-barging";
-    let build = || RedisLocker::builder().url(url()).ttl(Duration::from_secs(2)).namespace(ns).build().expect("builds");
+    let build = || {
+        RedisLocker::builder()
+            .url(url())
+            .ttl(Duration::from_secs(2))
+            .namespace(ns)
+            .build()
+            .expect("builds")
+    };
     let (holder, waiter, newcomer) = (build(), build(), build());
-    let mut conn = redis::Client::open(url()).expect("url").get_multiplexed_async_connection().await.expect("connect");
+    let mut conn = redis::Client::open(url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
     let lock = name("handoff");
     let queue = format!("{ns}/dlock:{{handoff}}:q");
     for round in 0..20 {
-        let held = holder.acquire(&lock, AcquireOptions::wait(Duration::from_secs(5))).await.expect("holder acquires");
+        let held = holder
+            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("holder acquires");
         let (w, l) = (waiter.clone(), lock.clone());
-        let waiting = tokio::spawn(async move { w.acquire(&l, AcquireOptions::wait(Duration::from_secs(5))).await });
+        let waiting = tokio::spawn(async move {
+            w.acquire(&l, AcquireOptions::wait(Duration::from_secs(5)))
+                .await
+        });
         loop {
-            let len: usize = redis::cmd("LLEN").arg(&queue).query_async(&mut conn).await.expect("LLEN");
+            let len: usize = redis::cmd("LLEN")
+                .arg(&queue)
+                .query_async(&mut conn)
+                .await
+                .expect("LLEN");
             if len == 1 {
                 break;
             }
@@ -390,8 +411,14 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
         }
         held.release().await.expect("release");
         let barged = newcomer.try_acquire(&lock).await.expect("try_acquire");
-        assert!(barged.is_none(), "round {round}: a newcomer took the lock from the queued head");
-        let got = waiting.await.expect("join").expect("the head gets the lock");
+        assert!(
+            barged.is_none(),
+            "round {round}: a newcomer took the lock from the queued head"
+        );
+        let got = waiting
+            .await
+            .expect("join")
+            .expect("the head gets the lock");
         got.release().await.expect("release");
     }
 }

@@ -30,14 +30,16 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   128-bit owner value, with a TTL), next to `<prefix>dlock:{name}:fence` (the fencing
 ///   counter) and, in fair mode, `<prefix>dlock:{name}:q` / `:qt` (the waiter queue and its
 ///   deadlines). The braces make them one hash tag, one cluster slot.
-/// - Acquire is one script call: `SET NX PX` plus `INCR` of the fence, atomically, so the token
-///   arrives with the grant. Release is a compare-and-delete. Every lease the locker holds is
-///   renewed in ONE script call every TTL/3.
+/// - An acquire's first attempt is one script-free round trip (`SET NX PX`, `INCR` of the
+///   fence, `PTTL`): the token arrives with the grant. Release is a compare-and-delete. Every
+///   lease the locker holds is renewed in ONE round trip every TTL/3.
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
-///   queue. A release notifies ONLY the head waiter, over the locker's single pub/sub
-///   connection; a timer (the holder's remaining TTL) covers a lost message or a crashed
-///   holder. Non-fair mode retries after randomized, jittered delays.
+///   queue for long. A release with waiters queued reserves the lock for the head (nobody can
+///   barge in) and notifies ONLY that waiter, over the locker's single pub/sub connection; a
+///   timer (the holder's remaining TTL) covers a lost message or a crashed holder. Only after a
+///   holder's key expired (a crash) may a newcomer get the lock before the queued head.
+///   Non-fair mode retries after randomized, jittered delays.
 ///
 /// # Cancel safety
 /// Dropping a pending `acquire` withdraws its queue entry in the background (and passes the
