@@ -418,9 +418,9 @@ impl EtcdLocker {
     /// ours) for deletion, then re-check; `read_rev` is the revision our last read was made at.
     ///
     /// The watch starts at the CURRENT revision (never an old one: etcd serves watchers that
-    /// start in the past from a resync loop that runs every 100 ms). If the store moved past
-    /// our read before the watch was created, the deletion may predate the watch, so we read
-    /// again and keep the watch if `pred` is still our predecessor.
+    /// start in the past from a resync loop that runs every 100 ms). Once it exists we read
+    /// again (the deletion may predate the watch) and keep the watch while `pred` is still our
+    /// predecessor. One wake-up per release, and a constant number of requests per wait.
     #[allow(clippy::too_many_arguments)]
     async fn wait_turn(
         &self,
@@ -435,8 +435,8 @@ impl EtcdLocker {
     ) -> Result<Turn, Error> {
         let etcd = &self.inner.etcd;
         let mut backoff = Duration::from_millis(20);
-        // The outcome of a re-read: Some(head) to keep watching `pred`, None to watch the
-        // (new) `pred` afresh, or a final turn.
+        // The outcome of a re-read: true to keep watching `pred`, false to watch the (new)
+        // `pred` afresh, or a final turn.
         macro_rules! on_recheck {
             ($result:expr, $keep:expr) => {
                 match $result {
@@ -448,19 +448,18 @@ impl EtcdLocker {
                     Ok(Recheck::Behind {
                         predecessor,
                         header_rev,
-                        head,
                     }) => {
                         read_rev = header_rev;
                         if predecessor == pred && $keep {
-                            Some(head)
+                            true
                         } else {
                             pred = predecessor;
-                            None
+                            false
                         }
                     }
                     Err(e) => {
                         self.transient(e, &mut backoff, session, deadline).await?;
-                        None
+                        false
                     }
                 }
             };
@@ -486,7 +485,7 @@ impl EtcdLocker {
             // loop. If our read shows no write since `watch_rev`, that cannot have happened;
             // otherwise we cannot tell, and re-read a few times during the first resync period
             // (after 5, 15, 35, 75 and 115 ms, until the watch fires): at most five more reads.
-            if on_recheck!(etcd.recheck(range, key, rev, deadline).await, true).is_none() {
+            if !on_recheck!(etcd.recheck(range, key, rev, deadline).await, true) {
                 continue;
             }
             let mut poll = (read_rev > watch_rev).then_some(Duration::from_millis(5));
@@ -515,9 +514,8 @@ impl EtcdLocker {
                     Cut::Done(Ok(Err(e))) => break Woke::Failed(e),
                     Cut::Done(Err(_)) => {
                         poll = poll.map(|p| (p * 2).min(Duration::from_millis(40)));
-                        match on_recheck!(etcd.recheck(range, key, rev, deadline).await, true) {
-                            Some(_) => {}
-                            None => break Woke::Moved,
+                        if !on_recheck!(etcd.recheck(range, key, rev, deadline).await, true) {
+                            break Woke::Moved;
                         }
                     }
                     Cut::SessionEnded => return Ok(Turn::Requeue),

@@ -39,12 +39,10 @@ pub(crate) enum Recheck {
     KeyGone,
     /// No key below ours: we own the lock.
     Owner,
-    /// Still waiting behind this key; the reads were made at `header_rev`. `head`: the
-    /// predecessor is the first key of the range (the holder), so we are next.
+    /// Still waiting behind this key; the reads were made at `header_rev`.
     Behind {
         predecessor: String,
         header_rev: i64,
-        head: bool,
     },
 }
 
@@ -167,7 +165,6 @@ impl Etcd {
                 Recheck::Behind {
                     predecessor,
                     header_rev,
-                    ..
                 } => Ok(Enqueued {
                     rev,
                     header_rev,
@@ -193,15 +190,9 @@ impl Etcd {
             .with_max_create_revision(rev.saturating_sub(1))
             .with_limit(1)
             .with_keys_only();
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1)
-            .with_keys_only();
         let txn = Txn::new().and_then([
             TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(range, Some(below_us)),
-            TxnOp::get(range, Some(first)),
         ]);
         let kv = self.client.kv_client();
         let resp = self
@@ -218,13 +209,11 @@ impl Etcd {
             return Ok(Recheck::KeyGone);
         }
         let below = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
-        let first = get_kvs(&ops, 2).and_then(|kvs| kvs.first());
         Ok(match below.first() {
             None => Recheck::Owner,
             Some(kv) => Recheck::Behind {
                 predecessor: String::from_utf8_lossy(kv.key()).into_owned(),
                 header_rev,
-                head: first.is_some_and(|f| f.key() == kv.key()),
             },
         })
     }
