@@ -33,6 +33,8 @@ pub(crate) enum Retry {
     SessionEnded(#[allow(dead_code, reason = "shown in logs")] String),
     /// Our node vanished while the session lives (deleted from outside): start over.
     NodeVanished,
+    /// The grant's answer arrived after the lease's own deadline: remove the node, start over.
+    LateGrant,
     /// Give up with this error.
     Fatal(Error),
 }

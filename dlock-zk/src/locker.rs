@@ -211,6 +211,14 @@ impl ZkLocker {
             );
             let outcome = within(deadline, contender.run(single)).await;
             let retry = match outcome {
+                Some(Ok(Outcome::Granted { path, proof, .. }))
+                    if sess.driver.deadline_from(proof) <= Instant::now() =>
+                {
+                    // The answer took longer than the lease would last: never hand out a lease
+                    // that is already past its deadline. Start over.
+                    tracing::warn!(lock = %name, node = %path, "grant arrived after its own deadline; retrying");
+                    Retry::LateGrant
+                }
                 Some(Ok(Outcome::Granted { path, czxid, proof })) => {
                     contender.disarm();
                     let token = FencingToken(u64::try_from(czxid).unwrap_or_default());
