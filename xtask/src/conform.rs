@@ -81,9 +81,13 @@ pub struct Options {
     pub backends: Vec<Backend>,
     /// Where to write the JSON rows.
     pub json: Option<PathBuf>,
+    /// Run the soak for this long instead of the scenarios.
+    pub soak: Option<std::time::Duration>,
+    /// The soak's seed (random when absent).
+    pub seed: Option<u64>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///
@@ -115,6 +119,14 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 );
             }
             "--json" => opts.json = Some(PathBuf::from(value()?)),
+            "--soak" => opts.soak = Some(soak::parse_duration(&value()?)?),
+            "--seed" => {
+                let v = value()?;
+                opts.seed = Some(
+                    v.parse()
+                        .map_err(|_| format!("--seed wants a number, not {v:?}\n{USAGE}"))?,
+                );
+            }
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -156,7 +168,7 @@ pub fn enrolled(root: &Path, backend: &Backend) -> bool {
 }
 
 /// The workspace root: `$DLOCK_WORKSPACE` when set, else the parent of the xtask crate.
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     if let Some(root) = std::env::var_os("DLOCK_WORKSPACE") {
         return PathBuf::from(root);
     }
@@ -398,6 +410,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let (enrolled_backends, not_enrolled): (Vec<Backend>, Vec<Backend>) =
         opts.backends.iter().partition(|b| enrolled(&root, b));
+    if let Some(duration) = opts.soak {
+        return soak::run(&root, &enrolled_backends, duration, opts.seed);
+    }
     let report_dir = std::env::temp_dir().join(format!("dlock-conform-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&report_dir);
     std::fs::create_dir_all(&report_dir)
@@ -599,5 +614,188 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(bad.len(), 1);
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// `cargo xtask conform --soak DURATION [--seed N]`: every selected backend's hidden `__soak`
+/// test, all at once, each in its own process with `DLOCK_SOAK=<seconds>,<seed>`.
+mod soak {
+    use std::io::{BufRead, BufReader};
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use serde_json::Value;
+
+    use super::Backend;
+
+    /// `10m`, `90s`, `1h` or plain seconds.
+    pub fn parse_duration(text: &str) -> Result<Duration, String> {
+        let t = text.trim();
+        let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("bad duration {text:?}: want e.g. 10m, 90s, 1h"))?;
+        let secs = match unit {
+            "" | "s" => n,
+            "m" => n * 60,
+            "h" => n * 3600,
+            _ => return Err(format!("bad duration unit in {text:?}: want s, m or h")),
+        };
+        if secs == 0 {
+            return Err("the soak needs a duration above zero".into());
+        }
+        Ok(Duration::from_secs(secs))
+    }
+
+    /// Builds the test binary of `krate`'s `target` and returns its path.
+    fn build(root: &Path, krate: &str, target: &str) -> Result<PathBuf, String> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(root)
+            .args(["test", "-p", krate, "--test", target, "--no-run"])
+            .args(["--message-format=json"])
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("building {krate} --test {target} failed"));
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == target)
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .ok_or_else(|| format!("no test executable for {krate} --test {target}"))
+    }
+
+    /// Runs the soak; fails when any backend's soak failed or did not report.
+    pub fn run(
+        root: &Path,
+        backends: &[Backend],
+        duration: Duration,
+        seed: Option<u64>,
+    ) -> Result<(), String> {
+        if backends.is_empty() {
+            return Err("no selected backend is enrolled".into());
+        }
+        let seed = seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64 % 1_000_000)
+                .unwrap_or(1)
+        });
+        println!(
+            "soak: {}s, seed {seed}, backends {}",
+            duration.as_secs(),
+            backends
+                .iter()
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut exes = Vec::new();
+        for b in backends {
+            let exe = match exes
+                .iter()
+                .find(|(k, _): &&((&str, &str), PathBuf)| k.0 == b.krate && k.1 == b.target)
+            {
+                Some((_, e)) => e.clone(),
+                None => build(root, b.krate, b.target)?,
+            };
+            exes.push(((b.krate, b.target), exe.clone()));
+        }
+        let began = Instant::now();
+        let mut running = Vec::new();
+        for (b, (_, exe)) in backends.iter().zip(&exes) {
+            let mut child = Command::new(exe)
+                .current_dir(root.join(b.krate))
+                .args([
+                    &format!("{}::__soak", b.module),
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("DLOCK_SOAK", format!("{},{seed}", duration.as_secs()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| format!("cannot start the {} soak: {e}", b.name))?;
+            let stdout = child.stdout.take();
+            let name = b.name;
+            let reader = std::thread::spawn(move || {
+                let mut found = Vec::new();
+                if let Some(out) = stdout {
+                    for line in BufReader::new(out).lines().map_while(Result::ok) {
+                        if let Some(at) = line.find("DLOCK_SOAK ") {
+                            println!("soak[{name}]: {}", &line[at..]);
+                            found.push(line[at..].to_string());
+                        }
+                    }
+                }
+                found
+            });
+            running.push((b.name, child, reader));
+        }
+        let mut failures = Vec::new();
+        let mut table = Vec::new();
+        for (name, mut child, reader) in running {
+            let status = child
+                .wait()
+                .map_err(|e| format!("waiting for {name}: {e}"))?;
+            let lines = reader.join().unwrap_or_default();
+            let result = lines
+                .iter()
+                .find(|l| l.starts_with("DLOCK_SOAK result"))
+                .cloned();
+            match (&result, status.success()) {
+                (Some(line), true) => table.push(format!("{name:<18} {line}")),
+                _ => {
+                    let why = lines
+                        .last()
+                        .cloned()
+                        .unwrap_or_else(|| "no soak report".into());
+                    if why.starts_with("DLOCK_SOAK skipped") && status.success() {
+                        table.push(format!("{name:<18} {why}"));
+                    } else {
+                        failures.push(format!("{name}: {why} (exit {status})"));
+                    }
+                }
+            }
+        }
+        println!(
+            "\nsoak results (seed {seed}, {}s each, {:.0}s wall clock):",
+            duration.as_secs(),
+            began.elapsed().as_secs_f64()
+        );
+        for row in &table {
+            println!("  {row}");
+        }
+        if failures.is_empty() {
+            println!("soak: no fenced-safety violation");
+            Ok(())
+        } else {
+            Err(format!(
+                "soak failed (seed {seed}):\n  {}",
+                failures.join("\n  ")
+            ))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn durations_parse() {
+            assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+            assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+            assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+            assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+            assert!(parse_duration("0m").is_err());
+            assert!(parse_duration("ten").is_err());
+            assert!(parse_duration("5d").is_err());
+        }
     }
 }
