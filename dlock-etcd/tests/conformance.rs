@@ -113,6 +113,17 @@ impl TestBackend for EtcdBackend {
     fn logs(&self) -> String {
         self.cluster.logs()
     }
+
+    fn topology(&self) -> Option<(ServerKind, usize)> {
+        Some((ServerKind::Etcd, self.cluster.len()))
+    }
+
+    fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
+        Some(Arc::new(EtcdBackend {
+            name: self.name,
+            cluster,
+        }))
+    }
 }
 
 fn backend(nodes: usize, name: &'static str) -> Arc<dyn TestBackend> {
