@@ -10,6 +10,9 @@ use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use tokio::time::Instant;
 
+/// Scheduling slack on a loaded test machine: the bound is "within the wait", never a hang.
+const SLACK: Duration = Duration::from_millis(800);
+
 /// An address where nothing listens.
 fn closed_port() -> String {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -53,7 +56,7 @@ fn endpoints_down_or_hung_give_unavailable_within_the_wait() {
                 .expect_err("no server");
             assert_eq!(err.kind(), ErrorKind::Unavailable, "{endpoint}: {err}");
             assert!(
-                t.elapsed() <= wait + Duration::from_millis(400),
+                t.elapsed() <= wait + SLACK,
                 "{endpoint}: took {:?}",
                 t.elapsed()
             );
@@ -66,7 +69,7 @@ fn endpoints_down_or_hung_give_unavailable_within_the_wait() {
                 .expect_err("no server");
             assert_eq!(err.kind(), ErrorKind::Unavailable, "{endpoint}: {err}");
             assert!(
-                t.elapsed() <= Duration::from_millis(1400),
+                t.elapsed() <= Duration::from_secs(1) + SLACK,
                 "{endpoint}: took {:?}",
                 t.elapsed()
             );
