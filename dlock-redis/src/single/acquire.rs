@@ -258,8 +258,9 @@ pub(super) async fn acquire(
     let notify = entry.as_deref().map(|e| inner.notifier.register(e));
     let mut p = pending(inner, keys, entry);
     let mut waited = false;
-    // A fair waiter first tries the script-free fast path, then queues with the script.
-    let mut queued = false;
+    // A fair waiter first tries the script-free fast path, then queues with the script; for a
+    // name it recently had to queue for, it queues at once.
+    let mut queued = inner.fair && inner.contended.recently(&p.keys.lock, inner.ttl);
     loop {
         let budget = match deadline {
             Some(d) => inner
@@ -326,6 +327,7 @@ pub(super) async fn acquire(
             inner.counters.add_waits(1);
             if inner.fair {
                 inner.notifier.start();
+                inner.contended.note(&p.keys.lock);
             }
             tracing::debug!(lock = %name, "waiting");
         }

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod backend;
+mod hints;
 mod notify;
 
 use std::sync::Arc;
@@ -83,6 +84,7 @@ struct Inner {
     notifier: Arc<Notifier>,
     locker_id: String,
     seq: AtomicU64,
+    contended: hints::Contended,
 }
 
 impl std::fmt::Debug for RedisLocker {
@@ -255,6 +257,7 @@ impl RedisLockerBuilder {
                 notifier,
                 locker_id,
                 seq: AtomicU64::new(0),
+                contended: hints::Contended::default(),
             }),
         })
     }
