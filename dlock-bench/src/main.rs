@@ -1,3 +1,356 @@
-//! `dlock-bench`: dlock vs the raw server floor vs peer libraries, in one run (in progress).
+//! `dlock-bench`: dlock vs the raw server floor vs peer lock libraries, on the same servers in
+//! the same run, interleaved.
+//!
+//! ```text
+//! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]
+//! ```
+//! Starts the servers through the conformance harness (or uses `DLOCK_*` endpoints), runs every
+//! workload for every selected backend and writes `report.md`, `results.json` and
+//! `waiters.svg` under `target/dlock-bench/` (or `--out`). See README.md for how to read them.
 
-fn main() {}
+mod impls;
+mod plot;
+mod probe;
+mod report;
+mod stats;
+mod workloads;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+
+use impls::{Dlock, DlockKind, EtcdFloor, EtcdPeer, Impl, RedisFloor, Rslock, ZkFloor, ZkPeer};
+use probe::Probe;
+use stats::{Row, Sink};
+
+const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
+const WAITERS: [usize; 4] = [1, 8, 32, 64];
+
+struct Args {
+    quick: bool,
+    backends: Vec<String>,
+    json: Option<PathBuf>,
+    out: PathBuf,
+}
+
+/// Run sizes: `--quick` proves the harness in well under 3 minutes; the full run measures.
+struct Plan {
+    unc_rounds: usize,
+    unc_per_round: usize,
+    cont_rounds: usize,
+    cont_secs: Duration,
+    queue_rounds: usize,
+    many: usize,
+    many_rounds: usize,
+    leases: usize,
+    lease_ttl: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                unc_rounds: 2,
+                unc_per_round: 50,
+                cont_rounds: 1,
+                cont_secs: Duration::from_secs(1),
+                queue_rounds: 1,
+                many: 1000,
+                many_rounds: 1,
+                leases: 2000,
+                lease_ttl: Duration::from_millis(1500),
+            }
+        } else {
+            Plan {
+                unc_rounds: 6,
+                unc_per_round: 200,
+                cont_rounds: 3,
+                cont_secs: Duration::from_secs(3),
+                queue_rounds: 3,
+                many: 1000,
+                many_rounds: 3,
+                leases: 10_000,
+                lease_ttl: Duration::from_secs(3),
+            }
+        }
+    }
+}
+
+fn usage() -> String {
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]".to_string()
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        quick: false,
+        backends: BACKENDS.iter().map(|s| s.to_string()).collect(),
+        json: None,
+        out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/dlock-bench")),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or(format!("{flag} needs a value\n{}", usage()));
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--backend" | "--backends" => {
+                let v = value(arg)?;
+                a.backends = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                if let Some(bad) = a.backends.iter().find(|b| !BACKENDS.contains(&b.as_str())) {
+                    return Err(format!("unknown backend {bad:?} (one of {})", BACKENDS.join(",")));
+                }
+            }
+            "--json" => a.json = Some(PathBuf::from(value(arg)?)),
+            "--out" => a.out = PathBuf::from(value(arg)?),
+            "-h" | "--help" => return Err(usage()),
+            // `cargo bench` passes --bench; ignore it.
+            "--bench" => {}
+            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
+        }
+    }
+    Ok(a)
+}
+
+struct Backend {
+    name: &'static str,
+    /// floor, dlock, peer.
+    impls: Vec<Arc<dyn Impl>>,
+    dlock: Dlock,
+    probe: Probe,
+    _cluster: Arc<Cluster>,
+}
+
+fn cluster(kind: ServerKind, nodes: usize) -> Result<Arc<Cluster>, String> {
+    Cluster::shared(kind, nodes).map_err(|e| format!("cannot start {} × {nodes}: {e}", kind.as_str()))
+}
+
+async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
+    let ns = format!("{run}/{name}");
+    let prefix = |who: &str| format!("{ns}/{who}/");
+    let dlock = |kind| Dlock {
+        kind,
+        namespace: ns.clone(),
+    };
+    Ok(match name {
+        "redis" | "redlock" => {
+            let c = cluster(ServerKind::Redis, if name == "redis" { 1 } else { 5 })?;
+            let urls = c.endpoints();
+            let mut conns = Vec::new();
+            for u in &urls {
+                conns.push(impls::redis_conn(u).await?);
+            }
+            let kind = if name == "redis" {
+                DlockKind::Redis(urls[0].clone())
+            } else {
+                DlockKind::Redlock(urls.clone())
+            };
+            Backend {
+                name,
+                impls: vec![
+                    Arc::new(RedisFloor {
+                        urls: urls.clone(),
+                        prefix: prefix("floor"),
+                    }),
+                    Arc::new(dlock(kind.clone())),
+                    Arc::new(Rslock {
+                        urls: urls.clone(),
+                        prefix: prefix("rslock"),
+                    }),
+                ],
+                dlock: dlock(kind),
+                probe: Probe::Redis(conns),
+                _cluster: c,
+            }
+        }
+        "etcd" => {
+            let c = cluster(ServerKind::Etcd, 1)?;
+            let eps = c.endpoints();
+            Backend {
+                name,
+                impls: vec![
+                    Arc::new(EtcdFloor {
+                        endpoints: eps.clone(),
+                        prefix: prefix("floor"),
+                    }),
+                    Arc::new(dlock(DlockKind::Etcd(eps.clone()))),
+                    Arc::new(EtcdPeer {
+                        endpoints: eps.clone(),
+                        prefix: prefix("peer"),
+                    }),
+                ],
+                dlock: dlock(DlockKind::Etcd(eps)),
+                probe: Probe::Etcd(c.addrs()),
+                _cluster: c,
+            }
+        }
+        _ => {
+            let c = cluster(ServerKind::Zk, 1)?;
+            let connect = c.endpoints().join(",");
+            let base = format!("/{ns}");
+            Backend {
+                name,
+                impls: vec![
+                    Arc::new(ZkFloor {
+                        connect: connect.clone(),
+                        base: format!("{base}-floor"),
+                    }),
+                    Arc::new(dlock(DlockKind::Zk(connect.clone()))),
+                    Arc::new(ZkPeer {
+                        connect: connect.clone(),
+                        base: format!("{base}-peer"),
+                    }),
+                ],
+                dlock: dlock(DlockKind::Zk(connect)),
+                probe: Probe::Zk(c.addrs()),
+                _cluster: c,
+            }
+        }
+    })
+}
+
+async fn run_backend(b: &Backend, plan: &Plan, rows: &mut Vec<Row>) -> Result<(), String> {
+    let mut sink = Sink { backend: b.name, rows };
+    let step = |what: &str, t: Instant| eprintln!("[{}] {what} done in {:.1?}", b.name, t.elapsed());
+    let t = Instant::now();
+    workloads::uncontended(&mut sink, &b.impls, plan.unc_rounds, plan.unc_per_round).await?;
+    step("uncontended", t);
+    let t = Instant::now();
+    workloads::contention(&mut sink, &b.impls, 8, plan.cont_rounds, plan.cont_secs).await?;
+    step("8-way contention", t);
+    let t = Instant::now();
+    workloads::waiters(&mut sink, &b.impls, &WAITERS, plan.queue_rounds, &b.probe).await?;
+    step("N waiters", t);
+    let t = Instant::now();
+    workloads::many_locks(&mut sink, &b.impls, plan.many, plan.many_rounds).await?;
+    step("distinct locks", t);
+    let t = Instant::now();
+    workloads::held_leases(&mut sink, &b.dlock, plan.leases, plan.lease_ttl, plan.lease_ttl * 2, &b.probe).await?;
+    step("held leases", t);
+    Ok(())
+}
+
+fn now_utc() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown date".to_string())
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let plan = Plan::new(args.quick);
+    let started = Instant::now();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let run_ns = format!("dlock-bench/r{}-{secs}", std::process::id());
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for name in BACKENDS.iter().filter(|b| args.backends.iter().any(|a| a == *b)) {
+        eprintln!("[{name}] starting");
+        let res = match backend(name, &run_ns).await {
+            Ok(b) => run_backend(&b, &plan, &mut rows).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = res {
+            eprintln!("[{name}] FAILED: {e}");
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let json = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
+    let json_path = args.out.join("results.json");
+    std::fs::write(&json_path, &json).map_err(|e| format!("{}: {e}", json_path.display()))?;
+    if let Some(p) = &args.json {
+        std::fs::write(p, &json).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    let svg = args.out.join("waiters.svg");
+    plot::write(&rows, &svg)?;
+    let mut md = format!(
+        "## dlock-bench {} ({})\n\nCommand: `cargo xtask bench{}`; servers: single-node Redis, 5 × Redis, \
+         single-node etcd, single-node ZooKeeper on loopback, started by the conformance harness{}; \
+         total run time {:.0} s.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
+         latencies and requests, above 1 is better for throughput (/s).\n\n",
+        now_utc(),
+        if args.quick { "--quick" } else { "full run" },
+        if args.quick { " --quick" } else { "" },
+        std::env::var("DLOCK_SERVER_FSYNC").map_or(String::new(), |v| format!(" (DLOCK_SERVER_FSYNC={v})")),
+        started.elapsed().as_secs_f64(),
+    );
+    for name in BACKENDS.iter().filter(|b| rows.iter().any(|r| r.backend == **b)) {
+        md.push_str(&report::markdown(&rows, name, &WAITERS, plan.leases));
+        md.push('\n');
+    }
+    for f in &failures {
+        md.push_str(&format!("\nFAILED: {f}\n"));
+    }
+    let md_path = args.out.join("report.md");
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("{md}");
+    println!(
+        "report: {}\nJSON:   {}\nplot:   {}",
+        md_path.display(),
+        json_path.display(),
+        svg.display()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{} backend(s) failed: {}", failures.len(), failures.join("; ")))
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot build a runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args)) {
+        eprintln!("dlock-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_flags() {
+        let a = parse(&s(&["--quick", "--backend", "etcd,zk", "--json", "o.json", "--out", "d"]));
+        let a = a.unwrap_or_else(|e| panic!("{e}"));
+        assert!(a.quick);
+        assert_eq!(a.backends, s(&["etcd", "zk"]));
+        assert_eq!(a.json, Some(PathBuf::from("o.json")));
+        assert_eq!(a.out, PathBuf::from("d"));
+    }
+
+    #[test]
+    fn rejects_unknown_backend_and_flags() {
+        assert!(parse(&s(&["--backend", "mysql"])).is_err());
+        assert!(parse(&s(&["--fast"])).is_err());
+        assert!(parse(&s(&["--json"])).is_err());
+    }
+}

@@ -1,0 +1,596 @@
+//! The contenders: dlock, the raw floor and each peer library behind one small interface, so
+//! every workload runs the same code against all of them.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{AcquireOptions, Lease, LockName, Locker, Stats};
+use dlock_etcd::EtcdLocker;
+use dlock_redis::{RedisLocker, RedlockLocker};
+use dlock_zk::ZkLocker;
+use etcd_client::{Compare, CompareOp, LockOptions, PutOptions, Txn, TxnOp};
+use zookeeper_client as zk;
+
+/// What an acquire hands back to its release.
+pub type Held = Box<dyn Any + Send>;
+
+/// One client: its own connection, session or lease, as a user process would have.
+#[async_trait]
+pub trait Client: Send + Sync {
+    /// Takes the lock `name`, waiting as long as it takes.
+    async fn acquire(&self, name: &str) -> Result<Held, String>;
+    /// Releases what `acquire` returned.
+    async fn release(&self, held: Held) -> Result<(), String>;
+    /// dlock's own counters (`None` for the floor and the peers).
+    fn stats(&self) -> Option<Stats> {
+        None
+    }
+}
+
+/// A contender: makes clients.
+#[async_trait]
+pub trait Impl: Send + Sync {
+    /// `dlock`, `floor` or the peer crate's name.
+    fn name(&self) -> &'static str;
+    /// Whether it queues waiters (the floor does not: it only runs uncontended workloads).
+    fn contends(&self) -> bool {
+        true
+    }
+    /// A new client whose leases live `ttl`.
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String>;
+}
+
+fn err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// dlock
+
+/// Which dlock backend and where.
+#[derive(Clone)]
+pub enum DlockKind {
+    /// `RedisLocker` (fair mode) on one node.
+    Redis(String),
+    /// `RedlockLocker` over these nodes.
+    Redlock(Vec<String>),
+    /// `EtcdLocker`.
+    Etcd(Vec<String>),
+    /// `ZkLocker`.
+    Zk(String),
+}
+
+/// dlock on one backend; every client is its own locker under `namespace`.
+pub struct Dlock {
+    pub kind: DlockKind,
+    pub namespace: String,
+}
+
+/// A dlock locker of any backend as a `Client`.
+pub struct DlockClient<L: Locker>(pub L);
+
+#[async_trait]
+impl<L: Locker> Client for DlockClient<L> {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let name = LockName::new(name).map_err(|e| err("lock name")(&e))?;
+        let lease = self
+            .0
+            .acquire(&name, AcquireOptions::forever())
+            .await
+            .map_err(|e| err("dlock acquire")(&e))?;
+        Ok(Box::new(lease))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let lease = held
+            .downcast::<Lease>()
+            .map_err(|_| "dlock release: not a lease".to_string())?;
+        lease.release().await.map_err(|e| err("dlock release")(&e))
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        Some(self.0.stats())
+    }
+}
+
+impl Dlock {
+    /// A locker (one connection / session) as a `Client` and as a `Locker`.
+    pub async fn locker(&self, ttl: Duration) -> Result<Arc<dyn Locker>, String> {
+        let ns = self.namespace.as_str();
+        Ok(match &self.kind {
+            DlockKind::Redis(url) => Arc::new(
+                RedisLocker::builder()
+                    .url(url)
+                    .ttl(ttl)
+                    .namespace(ns)
+                    .build()
+                    .map_err(|e| err("RedisLocker")(&e))?,
+            ),
+            DlockKind::Redlock(urls) => Arc::new(
+                RedlockLocker::builder()
+                    .nodes(urls.clone())
+                    .ttl(ttl)
+                    .namespace(ns)
+                    .build()
+                    .map_err(|e| err("RedlockLocker")(&e))?,
+            ),
+            DlockKind::Etcd(endpoints) => Arc::new(
+                EtcdLocker::builder()
+                    .endpoints(endpoints.clone())
+                    .ttl(ttl)
+                    .namespace(ns)
+                    .build()
+                    .await
+                    .map_err(|e| err("EtcdLocker")(&e))?,
+            ),
+            DlockKind::Zk(connect) => Arc::new(
+                ZkLocker::builder(connect)
+                    .ttl(ttl)
+                    .namespace(ns)
+                    .build()
+                    .await
+                    .map_err(|e| err("ZkLocker")(&e))?,
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl Impl for Dlock {
+    fn name(&self) -> &'static str {
+        "dlock"
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let locker = self.locker(ttl).await?;
+        let client = DlockClient(locker);
+        // Open connections / sessions outside any measurement.
+        let warm = client.acquire("warm-up").await?;
+        client.release(warm).await?;
+        Ok(Arc::new(client))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis: floor and rslock
+
+const RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// The Redis floor: `SET key value NX PX ttl` then the compare-and-delete script by EVALSHA,
+/// on every node in parallel (one node, or the five of Redlock).
+pub struct RedisFloor {
+    pub urls: Vec<String>,
+    pub prefix: String,
+}
+
+struct RedisFloorClient {
+    conns: Vec<redis::aio::MultiplexedConnection>,
+    script: redis::Script,
+    prefix: String,
+    ttl_ms: u64,
+}
+
+/// A multiplexed connection to `url`.
+pub async fn redis_conn(url: &str) -> Result<redis::aio::MultiplexedConnection, String> {
+    redis::Client::open(url)
+        .map_err(|e| err("redis url")(&e))?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| err("redis connect")(&e))
+}
+
+#[async_trait]
+impl Impl for RedisFloor {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn contends(&self) -> bool {
+        false
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let mut conns = Vec::new();
+        for u in &self.urls {
+            conns.push(redis_conn(u).await?);
+        }
+        let c = RedisFloorClient {
+            conns,
+            script: redis::Script::new(RELEASE),
+            prefix: self.prefix.clone(),
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        };
+        // Loads the script (EVALSHA falls back to EVAL once).
+        let h = c.acquire("warm-up").await?;
+        c.release(h).await?;
+        Ok(Arc::new(c))
+    }
+}
+
+#[async_trait]
+impl Client for RedisFloorClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let key = format!("{}{name}", self.prefix);
+        let value = "owner-value-0123456789abcdef0123";
+        let ttl = self.ttl_ms;
+        let replies = futures::future::join_all(self.conns.iter().map(|c| {
+            let mut c = c.clone();
+            let key = key.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl)
+                    .query_async::<Option<String>>(&mut c)
+                    .await
+            }
+        }))
+        .await;
+        for r in replies {
+            r.map_err(|e| err("floor SET")(&e))?;
+        }
+        Ok(Box::new(key))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let key = held
+            .downcast::<String>()
+            .map_err(|_| "floor release: not a key".to_string())?;
+        let replies = futures::future::join_all(self.conns.iter().map(|c| {
+            let mut c = c.clone();
+            let key = key.clone();
+            let script = &self.script;
+            async move {
+                script
+                    .key(key.as_str())
+                    .arg("owner-value-0123456789abcdef0123")
+                    .invoke_async::<i64>(&mut c)
+                    .await
+            }
+        }))
+        .await;
+        for r in replies {
+            r.map_err(|e| err("floor EVALSHA")(&e))?;
+        }
+        Ok(())
+    }
+}
+
+/// rslock 0.10 (`LockManager`) on one node or on five (Redlock), default retry settings.
+pub struct Rslock {
+    pub urls: Vec<String>,
+    pub prefix: String,
+}
+
+struct RslockClient {
+    mgr: rslock::LockManager,
+    prefix: String,
+    ttl: Duration,
+}
+
+#[async_trait]
+impl Impl for Rslock {
+    fn name(&self) -> &'static str {
+        "rslock"
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let c = RslockClient {
+            mgr: rslock::LockManager::new(self.urls.clone()),
+            prefix: self.prefix.clone(),
+            ttl,
+        };
+        let h = c.acquire("warm-up").await?;
+        c.release(h).await?;
+        Ok(Arc::new(c))
+    }
+}
+
+#[async_trait]
+impl Client for RslockClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let resource = format!("{}{name}", self.prefix);
+        // Loops (with rslock's own retry sleeps) until granted.
+        let lock = self
+            .mgr
+            .acquire_no_guard(resource.as_bytes(), self.ttl)
+            .await
+            .map_err(|e| format!("rslock: {e:?}"))?;
+        Ok(Box::new(lock))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let lock = held
+            .downcast::<rslock::Lock>()
+            .map_err(|_| "rslock release: not a lock".to_string())?;
+        self.mgr.unlock(&lock).await;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd: floor and etcd-client's lock API
+
+/// A client with its own lease, granted once before any measurement.
+async fn etcd_client(endpoints: &[String], ttl: Duration) -> Result<(etcd_client::Client, i64), String> {
+    let mut c = etcd_client::Client::connect(endpoints, None)
+        .await
+        .map_err(|e| err("etcd connect")(&e))?;
+    // The peer's lease must outlive the whole run (nothing keeps it alive).
+    let secs = i64::try_from(ttl.as_secs()).unwrap_or(60).max(600);
+    let lease = c
+        .lease_grant(secs, None)
+        .await
+        .map_err(|e| err("etcd lease grant")(&e))?
+        .id();
+    Ok((c, lease))
+}
+
+/// The etcd floor: the create-if-absent txn (put with the lease) and a delete.
+pub struct EtcdFloor {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+}
+
+struct EtcdFloorClient {
+    client: etcd_client::Client,
+    lease: i64,
+    prefix: String,
+}
+
+#[async_trait]
+impl Impl for EtcdFloor {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn contends(&self) -> bool {
+        false
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let (client, lease) = etcd_client(&self.endpoints, ttl).await?;
+        Ok(Arc::new(EtcdFloorClient {
+            client,
+            lease,
+            prefix: self.prefix.clone(),
+        }))
+    }
+}
+
+#[async_trait]
+impl Client for EtcdFloorClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let key = format!("{}{name}", self.prefix);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(self.lease)),
+            )]);
+        self.client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(|e| err("floor txn")(&e))?;
+        Ok(Box::new(key))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let key = held
+            .downcast::<String>()
+            .map_err(|_| "floor release: not a key".to_string())?;
+        self.client
+            .clone()
+            .delete(key.as_str(), None)
+            .await
+            .map_err(|e| err("floor delete")(&e))?;
+        Ok(())
+    }
+}
+
+/// etcd-client's server-side `lock` / `unlock`, one pre-granted lease per client.
+pub struct EtcdPeer {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+}
+
+#[async_trait]
+impl Impl for EtcdPeer {
+    fn name(&self) -> &'static str {
+        "etcd-client"
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let (client, lease) = etcd_client(&self.endpoints, ttl).await?;
+        Ok(Arc::new(EtcdPeerClient {
+            client,
+            lease,
+            prefix: self.prefix.clone(),
+        }))
+    }
+}
+
+struct EtcdPeerClient {
+    client: etcd_client::Client,
+    lease: i64,
+    prefix: String,
+}
+
+#[async_trait]
+impl Client for EtcdPeerClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let name = format!("{}{name}", self.prefix);
+        let key = self
+            .client
+            .clone()
+            .lock(
+                name.as_str(),
+                Some(LockOptions::new().with_lease(self.lease)),
+            )
+            .await
+            .map_err(|e| err("etcd-client lock")(&e))?
+            .key()
+            .to_vec();
+        Ok(Box::new(key))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let key = held
+            .downcast::<Vec<u8>>()
+            .map_err(|_| "etcd-client unlock: not a key".to_string())?;
+        self.client
+            .clone()
+            .unlock(*key)
+            .await
+            .map_err(|e| err("etcd-client unlock")(&e))?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZooKeeper: floor and zookeeper-client's lock recipe
+
+async fn zk_client(connect: &str, ttl: Duration) -> Result<zk::Client, String> {
+    zk::Client::connector()
+        .with_session_timeout(ttl.max(Duration::from_secs(4)))
+        .connect(connect)
+        .await
+        .map_err(|e| err("zk connect")(&e))
+}
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+/// The ZooKeeper floor: create EPHEMERAL_SEQUENTIAL, getChildren of the parent, delete.
+pub struct ZkFloor {
+    pub connect: String,
+    pub base: String,
+}
+
+struct ZkFloorClient {
+    client: zk::Client,
+    base: String,
+}
+
+#[async_trait]
+impl Impl for ZkFloor {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn contends(&self) -> bool {
+        false
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let client = zk_client(&self.connect, ttl).await?;
+        Ok(Arc::new(ZkFloorClient {
+            client,
+            base: self.base.clone(),
+        }))
+    }
+}
+
+#[async_trait]
+impl Client for ZkFloorClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let dir = format!("{}/{name}", self.base);
+        let prefix = format!("{dir}/n-");
+        let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let seq = match self.client.create(&prefix, b"", &opts).await {
+            Ok((_, seq)) => seq,
+            Err(zk::Error::NoNode) => {
+                // First use of this name: make the parent (as the recipe does), then retry.
+                match self.client.mkdir(&dir, &persistent()).await {
+                    Ok(()) | Err(zk::Error::NodeExists) => {}
+                    Err(e) => return Err(err("floor mkdir")(&e)),
+                }
+                self.client
+                    .create(&prefix, b"", &opts)
+                    .await
+                    .map_err(|e| err("floor create")(&e))?
+                    .1
+            }
+            Err(e) => return Err(err("floor create")(&e)),
+        };
+        self.client
+            .list_children(&dir)
+            .await
+            .map_err(|e| err("floor getChildren")(&e))?;
+        Ok(Box::new(format!("{prefix}{seq}")))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let path = held
+            .downcast::<String>()
+            .map_err(|_| "floor release: not a path".to_string())?;
+        self.client
+            .delete(&path, None)
+            .await
+            .map_err(|e| err("floor delete")(&e))
+    }
+}
+
+/// zookeeper-client's `Client::lock` with `LockPrefix::new_curator`; release is an explicit
+/// delete (dropping the `LockClient` would delete in the background, unmeasured).
+pub struct ZkPeer {
+    pub connect: String,
+    pub base: String,
+}
+
+struct ZkPeerClient {
+    client: zk::Client,
+    base: String,
+}
+
+#[async_trait]
+impl Impl for ZkPeer {
+    fn name(&self) -> &'static str {
+        "zookeeper-client"
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let client = zk_client(&self.connect, ttl).await?;
+        Ok(Arc::new(ZkPeerClient {
+            client,
+            base: self.base.clone(),
+        }))
+    }
+}
+
+#[async_trait]
+impl Client for ZkPeerClient {
+    async fn acquire(&self, name: &str) -> Result<Held, String> {
+        let dir = format!("{}/{name}", self.base);
+        let prefix = zk::LockPrefix::new_curator(&dir, "lock-").map_err(|e| err("lock prefix")(&e))?;
+        let options = zk::LockOptions::new(zk::Acls::anyone_all())
+            .with_ancestor_options(persistent())
+            .map_err(|e| err("lock options")(&e))?;
+        let lock = self
+            .client
+            .lock(prefix, b"", options)
+            .await
+            .map_err(|e| err("zookeeper-client lock")(&e))?;
+        let path = lock.lock_path().to_string();
+        std::mem::forget(lock);
+        Ok(Box::new(path))
+    }
+
+    async fn release(&self, held: Held) -> Result<(), String> {
+        let path = held
+            .downcast::<String>()
+            .map_err(|_| "zookeeper-client release: not a path".to_string())?;
+        self.client
+            .delete(&path, None)
+            .await
+            .map_err(|e| err("zookeeper-client delete")(&e))
+    }
+}

@@ -1,0 +1,103 @@
+//! Server-side request counters, read before and after a measurement: Redis `INFO
+//! commandstats`, etcd's `/metrics` (gRPC messages received), ZooKeeper's `mntr`
+//! (`zk_packets_received`). They count every client's requests, dlock's and the peers' alike.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Where to read the counters.
+pub enum Probe {
+    /// One plain connection per node.
+    Redis(Vec<redis::aio::MultiplexedConnection>),
+    /// Client URLs' socket addresses.
+    Etcd(Vec<SocketAddr>),
+    /// Client ports' socket addresses.
+    Zk(Vec<SocketAddr>),
+}
+
+impl Probe {
+    /// Requests served so far, summed over the nodes; `None` when a node does not answer.
+    pub async fn count(&self) -> Option<u64> {
+        let mut total = 0;
+        match self {
+            Probe::Redis(conns) => {
+                for c in conns {
+                    total += redis_calls(&mut c.clone()).await?;
+                }
+            }
+            Probe::Etcd(addrs) => {
+                for a in addrs {
+                    let text = exchange(
+                        *a,
+                        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                    )
+                    .await?;
+                    total += text
+                        .lines()
+                        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                        .sum::<f64>() as u64;
+                }
+            }
+            Probe::Zk(addrs) => {
+                for a in addrs {
+                    let text = exchange(*a, b"mntr").await?;
+                    total += text.lines().find_map(|l| {
+                        l.strip_prefix("zk_packets_received")?.trim().parse::<u64>().ok()
+                    })?;
+                }
+            }
+        }
+        Some(total)
+    }
+}
+
+/// Sum of `calls=` over `INFO commandstats`, without the probe's own INFO / CONFIG calls.
+async fn redis_calls(conn: &mut redis::aio::MultiplexedConnection) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .ok()?;
+    Some(parse_commandstats(&info))
+}
+
+/// Parses `cmdstat_<cmd>:calls=N,...` lines.
+pub fn parse_commandstats(info: &str) -> u64 {
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|rest| rest.split_once(':'))
+        .filter(|(cmd, _)| !cmd.starts_with("info") && !cmd.starts_with("config"))
+        .filter_map(|(_, fields)| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Sends `request`, reads until the server closes.
+async fn exchange(addr: SocketAddr, request: &[u8]) -> Option<String> {
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(request).await.ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(5), io).await.ok()?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commandstats_sum_skips_probe_commands() {
+        let info = "# Commandstats\r\ncmdstat_set:calls=10,usec=5\r\ncmdstat_evalsha:calls=7,usec=1\r\ncmdstat_info:calls=3,usec=9\r\n";
+        assert_eq!(parse_commandstats(info), 17);
+    }
+}

@@ -1,0 +1,76 @@
+//! `cargo xtask bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]`:
+//! builds and runs the `dlock-bench` binary in release mode (arguments passed through), then
+//! says where the report, the JSON rows and the plot are.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Where the bench writes: the value of `--out`, or `target/dlock-bench` in the workspace.
+fn out_dir(args: &[String]) -> PathBuf {
+    args.iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| workspace_root().join("target").join("dlock-bench"), PathBuf::from)
+}
+
+/// Runs `cargo run --release -p dlock-bench -- <args>` from the workspace root.
+///
+/// # Errors
+/// When cargo cannot start, the build fails, or the bench exits non-zero (a server that cannot
+/// start, a workload error); the message names the exit status.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root())
+        .args(["run", "--release", "-p", "dlock-bench", "--"])
+        .args(args);
+    eprintln!("\n==> bench: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start cargo for the bench: {e}"))?;
+    let out = out_dir(args);
+    if !status.success() {
+        return Err(format!(
+            "dlock-bench failed ({status}); partial output, if any, in {}",
+            out.display()
+        ));
+    }
+    let json = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1));
+    println!("\nbench report: {}", out.join("report.md").display());
+    println!("JSON rows:    {}", out.join("results.json").display());
+    if let Some(j) = json {
+        println!("              {j}");
+    }
+    println!("plot:         {}", out.join("waiters.svg").display());
+    // The JSON must parse: a truncated or empty file is a failed run.
+    let text = std::fs::read_to_string(out.join("results.json"))
+        .map_err(|e| format!("cannot read the bench's JSON rows: {e}"))?;
+    let rows: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("bench JSON rows do not parse: {e}"))?;
+    match rows.as_array() {
+        Some(a) if !a.is_empty() => Ok(()),
+        _ => Err("the bench wrote no rows".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_dir_follows_the_flag() {
+        let args = vec!["--quick".to_string(), "--out".to_string(), "x/y".to_string()];
+        assert_eq!(out_dir(&args), PathBuf::from("x/y"));
+        assert!(out_dir(&[]).ends_with("target/dlock-bench"));
+    }
+}
