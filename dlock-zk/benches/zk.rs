@@ -298,10 +298,7 @@ async fn dlock_handoffs(env: &Env, target: u64, max: Duration) -> (Handoffs, Dur
         let (l, name) = (Arc::clone(&lockers[w]), name.clone());
         async move {
             while !stop.load(Ordering::SeqCst) {
-                let lease = match l
-                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-                    .await
-                {
+                let lease = match l.acquire(&name, AcquireOptions::forever()).await {
                     Ok(lease) => lease,
                     Err(e) => {
                         eprintln!("handoff worker {w}: acquire failed: {e}");
