@@ -9,7 +9,8 @@ use super::local::exchange;
 /// Requests received so far by the server at `addr`:
 /// - Redis: the sum of `calls=` over `INFO commandstats`;
 /// - etcd: the sum of `grpc_server_msg_received_total` in `/metrics` (unary requests and
-///   stream messages, watch requests included);
+///   stream messages), or of `grpc_server_started_total` (RPCs and streams started) when the
+///   server does not expose the former;
 /// - ZooKeeper: `zk_packets_received` from `mntr`.
 ///
 /// `None` when the node does not answer or the reply has no such counter.
@@ -36,17 +37,14 @@ pub fn node_requests(kind: ServerKind, addr: SocketAddr) -> Option<u64> {
                 b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
                 "\u{0}",
             )?;
-            let mut total = 0f64;
-            let mut seen = false;
-            for line in reply
-                .lines()
-                .filter(|l| l.starts_with("grpc_server_msg_received_total"))
-            {
-                let value = line.rsplit(' ').next()?.trim().parse::<f64>().ok()?;
-                total += value;
-                seen = true;
-            }
-            seen.then_some(total as u64)
+            // Message counts when the server exposes them (extensive metrics), otherwise
+            // RPCs started (unary requests and streams opened).
+            [
+                "grpc_server_msg_received_total",
+                "grpc_server_started_total",
+            ]
+            .iter()
+            .find_map(|metric| sum_metric(&reply, metric))
         }
         ServerKind::Zk => {
             let reply = exchange(addr, b"mntr", "\u{0}")?;
@@ -67,4 +65,32 @@ pub fn requests(kind: ServerKind, addrs: &[SocketAddr]) -> Option<u64> {
         .iter()
         .map(|a| node_requests(kind, *a))
         .sum::<Option<u64>>()
+}
+
+/// The sum of every sample of a Prometheus counter in `text`; `None` when it has none.
+fn sum_metric(text: &str, metric: &str) -> Option<u64> {
+    let mut total = 0f64;
+    let mut seen = false;
+    for line in text.lines().filter(|l| {
+        l.strip_prefix(metric)
+            .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+    }) {
+        total += line.rsplit(' ').next()?.trim().parse::<f64>().ok()?;
+        seen = true;
+    }
+    seen.then_some(total as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_metric;
+
+    #[test]
+    fn counters_are_summed_over_labels() {
+        let text = "# HELP x\ngrpc_server_started_total{grpc_method=\"Range\"} 12\n\
+                    grpc_server_started_total{grpc_method=\"Txn\"} 3\n\
+                    grpc_server_started_totalx 99\n";
+        assert_eq!(sum_metric(text, "grpc_server_started_total"), Some(15));
+        assert_eq!(sum_metric(text, "grpc_server_msg_received_total"), None);
+    }
 }
