@@ -227,6 +227,19 @@ pub(super) async fn try_acquire(
     }
 }
 
+/// Gives the waiter its queue entry and registers it for notifications, BEFORE the first
+/// attempt that can enqueue it: no notification can be missed.
+fn join_queue(inner: &Inner, p: &mut Pending) -> Arc<Notify> {
+    let entry = format!(
+        "{}.{}",
+        inner.locker_id,
+        inner.seq.fetch_add(1, Ordering::Relaxed)
+    );
+    let notify = inner.notifier.register(&entry);
+    p.entry = Some(entry);
+    notify
+}
+
 async fn notified(n: Option<&Arc<Notify>>) {
     match n {
         Some(n) => n.notified().await,
@@ -247,20 +260,15 @@ pub(super) async fn acquire(
     let began = Instant::now();
     let deadline = wait.map(|w| began + w);
     let keys = Keys::new(&inner.prefix, name);
-    let entry = inner.fair.then(|| {
-        format!(
-            "{}.{}",
-            inner.locker_id,
-            inner.seq.fetch_add(1, Ordering::Relaxed)
-        )
-    });
-    // Registered before the first attempt enqueues us: no notification can be missed.
-    let notify = entry.as_deref().map(|e| inner.notifier.register(e));
-    let mut p = pending(inner, keys, entry);
+    let mut p = pending(inner, keys, None);
+    let mut notify = None;
     let mut waited = false;
     // A fair waiter first tries the script-free fast path, then queues with the script; for a
     // name it recently had to queue for, it queues at once.
     let mut queued = inner.fair && inner.contended.recently(&p.keys.lock, inner.ttl);
+    if queued {
+        notify = Some(join_queue(inner, &mut p));
+    }
     loop {
         let budget = match deadline {
             Some(d) => inner
@@ -301,6 +309,7 @@ pub(super) async fn acquire(
                 // The fast path left nothing behind; join the queue at once.
                 p.dirty = false;
                 queued = true;
+                notify = Some(join_queue(inner, &mut p));
                 continue;
             }
             Reply::Held { pttl, head } => {
