@@ -235,7 +235,9 @@ impl ZkLocker {
                 None => {
                     contender.remove_now().await;
                     let waited = began.elapsed();
-                    if single || !sess.is_connected() {
+                    // Unavailable when the ensemble was out of reach for much of the wait (or a
+                    // single attempt could not complete); a passing reconnect is still a timeout.
+                    if single || sess.down_for() >= waited / 2 {
                         return Err(Error::unavailable(
                             format!(
                                 "ZooKeeper did not answer within {waited:?} (session {:#x}, connected: {})",
@@ -314,14 +316,15 @@ impl Locker for ZkLocker {
     /// Creates a node and checks once; if it is not the lowest, deletes it and returns `None`.
     ///
     /// # Errors
-    /// As [`ZkLocker::acquire`], without `Timeout`: when the ensemble does not answer within the
-    /// negotiated session timeout, [`Error::Unavailable`].
+    /// As [`ZkLocker::acquire`], without `Timeout`: when the ensemble does not answer within
+    /// twice the negotiated session timeout, [`Error::Unavailable`].
     ///
     /// # Cancel safety
     /// As [`ZkLocker::acquire`].
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        // One attempt, bounded by the session timeout when the ensemble does not answer.
-        self.attempt(name, Some(self.negotiated_timeout()), true)
+        // One attempt, bounded (twice the session timeout, room for a reconnect) when the
+        // ensemble does not answer.
+        self.attempt(name, Some(self.negotiated_timeout() * 2), true)
             .await
     }
 

@@ -1,11 +1,12 @@
 //! One ZooKeeper session of a locker, its renewal backend and its state watcher.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriver};
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::Config;
@@ -35,6 +36,8 @@ pub(crate) struct Session {
     pub(crate) driver: RenewalDriver<SessionBackend>,
     pub(crate) ended: Arc<AtomicBool>,
     pub(crate) counters: Arc<Counters>,
+    /// Since when the client has been disconnected (`None` while connected).
+    down_since: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Session {
@@ -73,6 +76,7 @@ impl Session {
         });
         let driver = RenewalDriver::new(backend, timeout, Arc::clone(&counters));
         let watcher = client.state_watcher();
+        let down_since = Arc::new(Mutex::new(None));
         let session = Arc::new(Session {
             client,
             id,
@@ -80,6 +84,7 @@ impl Session {
             driver: driver.clone(),
             ended: Arc::clone(&ended),
             counters,
+            down_since: Arc::clone(&down_since),
         });
         tracing::info!(session = %format_args!("{id:#x}"), requested = ?cfg.ttl, negotiated = ?timeout, "ZooKeeper session opened");
         tokio::spawn(watch_state(
@@ -87,6 +92,7 @@ impl Session {
             driver,
             watcher,
             ended,
+            down_since,
             id,
             timeout,
         ));
@@ -106,6 +112,14 @@ impl Session {
                 self.id
             )));
         }
+    }
+
+    /// How long the client has been disconnected (zero while connected).
+    pub(crate) fn down_for(&self) -> Duration {
+        self.down_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// Whether the client is connected to a server right now.
@@ -144,9 +158,11 @@ async fn watch_state(
     driver: RenewalDriver<SessionBackend>,
     mut watcher: zk::StateWatcher,
     ended: Arc<AtomicBool>,
+    down_since: Arc<Mutex<Option<Instant>>>,
     id: i64,
     timeout: Duration,
 ) {
+    let set_down = |v: Option<Instant>| *down_since.lock().unwrap_or_else(|p| p.into_inner()) = v;
     let check = (timeout / 3).max(Duration::from_millis(50));
     loop {
         let state = match tokio::time::timeout(check, watcher.changed()).await {
@@ -168,9 +184,11 @@ async fn watch_state(
                 return;
             }
             zk::SessionState::Disconnected => {
+                set_down(Some(Instant::now()));
                 tracing::warn!(session = %format_args!("{id:#x}"), leases = driver.len(), "ZooKeeper connection lost; leases suspended until reconnect or deadline");
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                set_down(None);
                 tracing::info!(session = %format_args!("{id:#x}"), %state, "ZooKeeper connection re-established");
             }
         }
