@@ -33,6 +33,9 @@ struct Args {
     backends: Vec<String>,
     json: Option<PathBuf>,
     out: PathBuf,
+    /// Internal: run only the held-leases workload in this (fresh) process, under this
+    /// namespace, and print its rows as JSON.
+    child_leases: Option<String>,
 }
 
 /// Run sizes: `--quick` proves the harness in well under 3 minutes; the full run measures.
@@ -79,7 +82,8 @@ impl Plan {
 }
 
 fn usage() -> String {
-    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]".to_string()
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]"
+        .to_string()
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -87,22 +91,38 @@ fn parse(args: &[String]) -> Result<Args, String> {
         quick: false,
         backends: BACKENDS.iter().map(|s| s.to_string()).collect(),
         json: None,
-        out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/dlock-bench")),
+        out: PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/dlock-bench"
+        )),
+        child_leases: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut value = |flag: &str| it.next().cloned().ok_or(format!("{flag} needs a value\n{}", usage()));
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or(format!("{flag} needs a value\n{}", usage()))
+        };
         match arg.as_str() {
             "--quick" => a.quick = true,
             "--backend" | "--backends" => {
                 let v = value(arg)?;
-                a.backends = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                a.backends = v
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect();
                 if let Some(bad) = a.backends.iter().find(|b| !BACKENDS.contains(&b.as_str())) {
-                    return Err(format!("unknown backend {bad:?} (one of {})", BACKENDS.join(",")));
+                    return Err(format!(
+                        "unknown backend {bad:?} (one of {})",
+                        BACKENDS.join(",")
+                    ));
                 }
             }
             "--json" => a.json = Some(PathBuf::from(value(arg)?)),
             "--out" => a.out = PathBuf::from(value(arg)?),
+            "--child-leases" => a.child_leases = Some(value(arg)?),
             "-h" | "--help" => return Err(usage()),
             // `cargo bench` passes --bench; ignore it.
             "--bench" => {}
@@ -118,11 +138,12 @@ struct Backend {
     impls: Vec<Arc<dyn Impl>>,
     dlock: Dlock,
     probe: Probe,
-    _cluster: Arc<Cluster>,
+    cluster: Arc<Cluster>,
 }
 
 fn cluster(kind: ServerKind, nodes: usize) -> Result<Arc<Cluster>, String> {
-    Cluster::shared(kind, nodes).map_err(|e| format!("cannot start {} × {nodes}: {e}", kind.as_str()))
+    Cluster::shared(kind, nodes)
+        .map_err(|e| format!("cannot start {} × {nodes}: {e}", kind.as_str()))
 }
 
 async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
@@ -160,7 +181,7 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                 ],
                 dlock: dlock(kind),
                 probe: Probe::Redis(conns),
-                _cluster: c,
+                cluster: c,
             }
         }
         "etcd" => {
@@ -181,7 +202,7 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                 ],
                 dlock: dlock(DlockKind::Etcd(eps)),
                 probe: Probe::Etcd(c.addrs()),
-                _cluster: c,
+                cluster: c,
             }
         }
         _ => {
@@ -203,15 +224,25 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                 ],
                 dlock: dlock(DlockKind::Zk(connect)),
                 probe: Probe::Zk(c.addrs()),
-                _cluster: c,
+                cluster: c,
             }
         }
     })
 }
 
-async fn run_backend(b: &Backend, plan: &Plan, rows: &mut Vec<Row>) -> Result<(), String> {
-    let mut sink = Sink { backend: b.name, rows };
-    let step = |what: &str, t: Instant| eprintln!("[{}] {what} done in {:.1?}", b.name, t.elapsed());
+async fn run_backend(
+    b: &Backend,
+    plan: &Plan,
+    quick: bool,
+    run_ns: &str,
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    let mut sink = Sink {
+        backend: b.name,
+        rows,
+    };
+    let step =
+        |what: &str, t: Instant| eprintln!("[{}] {what} done in {:.1?}", b.name, t.elapsed());
     let t = Instant::now();
     workloads::uncontended(&mut sink, &b.impls, plan.unc_rounds, plan.unc_per_round).await?;
     step("uncontended", t);
@@ -225,8 +256,60 @@ async fn run_backend(b: &Backend, plan: &Plan, rows: &mut Vec<Row>) -> Result<()
     workloads::many_locks(&mut sink, &b.impls, plan.many, plan.many_rounds).await?;
     step("distinct locks", t);
     let t = Instant::now();
-    workloads::held_leases(&mut sink, &b.dlock, plan.leases, plan.lease_ttl, plan.lease_ttl * 2, &b.probe).await?;
+    sink.rows
+        .extend(held_leases_in_child(b, quick, run_ns).await?);
     step("held leases", t);
+    Ok(())
+}
+
+/// The held-leases workload runs in a fresh process of this binary (same servers, through the
+/// harness's external-endpoint variables), so that its RSS delta is not hidden by memory the
+/// earlier workloads freed.
+async fn held_leases_in_child(b: &Backend, quick: bool, run_ns: &str) -> Result<Vec<Row>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--backend", b.name, "--child-leases", run_ns]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    cmd.envs(b.cluster.external_env());
+    cmd.stderr(std::process::Stdio::inherit());
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .map_err(|e| format!("held-leases child: {e}"))?
+        .map_err(|e| format!("held-leases child: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("held-leases child failed ({})", out.status));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("held-leases child output: {e}"))
+}
+
+/// The child side of [`held_leases_in_child`].
+async fn child_leases(args: &Args, run_ns: &str) -> Result<(), String> {
+    let plan = Plan::new(args.quick);
+    let name = BACKENDS
+        .iter()
+        .find(|b| args.backends.len() == 1 && args.backends[0] == **b)
+        .ok_or("--child-leases needs exactly one --backend")?;
+    let b = backend(name, run_ns).await?;
+    let mut rows = Vec::new();
+    let mut sink = Sink {
+        backend: b.name,
+        rows: &mut rows,
+    };
+    workloads::held_leases(
+        &mut sink,
+        &b.dlock,
+        plan.leases,
+        plan.lease_ttl,
+        plan.lease_ttl * 2,
+        &b.probe,
+    )
+    .await?;
+    println!(
+        "{}",
+        serde_json::to_string(&rows).map_err(|e| e.to_string())?
+    );
     Ok(())
 }
 
@@ -241,6 +324,9 @@ fn now_utc() -> String {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    if let Some(ns) = &args.child_leases {
+        return child_leases(&args, ns).await;
+    }
     let plan = Plan::new(args.quick);
     let started = Instant::now();
     let secs = std::time::SystemTime::now()
@@ -249,10 +335,13 @@ async fn run(args: Args) -> Result<(), String> {
     let run_ns = format!("dlock-bench/r{}-{secs}", std::process::id());
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    for name in BACKENDS.iter().filter(|b| args.backends.iter().any(|a| a == *b)) {
+    for name in BACKENDS
+        .iter()
+        .filter(|b| args.backends.iter().any(|a| a == *b))
+    {
         eprintln!("[{name}] starting");
         let res = match backend(name, &run_ns).await {
-            Ok(b) => run_backend(&b, &plan, &mut rows).await,
+            Ok(b) => run_backend(&b, &plan, args.quick, &run_ns, &mut rows).await,
             Err(e) => Err(e),
         };
         if let Err(e) = res {
@@ -277,10 +366,14 @@ async fn run(args: Args) -> Result<(), String> {
         now_utc(),
         if args.quick { "--quick" } else { "full run" },
         if args.quick { " --quick" } else { "" },
-        std::env::var("DLOCK_SERVER_FSYNC").map_or(String::new(), |v| format!(" (DLOCK_SERVER_FSYNC={v})")),
+        std::env::var("DLOCK_SERVER_FSYNC")
+            .map_or(String::new(), |v| format!(" (DLOCK_SERVER_FSYNC={v})")),
         started.elapsed().as_secs_f64(),
     );
-    for name in BACKENDS.iter().filter(|b| rows.iter().any(|r| r.backend == **b)) {
+    for name in BACKENDS
+        .iter()
+        .filter(|b| rows.iter().any(|r| r.backend == **b))
+    {
         md.push_str(&report::markdown(&rows, name, &WAITERS, plan.leases));
         md.push('\n');
     }
@@ -299,7 +392,11 @@ async fn run(args: Args) -> Result<(), String> {
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!("{} backend(s) failed: {}", failures.len(), failures.join("; ")))
+        Err(format!(
+            "{} backend(s) failed: {}",
+            failures.len(),
+            failures.join("; ")
+        ))
     }
 }
 
@@ -339,7 +436,15 @@ mod tests {
 
     #[test]
     fn parses_flags() {
-        let a = parse(&s(&["--quick", "--backend", "etcd,zk", "--json", "o.json", "--out", "d"]));
+        let a = parse(&s(&[
+            "--quick",
+            "--backend",
+            "etcd,zk",
+            "--json",
+            "o.json",
+            "--out",
+            "d",
+        ]));
         let a = a.unwrap_or_else(|e| panic!("{e}"));
         assert!(a.quick);
         assert_eq!(a.backends, s(&["etcd", "zk"]));

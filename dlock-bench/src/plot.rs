@@ -22,11 +22,15 @@ const COLORS: [RGBColor; 10] = [
 
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
-/// (label, points) for `metric` of the `waiters-N` workloads, scaled by `scale`.
-fn series(rows: &[Row], metric: &str, scale: f64) -> Series {
+/// (label, points) of the `waiters-N` rows `pick` selects, scaled by `scale`.
+fn series(rows: &[Row], pick: impl Fn(&Row) -> bool, scale: f64) -> Series {
     let mut out: Series = Vec::new();
-    for r in rows.iter().filter(|r| r.metric == metric) {
-        let Some(n) = r.workload.strip_prefix("waiters-").and_then(|n| n.parse::<f64>().ok()) else {
+    for r in rows.iter().filter(|r| pick(r)) {
+        let Some(n) = r
+            .workload
+            .strip_prefix("waiters-")
+            .and_then(|n| n.parse::<f64>().ok())
+        else {
             continue;
         };
         let label = format!("{} {}", r.backend, r.imp);
@@ -50,8 +54,14 @@ fn panel<DB: DrawingBackend>(
 ) -> Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("plot: {e}");
     let ys = data.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y));
-    let (lo, hi) = ys.fold((f64::INFINITY, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
-    let (lo, hi) = if lo.is_finite() { (lo / 2.0, hi * 2.0) } else { (0.01, 1.0) };
+    let (lo, hi) = ys.fold((f64::INFINITY, 0.0f64), |(lo, hi), y| {
+        (lo.min(y), hi.max(y))
+    });
+    let (lo, hi) = if lo.is_finite() {
+        (lo / 2.0, hi * 2.0)
+    } else {
+        (0.01, 1.0)
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 18))
         .margin(12)
@@ -71,7 +81,9 @@ fn panel<DB: DrawingBackend>(
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(e)?
             .label(label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
         chart
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
             .map_err(e)?;
@@ -91,12 +103,25 @@ pub fn write(rows: &[Row], path: &Path) -> Result<(), String> {
     let root = SVGBackend::new(path, (1400, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| format!("plot: {e}"))?;
     let (left, right) = root.split_horizontally(700);
-    panel(&left, "Handoff latency p50 vs waiters", "ms (log)", &series(rows, "handoff_p50", 1e-3))?;
+    panel(
+        &left,
+        "Handoff latency p50 vs waiters",
+        "ms (log)",
+        &series(rows, |r| r.metric == "handoff_p50", 1e-3),
+    )?;
+    // dlock: its own round-trip counter; peers: the server's count (see README).
+    let requests = |r: &Row| {
+        if r.imp == "dlock" {
+            r.metric == "client_requests_per_handoff"
+        } else {
+            r.metric == "server_requests_per_handoff" || r.metric == "server_commands_per_handoff"
+        }
+    };
     panel(
         &right,
-        "Server requests per handoff vs waiters",
+        "Requests per handoff vs waiters (dlock: client count; peers: server count)",
         "requests (log)",
-        &series(rows, "server_requests_per_handoff", 1.0),
+        &series(rows, requests, 1.0),
     )?;
     root.present().map_err(|e| format!("plot: {e}"))?;
     Ok(())

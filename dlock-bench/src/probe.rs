@@ -18,6 +18,16 @@ pub enum Probe {
 }
 
 impl Probe {
+    /// The metric name for a count `suffix`: Redis counts executed commands (those a Lua script
+    /// calls included, so a one-request script call of k commands counts 1 + k); etcd counts
+    /// gRPC messages received, ZooKeeper packets received (session pings included).
+    pub fn metric(&self, suffix: &str) -> String {
+        match self {
+            Probe::Redis(_) => format!("server_commands_{suffix}"),
+            _ => format!("server_requests_{suffix}"),
+        }
+    }
+
     /// Requests served so far, summed over the nodes; `None` when a node does not answer.
     pub async fn count(&self) -> Option<u64> {
         let mut total = 0;
@@ -45,7 +55,10 @@ impl Probe {
                 for a in addrs {
                     let text = exchange(*a, b"mntr").await?;
                     total += text.lines().find_map(|l| {
-                        l.strip_prefix("zk_packets_received")?.trim().parse::<u64>().ok()
+                        l.strip_prefix("zk_packets_received")?
+                            .trim()
+                            .parse::<u64>()
+                            .ok()
                     })?;
                 }
             }
@@ -88,7 +101,9 @@ async fn exchange(addr: SocketAddr, request: &[u8]) -> Option<String> {
         s.read_to_end(&mut buf).await.ok()?;
         Some(String::from_utf8_lossy(&buf).into_owned())
     };
-    tokio::time::timeout(Duration::from_secs(5), io).await.ok()?
+    tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .ok()?
 }
 
 #[cfg(test)]

@@ -16,7 +16,9 @@ pub fn peer_of(backend: &str) -> &'static str {
 
 fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> Option<f64> {
     rows.iter()
-        .find(|r| r.backend == backend && r.workload == workload && r.imp == imp && r.metric == metric)
+        .find(|r| {
+            r.backend == backend && r.workload == workload && r.imp == imp && r.metric == metric
+        })
         .map(|r| r.value)
 }
 
@@ -57,11 +59,19 @@ fn target(what: &str, measured: Option<f64>, bound: f64, le: bool, unit: &str) -
     }
 }
 
-/// Max over min of server requests per handoff across the N values (1.0 = perfectly flat).
+/// Max over min of dlock's own requests per handoff across the N values (1.0 = flat).
 fn flatness(rows: &[Row], backend: &str, imp: &str, ns: &[usize]) -> Option<f64> {
     let vals: Vec<f64> = ns
         .iter()
-        .filter_map(|n| get(rows, backend, &format!("waiters-{n}"), imp, "server_requests_per_handoff"))
+        .filter_map(|n| {
+            get(
+                rows,
+                backend,
+                &format!("waiters-{n}"),
+                imp,
+                "client_requests_per_handoff",
+            )
+        })
         .collect();
     if vals.len() < 2 {
         return None;
@@ -81,30 +91,99 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
     let mut t = Vec::new();
     match backend {
         "redis" => {
-            t.push(target("uncontended p50 ≤ 1.10 × floor", div(unc("dlock"), unc("floor")), 1.10, true, "×"));
-            t.push(target("uncontended p50 ≤ 1.0 × rslock", div(unc("dlock"), unc(peer)), 1.0, true, "×"));
-            t.push(target("8-way ≥ 2,000 handoffs/s", g(c8, "dlock", "handoffs_per_s"), 2000.0, false, "/s"));
-            t.push(target("8-way fair: per-client min/max grants ≥ 0.5", g(c8, "dlock", "fairness_min_over_max"), 0.5, false, ""));
-            t.push(target("8-way p99 wait ≤ 10 ms", g(c8, "dlock", "wait_p99").map(|v| v / 1000.0), 10.0, true, " ms"));
+            t.push(target(
+                "uncontended p50 ≤ 1.10 × floor",
+                div(unc("dlock"), unc("floor")),
+                1.10,
+                true,
+                "×",
+            ));
+            t.push(target(
+                "uncontended p50 ≤ 1.0 × rslock",
+                div(unc("dlock"), unc(peer)),
+                1.0,
+                true,
+                "×",
+            ));
+            t.push(target(
+                "8-way ≥ 2,000 handoffs/s",
+                g(c8, "dlock", "handoffs_per_s"),
+                2000.0,
+                false,
+                "/s",
+            ));
+            t.push(target(
+                "8-way fair: per-client min/max grants ≥ 0.5",
+                g(c8, "dlock", "fairness_min_over_max"),
+                0.5,
+                false,
+                "",
+            ));
+            t.push(target(
+                "8-way p99 wait ≤ 10 ms",
+                g(c8, "dlock", "wait_p99").map(|v| v / 1000.0),
+                10.0,
+                true,
+                " ms",
+            ));
         }
         "redlock" => {
-            t.push(target("Redlock-5 uncontended p50 ≤ 0.7 × rslock", div(unc("dlock"), unc(peer)), 0.7, true, "×"));
+            t.push(target(
+                "Redlock-5 uncontended p50 ≤ 0.7 × rslock",
+                div(unc("dlock"), unc(peer)),
+                0.7,
+                true,
+                "×",
+            ));
         }
         "etcd" => {
-            t.push(target("uncontended p50 ≤ 1.05 × etcd-client lock", div(unc("dlock"), unc(peer)), 1.05, true, "×"));
-            t.push(target("8-way ≥ 1,000 handoffs/s", g(c8, "dlock", "handoffs_per_s"), 1000.0, false, "/s"));
-            t.push(target("8-way p99 handoff ≤ 5 ms", g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0), 5.0, true, " ms"));
+            t.push(target(
+                "uncontended p50 ≤ 1.05 × etcd-client lock",
+                div(unc("dlock"), unc(peer)),
+                1.05,
+                true,
+                "×",
+            ));
+            t.push(target(
+                "8-way ≥ 1,000 handoffs/s",
+                g(c8, "dlock", "handoffs_per_s"),
+                1000.0,
+                false,
+                "/s",
+            ));
+            t.push(target(
+                "8-way p99 handoff ≤ 5 ms",
+                g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
+                5.0,
+                true,
+                " ms",
+            ));
         }
         "zk" => {
-            t.push(target("uncontended p50 ≤ 1.0 × zookeeper-client lock", div(unc("dlock"), unc(peer)), 1.0, true, "×"));
+            t.push(target(
+                "uncontended p50 ≤ 1.0 × zookeeper-client lock",
+                div(unc("dlock"), unc(peer)),
+                1.0,
+                true,
+                "×",
+            ));
             t.push(target(
                 "8-way handoffs/s ≥ 1.0 × zookeeper-client",
-                div(g(c8, "dlock", "handoffs_per_s"), g(c8, peer, "handoffs_per_s")),
+                div(
+                    g(c8, "dlock", "handoffs_per_s"),
+                    g(c8, peer, "handoffs_per_s"),
+                ),
                 1.0,
                 false,
                 "×",
             ));
-            t.push(target("8-way p99 handoff ≤ 2 ms", g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0), 2.0, true, " ms"));
+            t.push(target(
+                "8-way p99 handoff ≤ 2 ms",
+                g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
+                2.0,
+                true,
+                " ms",
+            ));
         }
         _ => {}
     }
@@ -141,7 +220,10 @@ pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Str
     }
     let mut s = String::new();
     let _ = writeln!(s, "### {backend}\n");
-    let _ = writeln!(s, "| workload | metric | dlock | floor | {peer} | dlock/floor | dlock/{peer} |");
+    let _ = writeln!(
+        s,
+        "| workload | metric | dlock | floor | {peer} | dlock/floor | dlock/{peer} |"
+    );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
     for (w, m, unit) in &keys {
         let d = get(rows, backend, w, "dlock", m);
@@ -190,8 +272,20 @@ mod tests {
         let rows = vec![
             row("etcd", "uncontended", "dlock", "latency_p50", 500.0),
             row("etcd", "uncontended", "etcd-client", "latency_p50", 1000.0),
-            row("etcd", "waiters-1", "dlock", "server_requests_per_handoff", 2.0),
-            row("etcd", "waiters-64", "dlock", "server_requests_per_handoff", 4.0),
+            row(
+                "etcd",
+                "waiters-1",
+                "dlock",
+                "client_requests_per_handoff",
+                2.0,
+            ),
+            row(
+                "etcd",
+                "waiters-64",
+                "dlock",
+                "client_requests_per_handoff",
+                4.0,
+            ),
         ];
         let t = targets(&rows, "etcd", &[1, 64], 10);
         assert_eq!(t[0].met, Some(true));
@@ -199,7 +293,10 @@ mod tests {
         let flat = t.iter().find(|t| t.what.contains("flat")).map(|t| t.met);
         assert_eq!(flat, Some(Some(false)));
         let md = markdown(&rows, "etcd", &[1, 64], 10);
-        assert!(md.contains("| uncontended | latency_p50 | 500 µs | – | 1000 µs | – | 0.50 |"), "{md}");
+        assert!(
+            md.contains("| uncontended | latency_p50 | 500 µs | – | 1000 µs | – | 0.50 |"),
+            "{md}"
+        );
         assert!(md.contains("**NOT met**"), "{md}");
     }
 }

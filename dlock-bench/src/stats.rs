@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One measurement: `{"backend","workload","impl","metric","value","unit"}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     pub backend: String,
     pub workload: String,
@@ -39,7 +39,13 @@ impl Sink<'_> {
     }
 
     /// p50 and p99 of `samples` in µs, as `<prefix>_p50` / `<prefix>_p99`.
-    pub fn percentiles(&mut self, workload: &str, imp: &str, prefix: &str, samples: &mut [Duration]) {
+    pub fn percentiles(
+        &mut self,
+        workload: &str,
+        imp: &str,
+        prefix: &str,
+        samples: &mut [Duration],
+    ) {
         if samples.is_empty() {
             return;
         }

@@ -64,7 +64,13 @@ pub async fn uncontended(
     }
     for (i, imp) in impls.iter().enumerate() {
         let n = samples[i].len() as f64;
-        sink.add("uncontended", imp.name(), "ops_per_s", n / busy[i].as_secs_f64(), "1/s");
+        sink.add(
+            "uncontended",
+            imp.name(),
+            "ops_per_s",
+            n / busy[i].as_secs_f64(),
+            "1/s",
+        );
         sink.percentiles("uncontended", imp.name(), "latency", &mut samples[i]);
     }
     Ok(())
@@ -160,7 +166,10 @@ async fn contention_round(
     let elapsed = start.elapsed();
     let all = futures::future::join_all(tasks.iter_mut());
     if tokio::time::timeout(DRAIN, all).await.is_err() {
-        eprintln!("  {}: workers still waiting {DRAIN:?} after the end; aborted", imp.name());
+        eprintln!(
+            "  {}: workers still waiting {DRAIN:?} after the end; aborted",
+            imp.name()
+        );
         for t in &tasks {
             t.abort();
         }
@@ -220,10 +229,22 @@ pub async fn contention(
         let max = a.grants.iter().copied().max().unwrap_or(0) as f64;
         sink.add(&wl, name, "client_grants_min", min, "grants");
         sink.add(&wl, name, "client_grants_max", max, "grants");
-        sink.add(&wl, name, "fairness_min_over_max", if max > 0.0 { min / max } else { 0.0 }, "ratio");
+        sink.add(
+            &wl,
+            name,
+            "fairness_min_over_max",
+            if max > 0.0 { min / max } else { 0.0 },
+            "ratio",
+        );
         sink.percentiles(&wl, name, "handoff", &mut a.handoffs);
         sink.percentiles(&wl, name, "wait", &mut a.waits);
-        sink.add(&wl, name, "exclusion_violations", a.violations as f64, "count");
+        sink.add(
+            &wl,
+            name,
+            "exclusion_violations",
+            a.violations as f64,
+            "count",
+        );
         sink.add(&wl, name, "errors", a.errors as f64, "count");
     }
     Ok(())
@@ -238,7 +259,12 @@ struct Queue {
 
 /// One holder, `n` waiters queued behind it; the holder releases, each waiter releases as soon
 /// as it is granted. Measures each handoff and the requests the whole chain cost.
-async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> Result<Queue, String> {
+async fn queue_round(
+    imp: &dyn Impl,
+    n: usize,
+    name: String,
+    probe: &Probe,
+) -> Result<Queue, String> {
     let cs = clients(imp, n + 1).await?;
     let holder = Arc::clone(&cs[0]);
     let h = holder.acquire(&name).await?;
@@ -247,6 +273,11 @@ async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> R
     let held = Arc::new(AtomicBool::new(true));
     let violations = Arc::new(AtomicU64::new(0));
     let go = Arc::new(AtomicBool::new(false));
+    // The last waiter granted holds on until the counters are read: the window covers the
+    // holder's release, N grants and N - 1 releases, i.e. exactly N handoffs.
+    let granted_count = Arc::new(AtomicU64::new(0));
+    let last_granted = Arc::new(tokio::sync::Notify::new());
+    let counted = Arc::new(tokio::sync::Notify::new());
     let mut tasks = Vec::new();
     for c in cs.iter().skip(1) {
         let (c, last_release, handoffs, held, violations, go, name) = (
@@ -257,6 +288,11 @@ async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> R
             Arc::clone(&violations),
             Arc::clone(&go),
             name.clone(),
+        );
+        let (granted_count, last_granted, counted) = (
+            Arc::clone(&granted_count),
+            Arc::clone(&last_granted),
+            Arc::clone(&counted),
         );
         tasks.push(tokio::spawn(async move {
             let h = c.acquire(&name).await?;
@@ -269,6 +305,11 @@ async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> R
                 lock(&handoffs).push(granted.saturating_duration_since(*lr));
                 *lr = Instant::now();
             }
+            if granted_count.fetch_add(1, Ordering::SeqCst) + 1 == n as u64 {
+                let wait = counted.notified();
+                last_granted.notify_one();
+                wait.await;
+            }
             held.store(false, Ordering::SeqCst);
             c.release(h).await
         }));
@@ -280,6 +321,15 @@ async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> R
     *lock(&last_release) = Instant::now();
     held.store(false, Ordering::SeqCst);
     holder.release(h).await?;
+    let after = if tokio::time::timeout(Duration::from_secs(60), last_granted.notified())
+        .await
+        .is_ok()
+    {
+        (probe.count().await, requests(&cs))
+    } else {
+        (None, None)
+    };
+    counted.notify_one();
     let all = futures::future::join_all(tasks.iter_mut());
     match tokio::time::timeout(Duration::from_secs(60), all).await {
         Ok(results) => {
@@ -291,10 +341,12 @@ async fn queue_round(imp: &dyn Impl, n: usize, name: String, probe: &Probe) -> R
             for t in &tasks {
                 t.abort();
             }
-            return Err(format!("{}: {n} waiters not all served in 60 s", imp.name()));
+            return Err(format!(
+                "{}: {n} waiters not all served in 60 s",
+                imp.name()
+            ));
         }
     }
-    let after = (probe.count().await, requests(&cs));
     let handoffs = std::mem::take(&mut *lock(&handoffs));
     Ok(Queue {
         handoffs,
@@ -335,12 +387,30 @@ pub async fn waiters(
             sink.add(&wl, name, "handoff_mean", mean, "us");
             sink.percentiles(&wl, name, "handoff", &mut handoffs[i]);
             if let Some(s) = server[i] {
-                sink.add(&wl, name, "server_requests_per_handoff", s as f64 / count, "requests");
+                sink.add(
+                    &wl,
+                    name,
+                    probe.metric("per_handoff").as_str(),
+                    s as f64 / count,
+                    "requests",
+                );
             }
             if let Some(c) = client[i] {
-                sink.add(&wl, name, "client_requests_per_handoff", c as f64 / count, "requests");
+                sink.add(
+                    &wl,
+                    name,
+                    "client_requests_per_handoff",
+                    c as f64 / count,
+                    "requests",
+                );
             }
-            sink.add(&wl, name, "exclusion_violations", violations[i] as f64, "count");
+            sink.add(
+                &wl,
+                name,
+                "exclusion_violations",
+                violations[i] as f64,
+                "count",
+            );
         }
     }
     Ok(())
@@ -381,9 +451,27 @@ pub async fn many_locks(
     let total = (count * rounds) as f64;
     for (i, imp) in impls.iter().enumerate() {
         let name = imp.name();
-        sink.add(&wl, name, "pairs_per_s", total / (acq[i] + rel[i]).as_secs_f64(), "1/s");
-        sink.add(&wl, name, "acquire_ops_per_s", total / acq[i].as_secs_f64(), "1/s");
-        sink.add(&wl, name, "release_ops_per_s", total / rel[i].as_secs_f64(), "1/s");
+        sink.add(
+            &wl,
+            name,
+            "pairs_per_s",
+            total / (acq[i] + rel[i]).as_secs_f64(),
+            "1/s",
+        );
+        sink.add(
+            &wl,
+            name,
+            "acquire_ops_per_s",
+            total / acq[i].as_secs_f64(),
+            "1/s",
+        );
+        sink.add(
+            &wl,
+            name,
+            "release_ops_per_s",
+            total / rel[i].as_secs_f64(),
+            "1/s",
+        );
     }
     Ok(())
 }
@@ -438,7 +526,13 @@ pub async fn held_leases(
         .await;
     let release_errors = released.iter().filter(|r| r.is_err()).count();
     let wl = format!("leases-{count}");
-    sink.add(&wl, "dlock", "acquire_ops_per_s", count as f64 / acquire_time.as_secs_f64(), "1/s");
+    sink.add(
+        &wl,
+        "dlock",
+        "acquire_ops_per_s",
+        count as f64 / acquire_time.as_secs_f64(),
+        "1/s",
+    );
     sink.add(
         &wl,
         "dlock",
@@ -454,12 +548,30 @@ pub async fn held_leases(
         "requests",
     );
     if let (Some(a), Some(b)) = (p1, p0) {
-        sink.add(&wl, "dlock", "server_requests_per_period", a.saturating_sub(b) as f64 / periods, "requests");
+        sink.add(
+            &wl,
+            "dlock",
+            probe.metric("per_period").as_str(),
+            a.saturating_sub(b) as f64 / periods,
+            "requests",
+        );
     }
     if let (Some(a), Some(b)) = (rss1, rss0) {
-        sink.add(&wl, "dlock", "rss_per_lease", a.saturating_sub(b) as f64 / count as f64, "bytes");
+        sink.add(
+            &wl,
+            "dlock",
+            "rss_per_lease",
+            a.saturating_sub(b) as f64 / count as f64,
+            "bytes",
+        );
     }
     sink.add(&wl, "dlock", "leases_lost", lost as f64, "count");
-    sink.add(&wl, "dlock", "release_errors", release_errors as f64, "count");
+    sink.add(
+        &wl,
+        "dlock",
+        "release_errors",
+        release_errors as f64,
+        "count",
+    );
     Ok(())
 }

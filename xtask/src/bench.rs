@@ -17,7 +17,10 @@ fn out_dir(args: &[String]) -> PathBuf {
     args.iter()
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
-        .map_or_else(|| workspace_root().join("target").join("dlock-bench"), PathBuf::from)
+        .map_or_else(
+            || workspace_root().join("target").join("dlock-bench"),
+            PathBuf::from,
+        )
 }
 
 /// Runs `cargo run --release -p dlock-bench -- <args>` from the workspace root.
@@ -69,7 +72,11 @@ mod tests {
 
     #[test]
     fn out_dir_follows_the_flag() {
-        let args = vec!["--quick".to_string(), "--out".to_string(), "x/y".to_string()];
+        let args = vec![
+            "--quick".to_string(),
+            "--out".to_string(),
+            "x/y".to_string(),
+        ];
         assert_eq!(out_dir(&args), PathBuf::from("x/y"));
         assert!(out_dir(&[]).ends_with("target/dlock-bench"));
     }
