@@ -143,7 +143,7 @@ impl Session {
 
 /// How long the client waits on a silent connection before it reconnects.
 fn connection_timeout(ttl: Duration) -> Duration {
-    (ttl / 8).max(Duration::from_millis(200))
+    (ttl / 8).max(Duration::from_millis(300))
 }
 
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
