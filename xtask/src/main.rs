@@ -5,6 +5,7 @@
 
 use std::process::{Command, ExitCode};
 
+mod bench;
 mod conform;
 mod install;
 
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
         Some("conform") => install::ensure_servers().and_then(|()| conform::run(&args[1..])),
+        Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
