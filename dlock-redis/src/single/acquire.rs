@@ -319,8 +319,12 @@ pub(super) async fn acquire(
                 }
                 if inner.fair {
                     if head {
-                        // The head sleeps until the holder's key expires (a crashed holder).
-                        pttl.map_or(inner.ttl, |t| t + Duration::from_millis(1))
+                        // The head sleeps until the holder's key expires (a crashed holder);
+                        // whatever the server says, never longer than the longest TTL.
+                        pttl.map_or(inner.ttl, |t| {
+                            t.saturating_add(Duration::from_millis(1))
+                                .min(dlock_core::MAX_TTL)
+                        })
                     } else {
                         // Others refresh their entry once per TTL.
                         inner.ttl
