@@ -375,11 +375,17 @@ mod tests {
         let c = cell(Duration::from_secs(1));
         assert!(c.extend(Instant::now() + Duration::from_secs(2)));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(!c.extend(Instant::now() + Duration::from_secs(5)), "past its deadline");
+        assert!(
+            !c.extend(Instant::now() + Duration::from_secs(5)),
+            "past its deadline"
+        );
         assert!(!c.is_live());
         let c = cell(Duration::from_secs(1));
         assert!(c.mark_released());
-        assert!(!c.extend(Instant::now() + Duration::from_secs(5)), "released");
+        assert!(
+            !c.extend(Instant::now() + Duration::from_secs(5)),
+            "released"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -397,7 +403,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let new = Instant::now() + Duration::from_secs(3);
         assert!(c.extend(new));
-        assert_eq!(lost.await.unwrap_or(LossReason::Closed), LossReason::Expired);
+        assert_eq!(
+            lost.await.unwrap_or(LossReason::Closed),
+            LossReason::Expired
+        );
         assert_eq!(Instant::now(), new);
     }
 }

@@ -60,6 +60,9 @@ struct Shared<B: RenewBackend> {
     leases: Mutex<HashMap<u64, Registered<B::Entry>>>,
     next_id: AtomicU64,
     wake: Arc<Notify>,
+    /// When the task plans its next wake-up (`None`: idle or not sleeping). A new lease wakes
+    /// the task only when it needs a round before then.
+    planned: Mutex<Option<Instant>>,
     started: std::sync::Once,
 }
 
@@ -99,6 +102,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 leases: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
+                planned: Mutex::new(None),
                 started: std::sync::Once::new(),
             }),
         }
@@ -140,7 +144,17 @@ impl<B: RenewBackend> RenewalDriver<B> {
         self.shared.counters.add_grants(1);
         tracing::debug!(lock = %cell.name, token = %cell.token, "lease granted");
         self.start_task();
-        self.shared.wake.notify_one();
+        let due = deadline
+            .checked_sub(self.shared.ttl / 3)
+            .unwrap_or(deadline);
+        let planned = *self
+            .shared
+            .planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if planned.is_none_or(|p| due < p) {
+            self.shared.wake.notify_one();
+        }
         let ctl = Arc::new(DriverLease {
             shared: Arc::clone(&self.shared),
             id,
@@ -240,10 +254,15 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
             None => None,
         };
         let target = round_at.map_or(earliest_deadline, |r| r.min(earliest_deadline));
+        set_planned(&weak, Some(target));
         tokio::select! {
             () = tokio::time::sleep_until(target) => {}
-            () = notified => continue,
+            () = notified => {
+                set_planned(&weak, None);
+                continue;
+            }
         }
+        set_planned(&weak, None);
         let Some(shared) = weak.upgrade() else { return };
         let batch = expire_and_collect(&shared);
         if batch.is_empty() || round_at.is_none_or(|r| Instant::now() < r) {
@@ -307,6 +326,12 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
                 tick = Some(Instant::now() + backoff);
             }
         }
+    }
+}
+
+fn set_planned<B: RenewBackend>(weak: &Weak<Shared<B>>, at: Option<Instant>) {
+    if let Some(shared) = weak.upgrade() {
+        *shared.planned.lock().unwrap_or_else(|p| p.into_inner()) = at;
     }
 }
 

@@ -113,7 +113,10 @@ async fn a_newcomer_never_barges_past_queued_waiters() {
     let server = MemoryServer::new();
     let (a, b, c) = (client(&server), Arc::new(client(&server)), client(&server));
     let lock = name("barge");
-    let held = a.acquire(&lock, AcquireOptions::forever()).await.expect("free");
+    let held = a
+        .acquire(&lock, AcquireOptions::forever())
+        .await
+        .expect("free");
     let waiter = tokio::spawn({
         let (b, lock) = (Arc::clone(&b), lock.clone());
         async move { b.acquire(&lock, AcquireOptions::forever()).await }
@@ -121,7 +124,10 @@ async fn a_newcomer_never_barges_past_queued_waiters() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     held.release().await.expect("release");
     // The lock is free but b is queued: a newcomer must not take it.
-    assert!(c.try_acquire(&lock).await.expect("ok").is_none(), "barged past the queue");
+    assert!(
+        c.try_acquire(&lock).await.expect("ok").is_none(),
+        "barged past the queue"
+    );
     let lease = waiter.await.expect("task").expect("granted");
     lease.release().await.expect("release");
 }
