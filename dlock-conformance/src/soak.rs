@@ -130,6 +130,7 @@ async fn soak(
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let end = Instant::now() + duration;
     let mut frozen: Option<tokio::task::JoinHandle<()>> = None;
+    let mut breaks: Vec<std::time::Instant> = Vec::new();
     let in_process = addrs.is_empty();
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
@@ -190,6 +191,7 @@ async fn soak(
             }
             _ => {
                 nemeses.breaks.fetch_add(1, Ordering::SeqCst);
+                breaks.push(std::time::Instant::now());
                 if let Err(e) = backend.break_holder(ctx.ns(), &plan.lock).await {
                     tracing::debug!(error = %e, "soak: break found no holder");
                 }
@@ -211,7 +213,8 @@ async fn soak(
     let line = format!(
         "ops_accepted={} ops_rejected={} grants={} losses={} timeouts={} errors={} stalls={} \
          blackholes={} delays={} resets={} lost_replies={} breaks={} frozen_processes={} \
-         frozen_writes_rejected={} fenced_violations={} token_violations={} belief_overlaps={}",
+         frozen_writes_rejected={} fenced_violations={} token_violations={} belief_overlaps={} \
+         overlaps_without_break={}",
         Counts::get(&counts.accepted),
         Counts::get(&counts.rejected),
         Counts::get(&counts.grants),
@@ -229,6 +232,7 @@ async fn soak(
         usize::from(f.fenced.is_some()),
         usize::from(f.tokens.is_some()),
         f.overlaps.as_ref().map_or(0, |o| o.0),
+        unexplained_overlaps(&history, &breaks),
     );
     if let Some(v) = &f.fenced {
         return Err(Verdict::Fail(format!(
@@ -247,6 +251,25 @@ async fn soak(
         )));
     }
     Ok(line)
+}
+
+/// Belief overlaps that no forced break explains: pairs of holds of different clients where the
+/// later grant came while the earlier holder still believed it held the lock, and no forced
+/// break (which legitimately ends a hold before the holder can hear of it) happened between the
+/// two grants.
+fn unexplained_overlaps(history: &crate::history::History, breaks: &[std::time::Instant]) -> usize {
+    let beliefs = history.beliefs();
+    let mut count = 0;
+    for later in &beliefs {
+        let explained_or_clear = beliefs.iter().all(|earlier| {
+            let overlaps = earlier.0 != later.0 && earlier.2 < later.2 && earlier.3 > later.2;
+            !overlaps || breaks.iter().any(|b| *b >= earlier.2 && *b <= later.2)
+        });
+        if !explained_or_clear {
+            count += 1;
+        }
+    }
+    count
 }
 
 /// A holder PROCESS joins the queue; once granted it writes, is frozen (SIGSTOP) for

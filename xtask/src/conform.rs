@@ -513,6 +513,17 @@ mod tests {
     }
 
     #[test]
+    fn parses_soak_and_seed() {
+        let o = parse_args(&s(&["--soak", "10m", "--seed=42", "--backend", "zk"])).expect("parses");
+        assert_eq!(o.soak, Some(std::time::Duration::from_secs(600)));
+        assert_eq!(o.seed, Some(42));
+        assert_eq!(o.backends.len(), 1);
+        assert!(parse_args(&s(&["--soak", "soon"])).is_err());
+        assert!(parse_args(&s(&["--soak", "1m", "--seed", "x"])).is_err());
+        assert_eq!(parse_args(&s(&[])).expect("parses").soak, None);
+    }
+
+    #[test]
     fn enrolment_is_read_from_the_macro_call() {
         let dir = std::env::temp_dir().join(format!("conform-enrol-{}", std::process::id()));
         let tests = dir.join("dlock-redis").join("tests");
