@@ -36,6 +36,8 @@ struct Args {
     /// Internal: run only the held-leases workload in this (fresh) process, under this
     /// namespace, and print its rows as JSON.
     child_leases: Option<String>,
+    /// The arguments as given, for the report's header.
+    shown: String,
 }
 
 /// Run sizes: `--quick` proves the harness in well under 3 minutes; the full run measures.
@@ -96,6 +98,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "/../target/dlock-bench"
         )),
         child_leases: None,
+        shown: args.iter().map(|a| format!(" {a}")).collect(),
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -365,9 +368,12 @@ async fn run(args: Args) -> Result<(), String> {
          latencies and requests, above 1 is better for throughput (/s).\n\n",
         now_utc(),
         if args.quick { "--quick" } else { "full run" },
-        if args.quick { " --quick" } else { "" },
-        std::env::var("DLOCK_SERVER_FSYNC")
-            .map_or(String::new(), |v| format!(" (DLOCK_SERVER_FSYNC={v})")),
+        args.shown,
+        if std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true") {
+            " with fsync (DLOCK_SERVER_FSYNC=1)"
+        } else {
+            " without fsync (set DLOCK_SERVER_FSYNC=1 for fsync)"
+        },
         started.elapsed().as_secs_f64(),
     );
     for name in BACKENDS

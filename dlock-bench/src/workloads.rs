@@ -525,6 +525,9 @@ pub async fn held_leases(
         .collect()
         .await;
     let release_errors = released.iter().filter(|r| r.is_err()).count();
+    if let Some(Err(e)) = released.iter().find(|r| r.is_err()) {
+        eprintln!("  {release_errors} of {count} releases failed; first: {e}");
+    }
     let wl = format!("leases-{count}");
     sink.add(
         &wl,
