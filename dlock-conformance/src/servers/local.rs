@@ -292,10 +292,10 @@ pub fn zk_mode(addr: SocketAddr) -> Option<String> {
 /// Whether the etcd member at `addr` is the raft leader (`etcd_server_is_leader 1` in its
 /// `/metrics`); `None` when it does not answer.
 pub fn etcd_is_leader(addr: SocketAddr) -> Option<bool> {
-    // `Connection: close`: the reply is read to its end.
+    // HTTP/1.0: a plain (not chunked) body, read to its end.
     let reply = exchange(
         addr,
-        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
         "\u{0}",
     )?;
     reply

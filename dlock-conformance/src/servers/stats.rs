@@ -34,7 +34,9 @@ pub fn node_requests(kind: ServerKind, addr: SocketAddr) -> Option<u64> {
         ServerKind::Etcd => {
             let reply = exchange(
                 addr,
-                b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                // HTTP/1.0: a plain body read to EOF (HTTP/1.1 replies come chunked, and a chunk
+                // boundary may split a sample line).
+                b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
                 "\u{0}",
             )?;
             // Message counts when the server exposes them (extensive metrics), otherwise
