@@ -68,15 +68,14 @@ pub fn soak_main(module: &str, factory: fn() -> Arc<dyn TestBackend>) {
             return;
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("cannot build a runtime: {e}"));
     let name = backend.name().to_string();
-    let outcome = runtime.block_on(soak(backend, module, Duration::from_secs(secs), seed));
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    match outcome {
+    match run(
+        backend,
+        module,
+        Duration::from_secs(secs),
+        seed,
+        Fencing::On,
+    ) {
         Ok(line) => println!("DLOCK_SOAK result backend={name} seed={seed} secs={secs} {line}"),
         Err(Verdict::Skip(why)) => println!("DLOCK_SOAK skipped backend={name} reason={why:?}"),
         Err(Verdict::Fail(why)) => {
@@ -86,11 +85,36 @@ pub fn soak_main(module: &str, factory: fn() -> Arc<dyn TestBackend>) {
     }
 }
 
+/// Runs one soak of `duration` against `backend` on a runtime of its own and returns its
+/// figures (`key=value …`). `module` is the enrolment's module (the frozen holder processes
+/// re-execute its `__crash_holder` test). [`Fencing::Off`] is the negative control: the
+/// fenced-safety checker must then fire.
+///
+/// # Errors
+/// [`Verdict::Fail`] with the violation (or what broke), [`Verdict::Skip`] when it cannot run.
+pub fn run(
+    backend: Arc<dyn TestBackend>,
+    module: &str,
+    duration: Duration,
+    seed: u64,
+    fencing: Fencing,
+) -> Result<String, Verdict> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Verdict::Fail(format!("cannot build a runtime: {e}")))?;
+    let outcome = runtime.block_on(soak(backend, module, duration, seed, fencing));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    outcome
+}
+
 async fn soak(
     backend: Arc<dyn TestBackend>,
     module: &str,
     duration: Duration,
     seed: u64,
+    fencing: Fencing,
 ) -> Result<String, Verdict> {
     let mut ctx = Ctx::new(Arc::clone(&backend), module, Scenario::PausedHolder);
     ctx.namespace = ctx.namespace.replace("/paused_holder", "/soak");
@@ -125,7 +149,7 @@ async fn soak(
         stall_chance: 0.05,
         seed,
     };
-    let load = Workload::start(clients, &plan, Fencing::On);
+    let load = Workload::start(clients, &plan, fencing);
     let nemeses = Arc::new(Nemeses::default());
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let end = Instant::now() + duration;

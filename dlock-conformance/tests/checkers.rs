@@ -457,3 +457,35 @@ fn majority_down_fails_a_backend_that_ignores_the_dead_nodes() {
     let row = run(Pretend { defect: None }, Scenario::MajorityNodesDown);
     assert_caught(&row, "SUCCEEDED");
 }
+
+// ---- the soak's checkers ----
+
+#[test]
+fn the_soak_passes_the_honest_memory_backend() {
+    let out = dlock_conformance::soak::run(
+        Arc::new(MemoryBackend::new()),
+        "checkers",
+        Duration::from_secs(8),
+        11,
+        Fencing::On,
+    )
+    .expect("the honest memory backend passes the soak");
+    assert!(out.contains("fenced_violations=0"), "{out}");
+    assert!(out.contains("overlaps_without_break=0"), "{out}");
+}
+
+#[test]
+fn the_soak_with_an_unfenced_resource_reports_the_violation() {
+    let err = dlock_conformance::soak::run(
+        Arc::new(MemoryBackend::new()),
+        "checkers",
+        Duration::from_secs(8),
+        11,
+        Fencing::Off,
+    )
+    .expect_err("stale writes reach an unfenced resource");
+    let why = match err {
+        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
+    };
+    assert!(why.contains("fenced-safety violation"), "{why}");
+}
