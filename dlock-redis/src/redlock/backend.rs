@@ -165,9 +165,9 @@ impl RenewBackend for Renewer {
     }
 
     async fn release(&self, entry: &RHeld) -> Result<(), Error> {
-        let (ok, causes) = self
-            .unlock_all(&entry.keys, &entry.owner, self.node_timeout)
-            .await;
+        // Not bound by any validity: give slow nodes more time than an acquire would.
+        let budget = self.node_timeout.max(self.ttl / 3);
+        let (ok, causes) = self.unlock_all(&entry.keys, &entry.owner, budget).await;
         if ok >= self.quorum {
             if !causes.is_empty() {
                 tracing::debug!(lock = %entry.keys.lock, ?causes, "release did not reach every node; those keys expire on their own");

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::Inner;
 use super::backend::{Held, SingleBackend};
 use super::notify::Notifier;
-use crate::conn::{millis, token_of, unexpected};
+use crate::conn::{is_slow, millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
 
@@ -287,8 +287,29 @@ pub(super) async fn acquire(
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(p.timeout(began).await);
                 }
-                // Dropping `p` withdraws in the background.
-                return Err(e);
+                if !is_slow(&e) {
+                    // Down or refusing: report it. Dropping `p` withdraws in the background.
+                    return Err(e);
+                }
+                // Slow (a loaded or briefly hung server): the request may or may not have
+                // been applied. Try again within the wait. The fair scripts recognise our
+                // own grant by its owner value; in non-fair mode our own key would block
+                // us, so it is given back and a new owner value is used.
+                tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
+                if !inner.fair {
+                    let stale = std::mem::replace(&mut p.owner, random_id());
+                    let backend = Arc::clone(&inner.backend);
+                    let keys = p.keys.clone();
+                    tokio::spawn(async move {
+                        let _ = backend.release_keys(&keys, &stale).await;
+                    });
+                }
+                let mut wake_at = Instant::now() + jitter(None, inner.retry_delay);
+                if let Some(d) = deadline {
+                    wake_at = wake_at.min(d);
+                }
+                tokio::time::sleep_until(wake_at).await;
+                continue;
             }
         };
         let sleep = match reply {

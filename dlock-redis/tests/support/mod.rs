@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use dlock_conformance::servers::Cluster;
+use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, TestBackend};
 use dlock_core::{Error, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
@@ -225,5 +225,17 @@ impl TestBackend for RedisBackend {
 
     fn logs(&self) -> String {
         self.cluster.get().logs()
+    }
+
+    fn topology(&self) -> Option<(ServerKind, usize)> {
+        Some((ServerKind::Redis, self.cluster.get().len()))
+    }
+
+    fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
+        Some(Arc::new(RedisBackend::new(
+            &self.name,
+            self.kind,
+            ClusterRef::Shared(cluster),
+        )))
     }
 }
