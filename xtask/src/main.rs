@@ -100,6 +100,15 @@ fn test() -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    // Proves the comparison harness end to end (no timing is asserted; figures land in
+    // target/dlock-bench-quick for the curious).
+    eprintln!("\n==> bench --quick");
+    bench::run(&[
+        "--quick".to_string(),
+        "--out".to_string(),
+        "target/dlock-bench-quick".to_string(),
+    ])
+    .map_err(|e| format!("step `bench --quick` failed: {e}"))?;
     eprintln!("\nxtask test: all steps passed");
     Ok(())
 }
