@@ -216,6 +216,8 @@ pub(super) async fn acquire(
             Outcome::Granted(lease) => return Ok(lease),
             Outcome::Unreachable(e) => return Err(e),
             Outcome::Busy => None,
+            // An attempt whose budget the wait's end cut short proves nothing about the nodes.
+            Outcome::Failed(_) if budget < inner.backend.node_timeout => None,
             Outcome::Failed(e) => Some(e),
         };
         if !waited {
