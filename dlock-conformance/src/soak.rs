@@ -237,8 +237,8 @@ async fn soak(
     let line = format!(
         "ops_accepted={} ops_rejected={} grants={} losses={} timeouts={} errors={} stalls={} \
          blackholes={} delays={} resets={} lost_replies={} breaks={} frozen_processes={} \
-         frozen_writes_rejected={} fenced_violations={} token_violations={} belief_overlaps={} \
-         overlaps_without_break={}",
+         frozen_writes_rejected={} fenced_violations={} token_violations={} token_order_races={} \
+         belief_overlaps={} overlaps_without_break={}",
         Counts::get(&counts.accepted),
         Counts::get(&counts.rejected),
         Counts::get(&counts.grants),
@@ -254,6 +254,11 @@ async fn soak(
         g(&nemeses.frozen),
         g(&nemeses.frozen_rejected),
         usize::from(f.fenced.is_some()),
+        if caps.fencing == dlock_core::FencingStrength::None {
+            0
+        } else {
+            late_lower_tokens(&history)
+        },
         usize::from(f.tokens.is_some()),
         f.overlaps.as_ref().map_or(0, |o| o.0),
         unexplained_overlaps(&history, &breaks),
@@ -275,6 +280,22 @@ async fn soak(
         )));
     }
     Ok(line)
+}
+
+/// Grants whose token is lower than that of a hold which had already ENDED (released or lost)
+/// before the grant: a token-monotonicity violation no recording race can explain. (Two grants
+/// at nearly the same moment — the first holder broken at once — may be recorded in either
+/// order by their tasks; those show as `token_order_races`.)
+fn late_lower_tokens(history: &crate::history::History) -> usize {
+    let beliefs = history.beliefs();
+    beliefs
+        .iter()
+        .filter(|later| {
+            beliefs
+                .iter()
+                .any(|earlier| earlier.1 > later.1 && earlier.3 < later.2)
+        })
+        .count()
 }
 
 /// Belief overlaps that no forced break explains: pairs of holds of different clients where the
