@@ -179,7 +179,9 @@ pub(crate) async fn waiter_crash(ctx: &Ctx) -> Result<(), Verdict> {
         ));
     }
     let lock = name("waiter-crash")?;
-    let held = holder.acquire(&lock, AcquireOptions::wait(ttl)).await?;
+    let held = holder
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(10)))
+        .await?;
     let base = ctx.leftovers().await?.len();
     // The middle waiter: a process of its own, queued behind the holder.
     let mut middle = super::holder::HolderProcess::spawn(ctx, &lock)?;
