@@ -257,7 +257,7 @@ async fn soak(
         if caps.fencing == dlock_core::FencingStrength::None {
             0
         } else {
-            late_lower_tokens(&history)
+            late_lower_tokens(&history, &breaks)
         },
         usize::from(f.tokens.is_some()),
         f.overlaps.as_ref().map_or(0, |o| o.0),
@@ -286,16 +286,31 @@ async fn soak(
 /// before the grant: a token-monotonicity violation no recording race can explain. (Two grants
 /// at nearly the same moment — the first holder broken at once — may be recorded in either
 /// order by their tasks; those show as `token_order_races`.)
-fn late_lower_tokens(history: &crate::history::History) -> usize {
+fn late_lower_tokens(history: &crate::history::History, breaks: &[std::time::Instant]) -> usize {
     let beliefs = history.beliefs();
-    beliefs
-        .iter()
-        .filter(|later| {
-            beliefs
-                .iter()
-                .any(|earlier| earlier.1 > later.1 && earlier.3 < later.2)
-        })
-        .count()
+    let mut count = 0;
+    for later in &beliefs {
+        let Some(earlier) = beliefs
+            .iter()
+            .find(|earlier| earlier.1 > later.1 && earlier.3 < later.2)
+        else {
+            continue;
+        };
+        count += 1;
+        if count == 1 {
+            let broken = breaks.iter().filter(|b| **b <= later.2).max();
+            println!(
+                "DLOCK_SOAK detail token_violation: client {} was granted token {} {:?} after client {}'s hold with token {} ended; last forced break {:?} before that grant",
+                later.0,
+                later.1,
+                later.2.saturating_duration_since(earlier.3),
+                earlier.0,
+                earlier.1,
+                broken.map(|b| later.2.saturating_duration_since(*b))
+            );
+        }
+    }
+    count
 }
 
 /// Belief overlaps that no forced break explains: pairs of holds of different clients where the
