@@ -13,8 +13,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test                 fmt check, clippy -D warnings, every test (conformance included), docs
-  conform [--backend memory,redis,...] [--json FILE]
+  test                 fmt check, clippy -D warnings, every test (conformance included), docs,
+                       a 1-minute fault soak and a quick bench run
+  conform [--backend memory,redis,...] [--json FILE] [--soak 10m [--seed N]]
                        run the conformance scenarios against real servers and print the table
   bench [--quick] [--backend ...] [--json FILE]
                        dlock vs the raw server floor vs peer libraries, in one run
@@ -100,6 +101,11 @@ fn test() -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
+    // A one-minute randomized fault soak over every backend: fails on any fenced-safety
+    // violation (the 10-minute soak is `cargo xtask conform --soak 10m`).
+    eprintln!("\n==> soak smoke: conform --soak 1m");
+    conform::run(&["--soak".to_string(), "1m".to_string()])
+        .map_err(|e| format!("step `soak smoke` failed: {e}"))?;
     // Proves the comparison harness end to end (no timing is asserted; figures land in
     // target/dlock-bench-quick for the curious).
     eprintln!("\n==> bench --quick");
