@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::builder::{Config, EtcdLockerBuilder};
 use crate::errors;
 use crate::keys;
-use crate::ops::{Etcd, Recheck};
+use crate::ops::{Enqueue, Etcd, Recheck};
 use crate::session::{Backend, Entry, KeepAlive, LockEntry, Session, spawn_cleanup};
 use crate::slots::{SlotGuard, Slots};
 
@@ -346,9 +346,33 @@ impl EtcdLocker {
         let etcd = &inner.etcd;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
-        let enq = etcd
+        let enq = match etcd
             .enqueue(range, &pending.key, session.id(), deadline)
-            .await?;
+            .await?
+        {
+            Enqueue::Queued(enq) => enq,
+            Enqueue::SessionGone => {
+                // etcd dropped the session lease (revoked, or expired before a keep-alive
+                // reply told us): it has no key left anywhere. End the session now, so its
+                // locks are announced lost and the next attempt queues on a new lease,
+                // instead of failing the acquire or ever granting on the removed key.
+                let id = session.id();
+                tracing::info!(
+                    lock = %name,
+                    lease = format_args!("{id:x}"),
+                    "etcd no longer knows the session lease; queueing on a new session"
+                );
+                inner.driver.lose_where(
+                    &LossReason::SessionEnded(format!("etcd lease {id:x} expired or was revoked")),
+                    |e| e.lease_id() == id,
+                );
+                return Ok(Attempt::Requeue);
+            }
+            Enqueue::KeyGone => {
+                tracing::debug!(lock = %name, key = %pending.key, "our queue key vanished while enqueueing; queueing again");
+                return Ok(Attempt::Requeue);
+            }
+        };
         if enq.rev <= 0 {
             return Err(errors::unexpected(
                 "enqueue transaction",

@@ -32,6 +32,19 @@ pub(crate) struct Enqueued {
     pub(crate) predecessor: Option<String>,
 }
 
+/// How the enqueue transaction ended.
+#[derive(Debug)]
+pub(crate) enum Enqueue {
+    /// Our key is in the queue.
+    Queued(Enqueued),
+    /// etcd no longer knows our session lease (expired or revoked): no key of the session can
+    /// exist, so the session is over and a new one must queue.
+    SessionGone,
+    /// Our key existed from an earlier request but vanished before we could read its place:
+    /// queue again.
+    KeyGone,
+}
+
 /// What re-checking after a wake-up found.
 #[derive(Debug)]
 pub(crate) enum Recheck {
@@ -92,13 +105,17 @@ impl Etcd {
     /// One transaction: create our key under the session lease unless it exists, and read the
     /// contenders around it. Same compare and branches as etcd's `concurrency.Mutex`, plus the
     /// predecessor read in the same round trip.
+    ///
+    /// A put under a lease etcd no longer knows fails with "lease not found": that is
+    /// [`Enqueue::SessionGone`], not an error (an operator revoked the lease, or it expired
+    /// before our keep-alive told us).
     pub(crate) async fn enqueue(
         &self,
         range: &str,
         key: &str,
         lease: i64,
         deadline: Option<Instant>,
-    ) -> Result<Enqueued, Error> {
+    ) -> Result<Enqueue, Error> {
         const WHAT: &str = "enqueue transaction";
         // After our put, our key has the highest create revision in the range: the two newest
         // keys are ours and our predecessor.
@@ -114,12 +131,21 @@ impl Etcd {
             ])
             .or_else([TxnOp::get(key, None)]);
         let kv = self.client.kv_client();
-        let resp = self
+        let reply = self
             .call(WHAT, deadline, || {
                 let (mut kv, txn) = (kv.clone(), txn.clone());
-                async move { kv.txn(txn).await }
+                async move {
+                    match kv.txn(txn).await {
+                        Ok(resp) => Ok(Some(resp)),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
             })
             .await?;
+        let Some(resp) = reply else {
+            return Ok(Enqueue::SessionGone);
+        };
         let header_rev =
             header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
         let ops = resp.op_responses();
@@ -139,11 +165,11 @@ impl Etcd {
             let predecessor = kvs
                 .get(1)
                 .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-            Ok(Enqueued {
+            Ok(Enqueue::Queued(Enqueued {
                 rev,
                 header_rev,
                 predecessor,
-            })
+            }))
         } else {
             // Our key exists already (a retried request of ours, or an older queue entry of
             // this session): keep its place, as etcd's Mutex does.
@@ -152,12 +178,9 @@ impl Etcd {
                 .first()
                 .map(KeyValue::create_revision)
                 .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
-            match self.recheck(range, key, rev, deadline).await? {
-                Recheck::KeyGone => Err(errors::unexpected(
-                    WHAT,
-                    "our key vanished while enqueueing",
-                )),
-                Recheck::Owner => Ok(Enqueued {
+            Ok(match self.recheck(range, key, rev, deadline).await? {
+                Recheck::KeyGone => Enqueue::KeyGone,
+                Recheck::Owner => Enqueue::Queued(Enqueued {
                     rev,
                     header_rev,
                     predecessor: None,
@@ -165,12 +188,12 @@ impl Etcd {
                 Recheck::Behind {
                     predecessor,
                     header_rev,
-                } => Ok(Enqueued {
+                } => Enqueue::Queued(Enqueued {
                     rev,
                     header_rev,
                     predecessor: Some(predecessor),
                 }),
-            }
+            })
         }
     }
 
