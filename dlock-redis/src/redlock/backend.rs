@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::{Counters, Error, LossReason, NodeError, RenewBackend, Renewal};
+use futures::StreamExt;
 use futures::future::join_all;
+use futures::stream::FuturesUnordered;
 
+use super::tally::{Tally, Verdict};
 use crate::conn::{Node, millis};
 use crate::keys::Keys;
 use crate::scripts::{self, scripts};
@@ -91,6 +94,7 @@ impl RenewBackend for Renewer {
         // One script call per node over every held lease, all nodes at once: one round trip.
         // Compare-and-PEXPIRE never re-creates a key that expired or a node that lost it.
         let ttl_ms = millis(self.ttl);
+        // The driver bounds the whole call; a node never gets more than that.
         let budget = self.ttl / 3;
         let pipe = scripts::renew_pipeline(
             ttl_ms,
@@ -99,66 +103,70 @@ impl RenewBackend for Renewer {
                 .map(|e| (e.keys.lock.as_str(), e.owner.as_str())),
         );
         let pipe = &pipe;
-        let results = join_all(self.nodes.iter().map(|node| async move {
-            let chunks: Vec<Vec<i64>> =
-                node.pipeline("renew", pipe, budget, &self.counters).await?;
-            scripts::flatten_renewals(chunks, entries.len()).ok_or_else(|| {
-                Error::backend(
-                    format!(
-                        "unexpected reply to renew from {}: wrong length",
-                        node.display
-                    ),
-                    None,
-                )
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| async move {
+                let r = node
+                    .pipeline::<Vec<Vec<i64>>>("renew", pipe, budget, &self.counters)
+                    .await
+                    .and_then(|chunks| {
+                        scripts::flatten_renewals(chunks, entries.len()).ok_or_else(|| {
+                            Error::backend(
+                                format!(
+                                    "unexpected reply to renew from {}: wrong length",
+                                    node.display
+                                ),
+                                None,
+                            )
+                        })
+                    });
+                (node, r)
             })
-        }))
-        .await;
-        let mut extended = vec![0usize; entries.len()];
-        let mut errored = 0usize;
+            .collect();
+        // Decide as soon as the answers so far settle every lease: a majority extended it, a
+        // majority no longer holds it, or it cannot reach a majority in this round. Waiting
+        // for the rest (a dead node's reconnects, a hung link) would only let the driver's
+        // bound on the round discard a majority that already answered.
+        let mut tally = Tally::new(self.nodes.len(), self.quorum, entries.len());
         let mut causes = Vec::new();
-        for (node, r) in self.nodes.iter().zip(results) {
+        while let Some((node, r)) = pending.next().await {
             match r {
-                Ok(replies) => {
-                    for (count, reply) in extended.iter_mut().zip(replies) {
-                        if reply == 1 {
-                            *count += 1;
-                        }
-                    }
-                }
+                Ok(replies) => tally.answered(&replies),
                 Err(e) => {
-                    errored += 1;
+                    tally.failed();
                     causes.push(NodeError {
                         node: node.display.to_string(),
                         cause: e.to_string(),
                     });
                 }
             }
+            if tally.settled() {
+                break;
+            }
         }
-        if self.nodes.len() - errored < self.quorum {
-            return Err(Error::QuorumNotReached {
-                needed: self.quorum,
-                granted: self.nodes.len() - errored,
-                causes,
-            });
-        }
+        drop(pending);
         let mut out = Vec::with_capacity(entries.len());
-        for (entry, count) in entries.iter().zip(extended) {
-            if count >= self.quorum {
-                out.push(Renewal::Extended);
-            } else if count + errored >= self.quorum {
-                // Undecided until the failed nodes answer: retry the whole round.
-                return Err(Error::QuorumNotReached {
-                    needed: self.quorum,
-                    granted: count,
-                    causes,
-                });
-            } else {
-                self.unlock_detached(entry.keys.clone(), entry.owner.clone());
-                out.push(Renewal::Lost(LossReason::Gone(format!(
-                    "the lock is held on only {count} of {} nodes (quorum {})",
-                    self.nodes.len(),
-                    self.quorum
-                ))));
+        for (entry, verdict) in entries.iter().zip(tally.verdicts()) {
+            match verdict {
+                Verdict::Extended => out.push(Renewal::Extended),
+                Verdict::Gone(count) => {
+                    self.unlock_detached(entry.keys.clone(), entry.owner.clone());
+                    out.push(Renewal::Lost(LossReason::Gone(format!(
+                        "the lock is held on only {count} of {} nodes (quorum {})",
+                        self.nodes.len(),
+                        self.quorum
+                    ))));
+                }
+                // Not decided by this round (nodes failed or stayed silent): the driver
+                // retries the whole round within the validity.
+                Verdict::Open(count) => {
+                    return Err(Error::QuorumNotReached {
+                        needed: self.quorum,
+                        granted: count,
+                        causes,
+                    });
+                }
             }
         }
         Ok(out)

@@ -3,6 +3,7 @@
 mod acquire;
 mod backend;
 mod quorum;
+mod tally;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,8 +38,10 @@ pub const MAX_NODES: usize = 63;
 ///   a majority holds a counter ≥ the token and the next grant's majority (which intersects
 ///   it) can only produce a larger one.
 /// - **Renewal**: compare-and-`PEXPIRE` of every held lease on every node in one round trip;
-///   a lease is extended when a majority confirmed it within its validity. A key that expired
-///   or vanished on a node (restart) is never re-created there.
+///   a lease is extended when a majority confirmed it within its validity. A round ends as
+///   soon as the answers so far settle every lease, so a dead or hung node never holds up a
+///   majority that already answered. A key that expired or vanished on a node (restart) is
+///   never re-created there.
 /// - **Release**: compare-and-delete on every node.
 ///
 /// # Assumptions
