@@ -276,9 +276,13 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
             .map(|(_, c, _)| c.deadline())
             .min()
             .unwrap_or(start);
-        let budget = earliest
-            .saturating_duration_since(start)
-            .min(period)
+        // A round may run for TTL/3, or for two thirds of the remaining validity if that is
+        // longer: a reply delayed by a short network blip still counts, and a third of the
+        // validity is left for a retry when the request is truly lost.
+        let remaining = earliest.saturating_duration_since(start);
+        let budget = period
+            .max(remaining * 2 / 3)
+            .min(remaining)
             .max(Duration::from_millis(1));
         let backend = Arc::clone(&shared.backend);
         let outcome = tokio::time::timeout(budget, backend.renew(&entries)).await;
