@@ -337,9 +337,9 @@ async fn a_lease_near_its_deadline_pulls_the_round_forward() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_delayed_past_a_third_of_the_ttl_still_renews() {
-    // Every reply takes 1.2 s (a blip, a loaded server): longer than TTL/3 = 1 s, well inside
+    // Every reply takes 1.1 s (a blip, a loaded server): longer than TTL/3 = 1 s, well inside
     // the remaining validity. The driver must wait for it rather than give up and re-send.
-    let fake = Fake::new(Script::Slow(Duration::from_millis(1200)));
+    let fake = Fake::new(Script::Slow(Duration::from_millis(1100)));
     let d = driver(&fake);
     let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
     tokio::time::sleep(Duration::from_secs(10)).await;
