@@ -21,6 +21,10 @@ pub enum Renewal {
     Extended,
     /// The server says the lease is no longer ours.
     Lost(LossReason),
+    /// Not decided this round (e.g. a Redlock lease short of a majority, one session of
+    /// several that did not answer): the lease keeps its current deadline and the driver
+    /// retries it soon, within its remaining validity.
+    Retry,
 }
 
 /// What a backend does for the renewal driver.
@@ -291,8 +295,13 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
                 failures = 0;
                 shared.counters.add_renewals(1);
                 let new_deadline = start + shared.ttl.saturating_sub(drift(shared.ttl));
+                let mut undecided = 0usize;
                 for ((id, cell, _), result) in batch.iter().zip(results) {
                     let reason = match result {
+                        Renewal::Retry => {
+                            undecided += 1;
+                            continue;
+                        }
                         Renewal::Extended if cell.extend(new_deadline) => {
                             tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
                             continue;
@@ -307,7 +316,14 @@ async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
                         shared.counters.add_losses(1);
                     }
                 }
-                tick = Some(start + period);
+                tick = Some(if undecided == 0 {
+                    start + period
+                } else {
+                    // Some leases were not extended: retry soon, inside their validity.
+                    tracing::debug!(undecided, "renewal left leases undecided; retrying");
+                    shared.counters.add_renewal_failures(1);
+                    Instant::now() + (period / 4).max(Duration::from_millis(1))
+                });
             }
             other => {
                 failures += 1;
