@@ -118,6 +118,32 @@ async fn cycle(cluster: &Cluster, round: usize) -> Result<(), String> {
     result
 }
 
+/// `etcd_debugging_server_lease_expired_total` of every node: the member whose lessor proposed
+/// the revocation of an expired lease counts it.
+fn expired_by_node(cluster: &Cluster) -> String {
+    use std::io::{Read, Write};
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            let mut body = String::new();
+            if let Ok(mut s) = std::net::TcpStream::connect(n.addr()) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+                let _ = s.read_to_string(&mut body);
+            }
+            let count = body
+                .lines()
+                .find_map(|l| l.strip_prefix("etcd_debugging_server_lease_expired_total "))
+                .unwrap_or("?")
+                .trim()
+                .to_string();
+            format!("node {}: {count}", n.index())
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[test]
 #[ignore = "fails on etcd without etcd-io/etcd#16822 (Debian 3.4.23): run with --ignored"]
 fn a_resumed_stale_leader_never_revokes_a_lease_before_its_acknowledged_ttl() {
@@ -128,7 +154,11 @@ fn a_resumed_stale_leader_never_revokes_a_lease_before_its_acknowledged_ttl() {
         .expect("runtime");
     for round in 0..CYCLES {
         if let Err(why) = rt.block_on(cycle(&cluster, round)) {
-            panic!("{why}");
+            std::thread::sleep(Duration::from_millis(500));
+            panic!(
+                "{why}; leases revoked as expired, by the member that proposed it: {}",
+                expired_by_node(&cluster)
+            );
         }
         println!("cycle {round}: no early revocation");
     }
