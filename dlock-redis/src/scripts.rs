@@ -53,19 +53,69 @@ local function pass_on(lock, q, qt, chan_prefix, ttl)
 end
 "#;
 
-/// Fair acquire (the queued path; the uncontended first attempt is the
-/// [`fast_acquire`] pipeline).
+/// The fencing counter, shared by every granting script (placed first: it is small).
 ///
-/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms.
+/// A grant's token is the counter plus one, raised to at least the server's clock in
+/// microseconds (`TIME`). So a counter that was lost (a restart without persistence, a failover
+/// to a replica that missed the latest grants, an evicted fence key) starts again ABOVE every
+/// token issued before, as long as the server clock does not step back: tokens never repeat or
+/// go back. The counter key lives for [`FENCE_LIFETIME`] after the last grant (not forever).
+/// Lua numbers are doubles, exact for integers below 2^53 (about 285 years of microseconds);
+/// the value is written with `%.0f`, never in exponent notation.
+const TOKEN_PRELUDE: &str = r#"
+local function next_token(fence, life)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local tok = tonumber(redis.call('GET', fence) or '0') + 1
+  if tok < floor then tok = floor end
+  redis.call('SET', fence, string.format('%.0f', tok), 'PX', life)
+  return tok
+end
+"#;
+
+/// How long a fence key lives after its last grant. Once it expired, the next token is the
+/// server's clock in microseconds, still above every earlier token (see [`TOKEN_PRELUDE`]); the
+/// counter only keeps tokens increasing across server clock steps back shorter than this gap.
+pub(crate) const FENCE_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// The first attempt of every acquire, in one round trip: `SET lock owner NX PX ttl`; when it
+/// granted, the next token ([`TOKEN_PRELUDE`]); otherwise the holder's `PTTL`. A failed attempt
+/// writes nothing (no counter bump per poll).
+///
+/// KEYS: lock, fence. ARGV: owner, ttl ms, fence lifetime ms. Returns `{1, token}` or
+/// `{0, pttl}`.
+///
+/// A release never frees a lock that has queued waiters (it is reserved for the head), so this
+/// cannot bypass a fair queue; only when a holder's key EXPIRED (a crash) may a newcomer get the
+/// lock before the queued head, which costs fairness once, never safety.
+const FAST_ACQUIRE_BODY: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, next_token(KEYS[2], ARGV[3])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Fair acquire (the queued path; the uncontended first attempt is [`FAST_ACQUIRE_BODY`]).
+///
+/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms, fence
+/// lifetime ms.
 ///
 /// Grants when the lock is reserved for `entry`, or free with no other live head. Returns
 /// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
+///
+/// "Our own earlier grant" (an attempt whose reply was lost or late set the key with our owner
+/// value) re-arms the key's TTL: the caller counts the lease's deadline from THIS attempt, so
+/// the key must not expire earlier.
 const ACQUIRE_FAIR_HEAD: &str = r#"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  -- Our own earlier grant (its reply was lost); the fence only grew since.
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- The fence only grew since (nobody else was granted); a lost fence key gets a new token.
+  local tok = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tok < 1 then tok = next_token(KEYS[2], ARGV[5]) end
+  return {1, tok}
 end
 "#;
 
@@ -76,7 +126,7 @@ local entry = ARGV[3]
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
 if holder == 'r:' .. entry or (not holder and (not head or head == entry)) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local token = redis.call('INCR', KEYS[2])
+  local token = next_token(KEYS[2], ARGV[5])
   redis.call('LREM', KEYS[3], 1, entry)
   redis.call('HDEL', KEYS[4], entry)
   return {1, token}
@@ -151,15 +201,18 @@ end
 return out
 "#;
 
-/// Redlock fence write-back: raises the counter to at least ARGV[1]. KEYS: fence. Returns 1.
+/// Redlock fence write-back: raises the counter to at least ARGV[1].
+///
+/// KEYS: fence. ARGV: token, fence lifetime ms. Returns 1.
 const RAISE_FENCE_SRC: &str = r#"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
 return 1
 "#;
 
 /// All scripts, built once per process.
 pub(crate) struct Scripts {
+    pub(crate) fast_acquire: Script,
     pub(crate) acquire_fair: Script,
     pub(crate) release_fair: Script,
     pub(crate) withdraw: Script,
@@ -169,8 +222,9 @@ pub(crate) struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    fast_acquire: Script::new(&format!("{TOKEN_PRELUDE}{FAST_ACQUIRE_BODY}")),
     acquire_fair: Script::new(&format!(
-        "{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
+        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
     release_fair: Script::new(&format!(
         "{RELEASE_FAIR_HEAD}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
@@ -186,30 +240,25 @@ pub(crate) fn scripts() -> &'static Scripts {
     &SCRIPTS
 }
 
-/// The first attempt of every acquire, in one round trip without a script: `SET lock owner NX
-/// PX ttl`, `INCR fence`, `PTTL lock`. Granted when the `SET` answered OK; the token is the
-/// `INCR` result.
-///
-/// The `INCR` runs whether or not the `SET` did (a failed attempt only skips a number). It is
-/// not atomic with the `SET`, but no other grant can happen between them (our key is there),
-/// so the token is still above every earlier grant's and below every later one's; a reply that
-/// arrives after the grant's validity is discarded by the caller. A release never frees a lock
-/// that has queued waiters (it is reserved for the head), so this cannot bypass a fair queue;
-/// only when a holder's key EXPIRED (a crash) may a newcomer get the lock before the queued
-/// head, which costs fairness once, never safety.
-pub(crate) fn fast_acquire(lock: &str, fence: &str, owner: &str, ttl_ms: u64) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(lock)
+/// The first attempt of every acquire ([`FAST_ACQUIRE_BODY`]) as an invocation.
+pub(crate) fn fast_acquire(
+    lock: &str,
+    fence: &str,
+    owner: &str,
+    ttl_ms: u64,
+) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts().fast_acquire.prepare_invoke();
+    inv.key(lock)
+        .key(fence)
         .arg(owner)
-        .arg("NX")
-        .arg("PX")
         .arg(ttl_ms)
-        .cmd("INCR")
-        .arg(fence)
-        .cmd("PTTL")
-        .arg(lock);
-    pipe
+        .arg(fence_lifetime_ms());
+    inv
+}
+
+/// [`FENCE_LIFETIME`] in milliseconds, for the scripts.
+pub(crate) fn fence_lifetime_ms() -> u64 {
+    u64::try_from(FENCE_LIFETIME.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The most keys one renewal script call takes; larger batches become several calls in ONE

@@ -24,8 +24,8 @@ pub const MAX_NODES: usize = 63;
 
 /// A lock over N independent Redis masters (the Redlock algorithm).
 ///
-/// - **Acquire**: `SET NX PX` with a random 128-bit owner value plus `INCR` of the node's fence
-///   counter (one pipeline, no script), sent to every node at once, each bounded by a small per-node timeout. The lock
+/// - **Acquire**: `SET NX PX` with a random 128-bit owner value and, only when that granted,
+///   the node's next token (one small script), sent to every node at once, each bounded by a small per-node timeout. The lock
 ///   is granted when a quorum (N/2+1) agreed and the validity `TTL − elapsed − (TTL·1% + 2 ms)`
 ///   (saturating) is still positive. Otherwise every node is unlocked (also those that seemed
 ///   to refuse: a reply may have been lost) and, when waiting, the attempt is retried after a

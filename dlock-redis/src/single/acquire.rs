@@ -57,6 +57,9 @@ struct Pending {
     entry: Option<String>,
     /// Something may be left at the server (a grant whose reply we did not see, a queue entry).
     dirty: bool,
+    /// An attempt with this owner value got no reply in time: the lock may hold our owner
+    /// value, so `dirty` stays set until a grant (or a cleanup) settles it.
+    unseen: bool,
 }
 
 impl Pending {
@@ -138,8 +141,8 @@ impl Drop for Pending {
     }
 }
 
-/// One attempt: the script-free [`fast_acquire`](scripts::fast_acquire) pipeline first (and
-/// always in non-fair mode), the queue script once a fair waiter is `queued`.
+/// One attempt: the [`fast_acquire`](scripts::fast_acquire) script first (and always in
+/// non-fair mode), the queue script once a fair waiter is `queued`.
 async fn attempt(
     inner: &Inner,
     p: &Pending,
@@ -147,28 +150,21 @@ async fn attempt(
     queued: bool,
 ) -> Result<Reply, Error> {
     let node = &inner.backend.node;
-    if !queued {
-        let pipe = scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl));
-        let (set, token, pttl): (Option<String>, i64, i64) = node
-            .pipeline("acquire", &pipe, budget, &inner.counters)
-            .await?;
-        return match set {
-            Some(_) => Ok(Reply::Granted(token_of(&node.display, token)?)),
-            None => Ok(Reply::Held {
-                pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                head: false,
-            }),
-        };
-    }
-    let mut inv = scripts().acquire_fair.prepare_invoke();
-    inv.key(&p.keys.lock)
-        .key(&p.keys.fence)
-        .key(&p.keys.queue)
-        .key(&p.keys.deadlines)
-        .arg(&p.owner)
-        .arg(millis(inner.ttl))
-        .arg(p.entry.as_deref().unwrap_or(""))
-        .arg(millis(entry_lifetime(inner.ttl)));
+    let inv = if queued {
+        let mut inv = scripts().acquire_fair.prepare_invoke();
+        inv.key(&p.keys.lock)
+            .key(&p.keys.fence)
+            .key(&p.keys.queue)
+            .key(&p.keys.deadlines)
+            .arg(&p.owner)
+            .arg(millis(inner.ttl))
+            .arg(p.entry.as_deref().unwrap_or(""))
+            .arg(millis(entry_lifetime(inner.ttl)))
+            .arg(scripts::fence_lifetime_ms());
+        inv
+    } else {
+        scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl))
+    };
     let reply: Vec<i64> = node
         .invoke("acquire", &inv, budget, &inner.counters)
         .await?;
@@ -189,6 +185,7 @@ fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
         owner: random_id(),
         entry,
         dirty: false,
+        unseen: false,
     }
 }
 
@@ -296,7 +293,9 @@ pub(super) async fn acquire(
                 // own grant by its owner value; in non-fair mode our own key would block
                 // us, so it is given back and a new owner value is used.
                 tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
-                if !inner.fair {
+                if inner.fair {
+                    p.unseen = true;
+                } else {
                     let stale = std::mem::replace(&mut p.owner, random_id());
                     let backend = Arc::clone(&inner.backend);
                     let keys = p.keys.clone();
@@ -320,6 +319,7 @@ pub(super) async fn acquire(
                     tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
                     inner.backend.release_keys(&p.keys, &p.owner).await?;
                     p.owner = random_id();
+                    p.unseen = false;
                     continue;
                 }
                 let lease = grant(inner, name, p, token, start);
@@ -327,8 +327,9 @@ pub(super) async fn acquire(
                 return Ok(lease);
             }
             Reply::Held { .. } if inner.fair && !queued => {
-                // The fast path left nothing behind; join the queue at once.
-                p.dirty = false;
+                // This attempt left nothing behind (an earlier one without a reply may have);
+                // join the queue at once.
+                p.dirty = p.unseen;
                 queued = true;
                 notify = Some(join_queue(inner, &mut p));
                 continue;

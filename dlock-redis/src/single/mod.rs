@@ -31,8 +31,11 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   128-bit owner value, with a TTL), next to `<prefix>dlock:{name}:fence` (the fencing
 ///   counter) and, in fair mode, `<prefix>dlock:{name}:q` / `:qt` (the waiter queue and its
 ///   deadlines). The braces make them one hash tag, one cluster slot.
-/// - An acquire's first attempt is one script-free round trip (`SET NX PX`, `INCR` of the
-///   fence, `PTTL`): the token arrives with the grant. Release is a compare-and-delete. Every
+/// - An acquire's first attempt is one round trip (a small script: `SET NX PX`, and only when
+///   that granted, the next token; a refused attempt writes nothing): the token arrives with
+///   the grant. A token is the fence counter + 1, raised to at least the server's clock in
+///   microseconds, so tokens keep increasing when the counter is lost (a restart without
+///   persistence, a failover to a lagging replica, an evicted fence key). Release is a compare-and-delete. Every
 ///   lease the locker holds is renewed in ONE round trip every TTL/3.
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
