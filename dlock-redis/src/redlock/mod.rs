@@ -40,8 +40,9 @@ pub const MAX_NODES: usize = 63;
 /// - **Renewal**: compare-and-`PEXPIRE` of every held lease on every node in one round trip;
 ///   a lease is extended when a majority confirmed it within its validity. A round ends as
 ///   soon as the answers so far settle every lease, so a dead or hung node never holds up a
-///   majority that already answered. A key that expired or vanished on a node (restart) is
-///   never re-created there.
+///   majority that already answered. Each lease gets its own verdict: one that this round
+///   cannot decide keeps its deadline and is retried soon, without failing the others. A key
+///   that expired or vanished on a node (restart) is never re-created there.
 /// - **Release**: compare-and-delete on every node.
 ///
 /// # Assumptions
