@@ -14,8 +14,13 @@ use redis::Script;
 ///
 /// A queue entry is `<locker id>.<sequence>`; the head's locker listens on the channel
 /// `<channel prefix><locker id>`. A lock released while waiters are queued is not freed: it is
-/// RESERVED for the live head (value `r:<entry>`, with the lock's TTL), so that nobody can
-/// barge in with a plain `SET NX` while the head is being woken.
+/// RESERVED for the live head (value `r:<entry>`), so that nobody can barge in with a plain
+/// `SET NX` while the head is being woken. A reservation lasts no longer than the head's entry
+/// (nor than the lock's TTL), and one whose entry is no longer live counts as free: a crashed
+/// head stalls the queue for at most its entry's lifetime (a few seconds).
+///
+/// The queue keys' expiry is only ever extended, never shortened, so a locker with a short TTL
+/// cannot cut the queue's life under the entries of lockers with longer ones.
 const FAIR_PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
@@ -32,6 +37,11 @@ local function live_head(q, qt, now)
     redis.call('HDEL', qt, head)
   end
 end
+-- Sets a key's expiry to `ms` unless it already lives longer (never shortens).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
+end
 local function publish(head, chan_prefix)
   local locker = string.match(head, '^([^.]+)')
   if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
@@ -43,9 +53,12 @@ local function notify_head(q, qt, chan_prefix)
 end
 -- Hands the lock to the live head (reserved for it, and only it is told), or frees it.
 local function pass_on(lock, q, qt, chan_prefix, ttl)
-  local head = live_head(q, qt, now_ms())
+  local now = now_ms()
+  local head, dl = live_head(q, qt, now)
   if head then
-    redis.call('SET', lock, 'r:' .. head, 'PX', ttl)
+    local px = math.min(tonumber(ttl), dl - now)
+    if px < 1 then px = 1 end
+    redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
     publish(head, chan_prefix)
   else
     redis.call('DEL', lock)
@@ -99,7 +112,7 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// Fair acquire (the queued path; the uncontended first attempt is [`FAST_ACQUIRE_BODY`]).
 ///
 /// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms, fence
-/// lifetime ms.
+/// lifetime ms, channel prefix.
 ///
 /// Grants when the lock is reserved for `entry`, or free with no other live head. Returns
 /// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
@@ -124,6 +137,14 @@ const ACQUIRE_FAIR_TAIL: &str = r#"
 local now = now_ms()
 local entry = ARGV[3]
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
+if holder and string.sub(holder, 1, 2) == 'r:' then
+  -- A reservation for an entry that is no longer live (a crashed head) counts as free.
+  local dl = tonumber(redis.call('HGET', KEYS[4], string.sub(holder, 3)))
+  if not dl or dl <= now then
+    redis.call('DEL', KEYS[1])
+    holder = false
+  end
+end
 if holder == 'r:' .. entry or (not holder and (not head or head == entry)) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   local token = next_token(KEYS[2], ARGV[5])
@@ -134,13 +155,15 @@ end
 if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
   redis.call('RPUSH', KEYS[3], entry)
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[4], ARGV[4])
+extend(KEYS[3], ARGV[4])
+extend(KEYS[4], ARGV[4])
 if holder then
   local is_head = 0
   if redis.call('LINDEX', KEYS[3], 0) == entry then is_head = 1 end
   return {0, redis.call('PTTL', KEYS[1]), is_head}
 end
+-- Free, but the head's turn: tell the head (it may have missed its message).
+publish(head, ARGV[6])
 return {0, -3, 0, head_dl - now}
 "#;
 

@@ -160,7 +160,8 @@ async fn attempt(
             .arg(millis(inner.ttl))
             .arg(p.entry.as_deref().unwrap_or(""))
             .arg(millis(entry_lifetime(inner.ttl)))
-            .arg(scripts::fence_lifetime_ms());
+            .arg(scripts::fence_lifetime_ms())
+            .arg(&inner.backend.channel_prefix);
         inv
     } else {
         scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl))
@@ -171,10 +172,22 @@ async fn attempt(
     parse(&node.display, &reply)
 }
 
-/// How long a waiter's queue entry lives without a refresh. Waiters refresh it at least every
-/// TTL (their fallback timer), so it only expires when the waiter is gone.
+/// The longest a fair waiter sleeps without refreshing its queue entry (its fallback timer):
+/// the TTL, at most [`MAX_REFRESH`].
+fn refresh_period(ttl: Duration) -> Duration {
+    ttl.min(MAX_REFRESH)
+}
+
+/// The refresh period bound: a few seconds whatever the TTL, so a crashed waiter (whose entry
+/// lives three refresh periods) or a crashed head (whose reservation lasts no longer than its
+/// entry) stalls the queue for at most [`entry_lifetime`] + one refresh period, about 4 s,
+/// not one or more TTLs.
+const MAX_REFRESH: Duration = Duration::from_secs(1);
+
+/// How long a waiter's queue entry lives without a refresh: three refresh periods, so it only
+/// expires when the waiter is gone (or its link to the server is).
 fn entry_lifetime(ttl: Duration) -> Duration {
-    ttl.saturating_mul(2)
+    refresh_period(ttl).saturating_mul(3)
 }
 
 fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
@@ -340,22 +353,24 @@ pub(super) async fn acquire(
                     p.dirty = false;
                 }
                 if inner.fair {
+                    let refresh = refresh_period(inner.ttl);
                     if head {
-                        // The head sleeps until the holder's key expires (a crashed holder);
-                        // whatever the server says, never longer than the longest TTL.
-                        pttl.map_or(inner.ttl, |t| {
-                            t.saturating_add(Duration::from_millis(1))
-                                .min(dlock_core::MAX_TTL)
+                        // The head sleeps until the holder's key expires (a crashed holder),
+                        // but never longer than its refresh period (its entry must stay live).
+                        pttl.map_or(refresh, |t| {
+                            t.saturating_add(Duration::from_millis(1)).min(refresh)
                         })
                     } else {
-                        // Others refresh their entry once per TTL.
-                        inner.ttl
+                        // Others refresh their entry once per refresh period.
+                        refresh
                     }
                 } else {
                     jitter(pttl, inner.retry_delay)
                 }
             }
-            Reply::Turn { head_left } => (head_left + Duration::from_millis(1)).min(inner.ttl),
+            Reply::Turn { head_left } => {
+                (head_left + Duration::from_millis(1)).min(refresh_period(inner.ttl))
+            }
         };
         if !waited {
             waited = true;
