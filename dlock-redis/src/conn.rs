@@ -54,11 +54,30 @@ pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Er
     Ok(Node { conn, display })
 }
 
-/// Maps a client error: connection problems are `Unavailable` (retryable), everything else is
+/// Whether the server refused our credentials or our ACL permissions (`WRONGPASS`, `NOAUTH`,
+/// `NOPERM`): retrying cannot help until an operator changes them.
+pub(crate) fn is_refused_access(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+    ) || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+}
+
+/// Maps a client error: refused credentials or permissions are a (non-retryable) `Backend`
+/// error that says so; connection problems are `Unavailable` (retryable); everything else is
 /// a `Backend` error.
 pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
-    let message = format!("{what} on {node}: {e}");
     let source: dlock_core::BoxError = Box::new(e.clone());
+    if is_refused_access(e) {
+        return Error::backend(
+            format!(
+                "{what} on {node}: access refused (credentials or ACL permissions; not retryable): {e}"
+            ),
+            Some(source),
+        );
+    }
+    let message = format!("{what} on {node}: {e}");
     if e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()

@@ -58,8 +58,10 @@ local function pass_on(lock, q, qt, chan_prefix, ttl)
   if head then
     local px = math.min(tonumber(ttl), dl - now)
     if px < 1 then px = 1 end
-    redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
+    -- Publish first: if it is refused (ACL), the script stops before reserving, so a
+    -- reservation never exists without its notification.
     publish(head, chan_prefix)
+    redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
   else
     redis.call('DEL', lock)
   end
