@@ -35,8 +35,11 @@ impl std::fmt::Debug for Node {
 }
 
 /// Parses a `redis://` / `rediss://` / `unix://` URL without any I/O.
+///
+/// `rediss://…#insecure` (accept any certificate) is rejected: this build's TLS stack verifies
+/// certificates and cannot turn that off, so such a URL could only fail at the first request.
 pub(crate) fn parse_url(option: &'static str, url: &str) -> Result<Client, Error> {
-    Client::open(url).map_err(|e| {
+    let client = Client::open(url).map_err(|e| {
         Error::invalid_option(
             option,
             format!(
@@ -44,7 +47,31 @@ pub(crate) fn parse_url(option: &'static str, url: &str) -> Result<Client, Error
                 e.detail().unwrap_or("malformed URL")
             ),
         )
-    })
+    })?;
+    if let redis::ConnectionAddr::TcpTls { insecure: true, .. } =
+        client.get_connection_info().addr()
+    {
+        return Err(Error::invalid_option(
+            option,
+            "`#insecure` (TLS without certificate verification) is not supported; use a \
+             certificate the system trusts",
+        ));
+    }
+    if let redis::ConnectionAddr::TcpTls { .. } = client.get_connection_info().addr() {
+        ensure_tls_provider();
+    }
+    Ok(client)
+}
+
+/// Makes sure rustls has a process-wide crypto provider before the first TLS connection: when
+/// the final binary enables more than one provider (e.g. `ring` here and `aws-lc-rs`
+/// elsewhere), rustls cannot pick one and the client's TLS set-up would panic. Installs `ring`
+/// only when no provider is installed yet; an application's own choice is kept.
+fn ensure_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// Opens the node's connection lazily: no I/O happens until the first request, so building a
