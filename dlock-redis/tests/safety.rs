@@ -212,3 +212,36 @@ async fn tokens_keep_increasing_after_a_failover_to_a_lagging_replica() {
         "token {after} on the promoted replica, {before} on the old master"
     );
 }
+
+/// A restart without persistence loses every held lock at the server: every lease the locker
+/// holds is declared lost in the same renewal round, before its deadline (each key is checked
+/// by owner value, which is also right when persistence kept the key: then it is still ours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_loses_every_held_lease_before_its_deadline() {
+    let cluster = private(1);
+    let url = cluster.endpoints().remove(0);
+    let l = locker(&url, "dlock-test/safety/restart-held");
+    let mut leases = Vec::new();
+    for i in 0..3 {
+        leases.push(
+            l.acquire(
+                &name(&format!("h{i}")),
+                AcquireOptions::wait(Duration::from_secs(2)),
+            )
+            .await
+            .expect("acquire"),
+        );
+    }
+    tokio::task::block_in_place(|| cluster.node(0).restart()).expect("restart");
+    for lease in &leases {
+        let deadline = lease.deadline();
+        let _ = lease.lost().await;
+        let at = Instant::now();
+        assert!(
+            at <= deadline,
+            "{} was lost {:?} after its deadline",
+            lease.name(),
+            at - deadline
+        );
+    }
+}
