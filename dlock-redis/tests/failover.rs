@@ -66,3 +66,76 @@ async fn a_demoted_server_is_retried_within_the_wait_on_a_new_connection() {
     );
     lease.release().await.expect("release");
 }
+
+/// `wait_for_replicas`: a grant is handed out only once a replica acknowledged it; with the
+/// replica gone, the grant is given back and the acquire fails as `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_wait_for_replica_acknowledgement() {
+    let cluster = Cluster::start(ServerKind::Redis, 2)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let urls = cluster.endpoints();
+    replicaof(&urls[1], Some(cluster.addrs()[0])).await;
+    let mut replica = redis::Client::open(urls[1].as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let began = std::time::Instant::now();
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut replica)
+            .await
+            .expect("INFO");
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the replica never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ns = "dlock-test/failover/wait";
+    let l = RedisLocker::builder()
+        .url(&urls[0])
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .wait_for_replicas(1, Duration::from_millis(300))
+        .build()
+        .expect("builds");
+    let lease = l
+        .acquire(
+            &LockName::new("acked").expect("valid name"),
+            AcquireOptions::wait(Duration::from_secs(2)),
+        )
+        .await
+        .expect("a replica acknowledges");
+    lease.release().await.expect("release");
+    tokio::task::block_in_place(|| cluster.node(1).kill()).expect("kill the replica");
+    let e = l
+        .acquire(
+            &LockName::new("unacked").expect("valid name"),
+            AcquireOptions::wait(Duration::from_secs(2)),
+        )
+        .await
+        .expect_err("no replica acknowledges");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    let mut master = redis::Client::open(urls[0].as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let left: Option<String> = redis::cmd("GET")
+        .arg(format!("{ns}/dlock:{{unacked}}"))
+        .query_async(&mut master)
+        .await
+        .expect("GET");
+    assert_eq!(left, None, "the unacknowledged grant was not given back");
+    let bad = RedisLocker::builder()
+        .url(&urls[0])
+        .ttl(Duration::from_secs(2))
+        .wait_for_replicas(0, Duration::from_millis(300))
+        .build();
+    assert_eq!(bad.expect_err("no replica").kind(), ErrorKind::InvalidInput);
+}

@@ -202,6 +202,38 @@ fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
     }
 }
 
+/// With [`wait_for_replicas`](crate::RedisLockerBuilder::wait_for_replicas): waits until enough
+/// replicas acknowledged the grant; otherwise gives the key back and fails.
+async fn acknowledged(inner: &Inner, p: &Pending) -> Result<(), Error> {
+    let Some((replicas, timeout)) = inner.replicas else {
+        return Ok(());
+    };
+    let node = &inner.backend.node;
+    let mut pipe = redis::pipe();
+    pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+    let acked: Result<(i64,), Error> = node
+        .pipeline(
+            "replica acknowledgement",
+            &pipe,
+            timeout + inner.request_timeout,
+            &inner.counters,
+        )
+        .await;
+    let acked = match acked {
+        Ok((n,)) if usize::try_from(n).is_ok_and(|n| n >= replicas) => return Ok(()),
+        Ok((n,)) => Error::unavailable(
+            format!(
+                "only {n} of {replicas} replicas of {} acknowledged the grant within {timeout:?}; it was given back",
+                node.display
+            ),
+            None,
+        ),
+        Err(e) => e,
+    };
+    inner.backend.release_keys(&p.keys, &p.owner).await?;
+    Err(acked)
+}
+
 /// Hands out the lease of a grant whose request was sent at `start`.
 fn grant(inner: &Inner, name: &LockName, mut p: Pending, token: u64, start: Instant) -> Lease {
     p.dirty = false;
@@ -228,6 +260,7 @@ pub(super) async fn try_acquire(
                 // Too late to be useful: dropping `p` (still dirty) gives the key back.
                 return Ok(None);
             }
+            acknowledged(inner, &p).await?;
             Ok(Some(grant(inner, name, p, token, start)))
         }
         Reply::Held { .. } | Reply::Turn { .. } => {
@@ -335,6 +368,7 @@ pub(super) async fn acquire(
                     p.unseen = false;
                     continue;
                 }
+                acknowledged(inner, &p).await?;
                 let lease = grant(inner, name, p, token, start);
                 tracing::debug!(lock = %name, token, waited, "granted");
                 return Ok(lease);

@@ -84,6 +84,7 @@ struct Inner {
     fair: bool,
     request_timeout: Duration,
     retry_delay: Duration,
+    replicas: Option<(usize, Duration)>,
     notifier: Arc<Notifier>,
     locker_id: String,
     seq: AtomicU64,
@@ -111,6 +112,7 @@ pub struct RedisLockerBuilder {
     fair: bool,
     request_timeout: Option<Duration>,
     retry_delay: Duration,
+    replicas: Option<(usize, Duration)>,
 }
 
 impl RedisLocker {
@@ -123,6 +125,7 @@ impl RedisLocker {
             fair: true,
             request_timeout: None,
             retry_delay: DEFAULT_RETRY_DELAY,
+            replicas: None,
         }
     }
 
@@ -182,6 +185,18 @@ impl RedisLockerBuilder {
         self
     }
 
+    /// After every grant, wait until at least `replicas` replicas acknowledged it (`WAIT`),
+    /// for at most `timeout` (default: off). A grant fewer replicas acknowledged is given back
+    /// and the attempt fails with [`Error::Unavailable`], so a failover to an acknowledging
+    /// replica cannot lose a granted lock. It narrows, but does not close, the window of
+    /// Redis' asynchronous replication (a replica that acknowledged may still not be the one
+    /// promoted; renewals are not acknowledged). While `WAIT` runs, the locker's other requests
+    /// queue behind it on the shared connection.
+    pub fn wait_for_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Non-fair mode: the upper bound of the randomized retry delay (default 50 ms).
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
@@ -194,7 +209,8 @@ impl RedisLockerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a missing or malformed URL, a TTL out of range, a bad key
-    /// prefix or namespace, a zero or too long request timeout or retry delay, or when called
+    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
+    /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
     pub fn build(self) -> Result<RedisLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
@@ -219,6 +235,16 @@ impl RedisLockerBuilder {
                 format!(
                     "{:?} must be above zero and at most the TTL {ttl:?}",
                     self.retry_delay
+                ),
+            ));
+        }
+        if let Some((replicas, timeout)) = self.replicas
+            && (replicas == 0 || timeout.is_zero() || timeout >= ttl / 2)
+        {
+            return Err(Error::invalid_option(
+                "wait_for_replicas",
+                format!(
+                    "{replicas} replicas within {timeout:?}: needs at least one replica and a timeout above zero and below half the TTL {ttl:?}"
                 ),
             ));
         }
@@ -257,6 +283,7 @@ impl RedisLockerBuilder {
                 fair: self.fair,
                 request_timeout,
                 retry_delay: self.retry_delay,
+                replicas: self.replicas,
                 notifier,
                 locker_id,
                 seq: AtomicU64::new(0),
