@@ -8,6 +8,8 @@ use std::time::Duration;
 use dlock_core::{Counters, Error};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 /// One server: a multiplexed auto-reconnecting connection and its display name (never the
 /// password).
@@ -32,6 +34,51 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node").field("addr", &self.display).finish()
     }
+}
+
+/// [`parse_url`], trusting only the PEM root certificates `root_pem` when given (instead of
+/// the system's roots); they need a `rediss://` URL. No I/O.
+pub(crate) fn parse_url_with_roots(
+    option: &'static str,
+    url: &str,
+    root_pem: Option<&[u8]>,
+) -> Result<Client, Error> {
+    let client = parse_url(option, url)?;
+    let Some(pem) = root_pem else {
+        return Ok(client);
+    };
+    if !matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    ) {
+        return Err(Error::invalid_option(
+            "tls_root_certificates",
+            "root certificates need a rediss:// URL",
+        ));
+    }
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+    if !certs.is_ok_and(|c| !c.is_empty()) {
+        return Err(Error::invalid_option(
+            "tls_root_certificates",
+            "expected one or more PEM certificates",
+        ));
+    }
+    Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        },
+    )
+    .map_err(|e| {
+        Error::invalid_option(
+            "tls_root_certificates",
+            format!(
+                "cannot use the root certificates: {}",
+                e.detail().unwrap_or("not PEM certificates")
+            ),
+        )
+    })
 }
 
 /// Parses a `redis://` / `rediss://` / `unix://` URL without any I/O.

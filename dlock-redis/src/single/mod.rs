@@ -113,6 +113,7 @@ pub struct RedisLockerBuilder {
     request_timeout: Option<Duration>,
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
+    root_pem: Option<Vec<u8>>,
 }
 
 impl RedisLocker {
@@ -126,6 +127,7 @@ impl RedisLocker {
             request_timeout: None,
             retry_delay: DEFAULT_RETRY_DELAY,
             replicas: None,
+            root_pem: None,
         }
     }
 
@@ -185,6 +187,13 @@ impl RedisLockerBuilder {
         self
     }
 
+    /// For a `rediss://` URL: trust only these root certificates (PEM, one or more) instead of
+    /// the system's, e.g. a private CA. Checked by [`build`](Self::build).
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_pem = Some(pem.into());
+        self
+    }
+
     /// After every grant, wait until at least `replicas` replicas acknowledged it (`WAIT`),
     /// for at most `timeout` (default: off). A grant fewer replicas acknowledged is given back
     /// and the attempt fails with [`Error::Unavailable`], so a failover to an acknowledging
@@ -208,7 +217,8 @@ impl RedisLockerBuilder {
     /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL, a TTL out of range, a bad key
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), root
+    /// certificates that are not PEM or come without a `rediss://` URL, a TTL out of range, a bad key
     /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
     /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
@@ -218,7 +228,7 @@ impl RedisLockerBuilder {
         let url = self
             .url
             .ok_or_else(|| Error::invalid_option("url", "a Redis URL is required"))?;
-        let client = conn::parse_url("url", &url)?;
+        let client = conn::parse_url_with_roots("url", &url, self.root_pem.as_deref())?;
         let request_timeout = match self.request_timeout {
             None => (ttl / 3).min(Duration::from_secs(2)),
             Some(t) if t.is_zero() || t > ttl => {
