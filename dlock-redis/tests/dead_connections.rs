@@ -44,7 +44,8 @@ async fn a_silent_notification_connection_is_probed_and_replaced() {
     let before = proxy.connections();
     // The flow goes silent: nothing passes, nothing is closed.
     proxy.set(Mode::Blackhole);
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    // Probe period 2 s + probe deadline 0.5 s, and 2 s of slack for a loaded host.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     let during = proxy.connections();
     proxy.set(Mode::Pass);
     assert!(

@@ -63,9 +63,9 @@ async fn queued(conn: &mut MultiplexedConnection, queue: &str, n: usize) -> Vec<
 }
 
 /// The bound on how long a crashed head waiter can stall the queue after a release: its
-/// entry's lifetime plus the next waiter's refresh period (both a few seconds, independent of
-/// the TTL), plus scheduling slack.
-const CRASHED_HEAD_STALL_BOUND: Duration = Duration::from_secs(5);
+/// entry's lifetime (3 s) plus the next waiter's refresh period (1 s), both independent of the
+/// TTL, plus 2 s of scheduling slack for a loaded host.
+const CRASHED_HEAD_STALL_BOUND: Duration = Duration::from_secs(6);
 
 /// A waiter at the head of the queue crashes (here: its link goes silent), then the holder
 /// releases, reserving the lock for that dead head. With a 30 s TTL, the next waiter must
