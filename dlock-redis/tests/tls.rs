@@ -201,6 +201,18 @@ async fn locks_over_tls_with_a_private_ca() {
         matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Backend),
         "{e}"
     );
+    // Redlock over a TLS node (quorum 1) trusting the same private CA.
+    let redlock = dlock_redis::RedlockLocker::builder()
+        .nodes([url.clone()])
+        .tls_root_certificates(std::fs::read(server.dir.join("ca.crt")).expect("read the CA"))
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("a Redlock over TLS builds");
+    let lease = redlock
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("a Redlock acquire over TLS");
+    lease.release().await.expect("release");
     // Root certificates need a rediss:// URL and must be PEM: checked at build.
     let bad = RedisLocker::builder()
         .url(format!("redis://{}", server.addr))
