@@ -77,13 +77,22 @@ end
 /// go back. The counter key lives for [`FENCE_LIFETIME`] after the last grant (not forever).
 /// Lua numbers are doubles, exact for integers below 2^53 (about 285 years of microseconds);
 /// the value is written with `%.0f`, never in exponent notation.
+///
+/// With a lifetime of `0` (Redlock), the token is the plain counter + 1 and the key never
+/// expires: Redlock's nodes must agree on their counters (each node's clock would differ and
+/// cost a fence write-back round per grant), and its majority-max rule keeps tokens increasing
+/// when a minority of nodes loses its counters.
 const TOKEN_PRELUDE: &str = r#"
 local function next_token(fence, life)
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local tok = tonumber(redis.call('GET', fence) or '0') + 1
-  if tok < floor then tok = floor end
-  redis.call('SET', fence, string.format('%.0f', tok), 'PX', life)
+  if tonumber(life) > 0 then
+    local t = redis.call('TIME')
+    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if tok < floor then tok = floor end
+    redis.call('SET', fence, string.format('%.0f', tok), 'PX', life)
+  else
+    redis.call('SET', fence, string.format('%.0f', tok))
+  end
   return tok
 end
 "#;
@@ -98,8 +107,8 @@ pub(crate) const FENCE_LIFETIME: std::time::Duration =
 /// granted, the next token ([`TOKEN_PRELUDE`]); otherwise the holder's `PTTL`. A failed attempt
 /// writes nothing (no counter bump per poll).
 ///
-/// KEYS: lock, fence. ARGV: owner, ttl ms, fence lifetime ms. Returns `{1, token}` or
-/// `{0, pttl}`.
+/// KEYS: lock, fence. ARGV: owner, ttl ms, fence lifetime ms (`0`: a plain counter, see
+/// [`TOKEN_PRELUDE`]). Returns `{1, token}` or `{0, pttl}`.
 ///
 /// A release never frees a lock that has queued waiters (it is reserved for the head), so this
 /// cannot bypass a fair queue; only when a holder's key EXPIRED (a crash) may a newcomer get the
@@ -226,12 +235,11 @@ end
 return out
 "#;
 
-/// Redlock fence write-back: raises the counter to at least ARGV[1].
-///
-/// KEYS: fence. ARGV: token, fence lifetime ms. Returns 1.
+/// Redlock fence write-back: raises the counter (a plain one, never expiring) to at least
+/// ARGV[1]. KEYS: fence. Returns 1.
 const RAISE_FENCE_SRC: &str = r#"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1
 "#;
 
@@ -265,19 +273,21 @@ pub(crate) fn scripts() -> &'static Scripts {
     &SCRIPTS
 }
 
-/// The first attempt of every acquire ([`FAST_ACQUIRE_BODY`]) as an invocation.
+/// The first attempt of every acquire ([`FAST_ACQUIRE_BODY`]) as an invocation; `clock_floor`
+/// picks tokens raised to the server clock (single node) or a plain counter (Redlock).
 pub(crate) fn fast_acquire(
     lock: &str,
     fence: &str,
     owner: &str,
     ttl_ms: u64,
+    clock_floor: bool,
 ) -> redis::ScriptInvocation<'static> {
     let mut inv = scripts().fast_acquire.prepare_invoke();
     inv.key(lock)
         .key(fence)
         .arg(owner)
         .arg(ttl_ms)
-        .arg(fence_lifetime_ms());
+        .arg(if clock_floor { fence_lifetime_ms() } else { 0 });
     inv
 }
 

@@ -203,3 +203,32 @@ fn an_undecided_lease_does_not_fail_the_others() {
         kept.release().await.expect("release");
     });
 }
+
+/// While every node is up, the nodes' counters agree, so a grant costs one request per node
+/// (no fence write-back round) and a release one per node.
+#[test]
+fn steady_state_grants_need_no_fence_write_back() {
+    let cluster = private(3);
+    runtime().block_on(async {
+        let l = locker(&cluster, "dlock-test/redlock-faults/steady");
+        let name = LockName::new("job").expect("valid name");
+        let before = l.stats().requests;
+        let rounds = 20;
+        let mut last = 0;
+        for _ in 0..rounds {
+            let lease = l
+                .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+                .await
+                .expect("acquire");
+            assert!(lease.token().get() > last);
+            last = lease.token().get();
+            lease.release().await.expect("release");
+        }
+        let requests = l.stats().requests - before;
+        assert_eq!(
+            requests,
+            rounds * 6,
+            "{requests} requests for {rounds} grants and releases on 3 nodes"
+        );
+    });
+}

@@ -68,7 +68,7 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let start = Instant::now();
     // Per node, one round trip: the `fast_acquire` script (`SET NX PX`, and only when that
     // granted, the next token of the node's fence). A refused attempt writes nothing.
-    let inv = scripts::fast_acquire(&keys.lock, &keys.fence, &owner, ttl_ms);
+    let inv = scripts::fast_acquire(&keys.lock, &keys.fence, &owner, ttl_ms, false);
     let inv = &inv;
     let replies = join_all(b.nodes.iter().map(|node| async move {
         node.invoke::<Vec<i64>>("acquire", inv, budget, &b.counters)
@@ -117,9 +117,7 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
                         let node = &b.nodes[i];
                         async move {
                             let mut inv = scripts().raise_fence.prepare_invoke();
-                            inv.key(&keys.fence)
-                                .arg(token)
-                                .arg(scripts::fence_lifetime_ms());
+                            inv.key(&keys.fence).arg(token);
                             node.invoke::<i64>("fence write-back", &inv, budget, &b.counters)
                                 .await
                         }

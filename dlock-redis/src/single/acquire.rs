@@ -164,7 +164,13 @@ async fn attempt(
             .arg(&inner.backend.channel_prefix);
         inv
     } else {
-        scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl))
+        scripts::fast_acquire(
+            &p.keys.lock,
+            &p.keys.fence,
+            &p.owner,
+            millis(inner.ttl),
+            true,
+        )
     };
     let reply: Vec<i64> = node
         .invoke("acquire", &inv, budget, &inner.counters)
