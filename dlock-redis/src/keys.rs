@@ -62,7 +62,7 @@ pub(crate) fn namespace_prefix(namespace: &str) -> Result<String, Error> {
 pub(crate) struct Keys {
     /// `<prefix>dlock:{name}`: the lock itself, a plain string holding the owner value with a TTL.
     pub(crate) lock: String,
-    /// `<prefix>dlock:{name}:fence`: the fencing counter (never expires).
+    /// `<prefix>dlock:{name}:fence`: the fencing counter (expires a week after the last grant).
     pub(crate) fence: String,
     /// `<prefix>dlock:{name}:q`: the FIFO queue of waiter entries (a list).
     pub(crate) queue: String,

@@ -14,8 +14,13 @@ use redis::Script;
 ///
 /// A queue entry is `<locker id>.<sequence>`; the head's locker listens on the channel
 /// `<channel prefix><locker id>`. A lock released while waiters are queued is not freed: it is
-/// RESERVED for the live head (value `r:<entry>`, with the lock's TTL), so that nobody can
-/// barge in with a plain `SET NX` while the head is being woken.
+/// RESERVED for the live head (value `r:<entry>`), so that nobody can barge in with a plain
+/// `SET NX` while the head is being woken. A reservation lasts no longer than the head's entry
+/// (nor than the lock's TTL), and one whose entry is no longer live counts as free: a crashed
+/// head stalls the queue for at most its entry's lifetime (a few seconds).
+///
+/// The queue keys' expiry is only ever extended, never shortened, so a locker with a short TTL
+/// cannot cut the queue's life under the entries of lockers with longer ones.
 const FAIR_PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
@@ -32,6 +37,11 @@ local function live_head(q, qt, now)
     redis.call('HDEL', qt, head)
   end
 end
+-- Sets a key's expiry to `ms` unless it already lives longer (never shortens).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
+end
 local function publish(head, chan_prefix)
   local locker = string.match(head, '^([^.]+)')
   if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
@@ -43,29 +53,93 @@ local function notify_head(q, qt, chan_prefix)
 end
 -- Hands the lock to the live head (reserved for it, and only it is told), or frees it.
 local function pass_on(lock, q, qt, chan_prefix, ttl)
-  local head = live_head(q, qt, now_ms())
+  local now = now_ms()
+  local head, dl = live_head(q, qt, now)
   if head then
-    redis.call('SET', lock, 'r:' .. head, 'PX', ttl)
+    local px = math.min(tonumber(ttl), dl - now)
+    if px < 1 then px = 1 end
+    -- Publish first: if it is refused (ACL), the script stops before reserving, so a
+    -- reservation never exists without its notification.
     publish(head, chan_prefix)
+    redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
   else
     redis.call('DEL', lock)
   end
 end
 "#;
 
-/// Fair acquire (the queued path; the uncontended first attempt is the
-/// [`fast_acquire`] pipeline).
+/// The fencing counter, shared by every granting script (placed first: it is small).
 ///
-/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms.
+/// A grant's token is the counter plus one, raised to at least the server's clock in
+/// microseconds (`TIME`). So a counter that was lost (a restart without persistence, a failover
+/// to a replica that missed the latest grants, an evicted fence key) starts again ABOVE every
+/// token issued before, as long as the server clock does not step back: tokens never repeat or
+/// go back. The counter key lives for [`FENCE_LIFETIME`] after the last grant (not forever).
+/// Lua numbers are doubles, exact for integers below 2^53 (about 285 years of microseconds);
+/// the value is written with `%.0f`, never in exponent notation.
+///
+/// With a lifetime of `0` (Redlock), the token is the plain counter + 1 and the key never
+/// expires: Redlock's nodes must agree on their counters (each node's clock would differ and
+/// cost a fence write-back round per grant), and its majority-max rule keeps tokens increasing
+/// when a minority of nodes loses its counters.
+const TOKEN_PRELUDE: &str = r#"
+local function next_token(fence, life)
+  local tok = tonumber(redis.call('GET', fence) or '0') + 1
+  if tonumber(life) > 0 then
+    local t = redis.call('TIME')
+    local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if tok < floor then tok = floor end
+    redis.call('SET', fence, string.format('%.0f', tok), 'PX', life)
+  else
+    redis.call('SET', fence, string.format('%.0f', tok))
+  end
+  return tok
+end
+"#;
+
+/// How long a fence key lives after its last grant. Once it expired, the next token is the
+/// server's clock in microseconds, still above every earlier token (see [`TOKEN_PRELUDE`]); the
+/// counter only keeps tokens increasing across server clock steps back shorter than this gap.
+pub(crate) const FENCE_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// The first attempt of every acquire, in one round trip: `SET lock owner NX PX ttl`; when it
+/// granted, the next token ([`TOKEN_PRELUDE`]); otherwise the holder's `PTTL`. A failed attempt
+/// writes nothing (no counter bump per poll).
+///
+/// KEYS: lock, fence. ARGV: owner, ttl ms, fence lifetime ms (`0`: a plain counter, see
+/// [`TOKEN_PRELUDE`]). Returns `{1, token}` or `{0, pttl}`.
+///
+/// A release never frees a lock that has queued waiters (it is reserved for the head), so this
+/// cannot bypass a fair queue; only when a holder's key EXPIRED (a crash) may a newcomer get the
+/// lock before the queued head, which costs fairness once, never safety.
+const FAST_ACQUIRE_BODY: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, next_token(KEYS[2], ARGV[3])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Fair acquire (the queued path; the uncontended first attempt is [`FAST_ACQUIRE_BODY`]).
+///
+/// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms, fence
+/// lifetime ms, channel prefix.
 ///
 /// Grants when the lock is reserved for `entry`, or free with no other live head. Returns
 /// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
+///
+/// "Our own earlier grant" (an attempt whose reply was lost or late set the key with our owner
+/// value) re-arms the key's TTL: the caller counts the lease's deadline from THIS attempt, so
+/// the key must not expire earlier.
 const ACQUIRE_FAIR_HEAD: &str = r#"
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-  -- Our own earlier grant (its reply was lost); the fence only grew since.
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- The fence only grew since (nobody else was granted); a lost fence key gets a new token.
+  local tok = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tok < 1 then tok = next_token(KEYS[2], ARGV[5]) end
+  return {1, tok}
 end
 "#;
 
@@ -74,9 +148,17 @@ const ACQUIRE_FAIR_TAIL: &str = r#"
 local now = now_ms()
 local entry = ARGV[3]
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
+if holder and string.sub(holder, 1, 2) == 'r:' then
+  -- A reservation for an entry that is no longer live (a crashed head) counts as free.
+  local dl = tonumber(redis.call('HGET', KEYS[4], string.sub(holder, 3)))
+  if not dl or dl <= now then
+    redis.call('DEL', KEYS[1])
+    holder = false
+  end
+end
 if holder == 'r:' .. entry or (not holder and (not head or head == entry)) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  local token = redis.call('INCR', KEYS[2])
+  local token = next_token(KEYS[2], ARGV[5])
   redis.call('LREM', KEYS[3], 1, entry)
   redis.call('HDEL', KEYS[4], entry)
   return {1, token}
@@ -84,13 +166,15 @@ end
 if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
   redis.call('RPUSH', KEYS[3], entry)
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
-redis.call('PEXPIRE', KEYS[4], ARGV[4])
+extend(KEYS[3], ARGV[4])
+extend(KEYS[4], ARGV[4])
 if holder then
   local is_head = 0
   if redis.call('LINDEX', KEYS[3], 0) == entry then is_head = 1 end
   return {0, redis.call('PTTL', KEYS[1]), is_head}
 end
+-- Free, but the head's turn: tell the head (it may have missed its message).
+publish(head, ARGV[6])
 return {0, -3, 0, head_dl - now}
 "#;
 
@@ -151,7 +235,8 @@ end
 return out
 "#;
 
-/// Redlock fence write-back: raises the counter to at least ARGV[1]. KEYS: fence. Returns 1.
+/// Redlock fence write-back: raises the counter (a plain one, never expiring) to at least
+/// ARGV[1]. KEYS: fence. Returns 1.
 const RAISE_FENCE_SRC: &str = r#"
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
@@ -160,6 +245,7 @@ return 1
 
 /// All scripts, built once per process.
 pub(crate) struct Scripts {
+    pub(crate) fast_acquire: Script,
     pub(crate) acquire_fair: Script,
     pub(crate) release_fair: Script,
     pub(crate) withdraw: Script,
@@ -169,8 +255,9 @@ pub(crate) struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    fast_acquire: Script::new(&format!("{TOKEN_PRELUDE}{FAST_ACQUIRE_BODY}")),
     acquire_fair: Script::new(&format!(
-        "{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
+        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
     release_fair: Script::new(&format!(
         "{RELEASE_FAIR_HEAD}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
@@ -186,30 +273,27 @@ pub(crate) fn scripts() -> &'static Scripts {
     &SCRIPTS
 }
 
-/// The first attempt of every acquire, in one round trip without a script: `SET lock owner NX
-/// PX ttl`, `INCR fence`, `PTTL lock`. Granted when the `SET` answered OK; the token is the
-/// `INCR` result.
-///
-/// The `INCR` runs whether or not the `SET` did (a failed attempt only skips a number). It is
-/// not atomic with the `SET`, but no other grant can happen between them (our key is there),
-/// so the token is still above every earlier grant's and below every later one's; a reply that
-/// arrives after the grant's validity is discarded by the caller. A release never frees a lock
-/// that has queued waiters (it is reserved for the head), so this cannot bypass a fair queue;
-/// only when a holder's key EXPIRED (a crash) may a newcomer get the lock before the queued
-/// head, which costs fairness once, never safety.
-pub(crate) fn fast_acquire(lock: &str, fence: &str, owner: &str, ttl_ms: u64) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(lock)
+/// The first attempt of every acquire ([`FAST_ACQUIRE_BODY`]) as an invocation; `clock_floor`
+/// picks tokens raised to the server clock (single node) or a plain counter (Redlock).
+pub(crate) fn fast_acquire(
+    lock: &str,
+    fence: &str,
+    owner: &str,
+    ttl_ms: u64,
+    clock_floor: bool,
+) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts().fast_acquire.prepare_invoke();
+    inv.key(lock)
+        .key(fence)
         .arg(owner)
-        .arg("NX")
-        .arg("PX")
         .arg(ttl_ms)
-        .cmd("INCR")
-        .arg(fence)
-        .cmd("PTTL")
-        .arg(lock);
-    pipe
+        .arg(if clock_floor { fence_lifetime_ms() } else { 0 });
+    inv
+}
+
+/// [`FENCE_LIFETIME`] in milliseconds, for the scripts.
+pub(crate) fn fence_lifetime_ms() -> u64 {
+    u64::try_from(FENCE_LIFETIME.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The most keys one renewal script call takes; larger batches become several calls in ONE

@@ -165,3 +165,70 @@ fn a_paused_minority_node_does_not_block_acquire() {
     });
     cluster.node(4).resume().expect("resume");
 }
+
+/// Each lease gets its own renewal verdict: one lease that no round can decide (its key is
+/// left on one node, another node is down) must not keep the other leases of the same locker
+/// from being extended by the majority that still holds them.
+#[test]
+fn an_undecided_lease_does_not_fail_the_others() {
+    let cluster = private(3);
+    runtime().block_on(async {
+        let ns = "dlock-test/redlock-faults/per-lease";
+        let l = locker(&cluster, ns);
+        let wait = AcquireOptions::wait(Duration::from_secs(2));
+        let kept = l
+            .acquire(&LockName::new("kept").expect("valid name"), wait)
+            .await
+            .expect("acquire");
+        let open = l
+            .acquire(&LockName::new("open").expect("valid name"), wait)
+            .await
+            .expect("acquire");
+        // `open` stays held on node 0 only, refused by node 1, node 2 is down: never decided.
+        let mut conn = redis::Client::open(cluster.endpoints()[1].as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("{ns}/dlock:{{open}}"))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+        tokio::task::block_in_place(|| cluster.node(2).kill()).expect("kill a node");
+        // Several TTLs: `kept` is extended by nodes 0 and 1 every round.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        kept.check().expect("a majority kept extending this lease");
+        assert!(open.is_lost(), "a lease no majority extended is lost");
+        kept.release().await.expect("release");
+    });
+}
+
+/// While every node is up, the nodes' counters agree, so a grant costs one request per node
+/// (no fence write-back round) and a release one per node.
+#[test]
+fn steady_state_grants_need_no_fence_write_back() {
+    let cluster = private(3);
+    runtime().block_on(async {
+        let l = locker(&cluster, "dlock-test/redlock-faults/steady");
+        let name = LockName::new("job").expect("valid name");
+        let before = l.stats().requests;
+        let rounds = 20;
+        let mut last = 0;
+        for _ in 0..rounds {
+            let lease = l
+                .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
+                .await
+                .expect("acquire");
+            assert!(lease.token().get() > last);
+            last = lease.token().get();
+            lease.release().await.expect("release");
+        }
+        let requests = l.stats().requests - before;
+        assert_eq!(
+            requests,
+            rounds * 6,
+            "{requests} requests for {rounds} grants and releases on 3 nodes"
+        );
+    });
+}

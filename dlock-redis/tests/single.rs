@@ -353,7 +353,7 @@ async fn head_waiter_takes_over_an_expired_holder() {
 async fn tls_urls_are_supported() {
     let addr = shared().addrs()[0];
     let l = RedisLocker::builder()
-        .url(format!("rediss://{addr}/#insecure"))
+        .url(format!("rediss://{addr}/"))
         .ttl(Duration::from_secs(1))
         .build()
         .expect("a rediss URL builds");
@@ -421,4 +421,24 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
             .expect("the head gets the lock");
         got.release().await.expect("release");
     }
+}
+
+/// `rediss://…#insecure` (accept any certificate) is not supported by this build: it is
+/// rejected by `build()`, before any I/O, not at the first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_tls_urls_are_rejected_at_build() {
+    let e = RedisLocker::builder()
+        .url("rediss://127.0.0.1:1/#insecure")
+        .build()
+        .expect_err("#insecure is not supported");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let e = dlock_redis::RedlockLocker::builder()
+        .nodes([
+            "redis://127.0.0.1:1",
+            "rediss://127.0.0.1:2/#insecure",
+            "redis://127.0.0.1:3",
+        ])
+        .build()
+        .expect_err("#insecure is not supported");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 }

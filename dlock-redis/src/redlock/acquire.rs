@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::RInner;
 use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
-use crate::conn::{is_slow, millis, token_of};
+use crate::conn::{is_slow, millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
 
@@ -66,13 +66,12 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let owner = guard.owner.clone();
     let ttl_ms = millis(inner.ttl);
     let start = Instant::now();
-    // Per node, one round trip: `SET NX PX` then `INCR` of the node's fence (see
-    // `scripts::fast_acquire`); failed attempts bump counters too, which only keeps them
-    // closer together. Plain commands cost the servers less than a script.
-    let pipe = scripts::fast_acquire(&keys.lock, &keys.fence, &owner, ttl_ms);
-    let pipe = &pipe;
+    // Per node, one round trip: the `fast_acquire` script (`SET NX PX`, and only when that
+    // granted, the next token of the node's fence). A refused attempt writes nothing.
+    let inv = scripts::fast_acquire(&keys.lock, &keys.fence, &owner, ttl_ms, false);
+    let inv = &inv;
     let replies = join_all(b.nodes.iter().map(|node| async move {
-        node.pipeline::<(Option<String>, i64, i64)>("acquire", pipe, budget, &b.counters)
+        node.invoke::<Vec<i64>>("acquire", inv, budget, &b.counters)
             .await
     }))
     .await;
@@ -83,18 +82,22 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     let mut slow = 0usize;
     let mut causes = Vec::new();
     for (i, (node, reply)) in b.nodes.iter().zip(replies).enumerate() {
-        match reply {
-            Ok((Some(_), counter, _)) => match token_of(&node.display, counter) {
+        match reply.as_deref() {
+            Ok([1, counter]) => match token_of(&node.display, *counter) {
                 Ok(c) => granted.push((i, c)),
                 Err(e) => causes.push(cause(&node.display, e)),
             },
-            Ok((None, _, _)) => {
+            Ok([0, _]) => {
                 busy += 1;
                 causes.push(cause(&node.display, "held by another owner"));
             }
+            Ok(other) => causes.push(cause(
+                &node.display,
+                unexpected(&node.display, "acquire", other),
+            )),
             Err(e) => {
                 errors += 1;
-                if is_slow(&e) {
+                if is_slow(e) {
                     slow += 1;
                 }
                 causes.push(cause(&node.display, e));

@@ -146,28 +146,43 @@ impl RenewBackend for Renewer {
             }
         }
         drop(pending);
+        let verdicts: Vec<Verdict> = tally.verdicts().collect();
+        let all_open = verdicts
+            .iter()
+            .map(|v| match v {
+                Verdict::Open(count) => Some(*count),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()
+            .filter(|open| !open.is_empty());
+        if let Some(open) = all_open {
+            // Nothing decided at all (too many nodes failed or stayed silent): the round
+            // failed as a whole; the driver backs off and retries within the validity.
+            return Err(Error::QuorumNotReached {
+                needed: self.quorum,
+                granted: open.into_iter().max().unwrap_or(0),
+                causes,
+            });
+        }
         let mut out = Vec::with_capacity(entries.len());
-        for (entry, verdict) in entries.iter().zip(tally.verdicts()) {
-            match verdict {
-                Verdict::Extended => out.push(Renewal::Extended),
+        for (entry, verdict) in entries.iter().zip(verdicts) {
+            out.push(match verdict {
+                Verdict::Extended => Renewal::Extended,
                 Verdict::Gone(count) => {
                     self.unlock_detached(entry.keys.clone(), entry.owner.clone());
-                    out.push(Renewal::Lost(LossReason::Gone(format!(
+                    Renewal::Lost(LossReason::Gone(format!(
                         "the lock is held on only {count} of {} nodes (quorum {})",
                         self.nodes.len(),
                         self.quorum
-                    ))));
+                    )))
                 }
-                // Not decided by this round (nodes failed or stayed silent): the driver
-                // retries the whole round within the validity.
+                // Not decided by this round: this lease keeps its deadline and is retried
+                // soon; the others are settled on their own.
                 Verdict::Open(count) => {
-                    return Err(Error::QuorumNotReached {
-                        needed: self.quorum,
-                        granted: count,
-                        causes,
-                    });
+                    tracing::debug!(lock = %entry.keys.lock, extended = count, ?causes, "renewal undecided for this lease");
+                    Renewal::Retry
                 }
-            }
+            });
         }
         Ok(out)
     }

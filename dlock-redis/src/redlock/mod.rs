@@ -24,8 +24,8 @@ pub const MAX_NODES: usize = 63;
 
 /// A lock over N independent Redis masters (the Redlock algorithm).
 ///
-/// - **Acquire**: `SET NX PX` with a random 128-bit owner value plus `INCR` of the node's fence
-///   counter (one pipeline, no script), sent to every node at once, each bounded by a small per-node timeout. The lock
+/// - **Acquire**: `SET NX PX` with a random 128-bit owner value and, only when that granted,
+///   the node's next token (one small script), sent to every node at once, each bounded by a small per-node timeout. The lock
 ///   is granted when a quorum (N/2+1) agreed and the validity `TTL − elapsed − (TTL·1% + 2 ms)`
 ///   (saturating) is still positive. Otherwise every node is unlocked (also those that seemed
 ///   to refuse: a reply may have been lost) and, when waiting, the attempt is retried after a
@@ -40,8 +40,9 @@ pub const MAX_NODES: usize = 63;
 /// - **Renewal**: compare-and-`PEXPIRE` of every held lease on every node in one round trip;
 ///   a lease is extended when a majority confirmed it within its validity. A round ends as
 ///   soon as the answers so far settle every lease, so a dead or hung node never holds up a
-///   majority that already answered. A key that expired or vanished on a node (restart) is
-///   never re-created there.
+///   majority that already answered. Each lease gets its own verdict: one that this round
+///   cannot decide keeps its deadline and is retried soon, without failing the others. A key
+///   that expired or vanished on a node (restart) is never re-created there.
 /// - **Release**: compare-and-delete on every node.
 ///
 /// # Assumptions
@@ -109,6 +110,7 @@ pub struct RedlockLockerBuilder {
     prefix: Result<String, Error>,
     node_timeout: Option<Duration>,
     retry_delay: Duration,
+    root_pem: Option<Vec<u8>>,
 }
 
 impl RedlockLocker {
@@ -120,6 +122,7 @@ impl RedlockLocker {
             prefix: Ok(String::new()),
             node_timeout: None,
             retry_delay: crate::DEFAULT_RETRY_DELAY,
+            root_pem: None,
         }
     }
 
@@ -178,13 +181,22 @@ impl RedlockLockerBuilder {
         self
     }
 
+    /// For `rediss://` nodes: trust only these root certificates (PEM, one or more) instead of
+    /// the system's, e.g. a private CA. Every node must then use `rediss://`. Checked by
+    /// [`build`](Self::build).
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_pem = Some(pem.into());
+        self
+    }
+
     /// Checks every option (before any I/O) and builds the locker. The build never waits for
     /// the network: connections are opened in the background; nodes that are down only make
     /// their requests fail.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
-    /// URL, a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
+    /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
+    /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
     /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
     pub fn build(self) -> Result<RedlockLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
@@ -201,7 +213,7 @@ impl RedlockLockerBuilder {
         let mut clients = Vec::with_capacity(self.nodes.len());
         let mut seen = HashSet::new();
         for url in &self.nodes {
-            let client = conn::parse_url("nodes", url)?;
+            let client = conn::parse_url_with_roots("nodes", url, self.root_pem.as_deref())?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid_option(

@@ -57,6 +57,9 @@ struct Pending {
     entry: Option<String>,
     /// Something may be left at the server (a grant whose reply we did not see, a queue entry).
     dirty: bool,
+    /// An attempt with this owner value got no reply in time: the lock may hold our owner
+    /// value, so `dirty` stays set until a grant (or a cleanup) settles it.
+    unseen: bool,
 }
 
 impl Pending {
@@ -138,8 +141,8 @@ impl Drop for Pending {
     }
 }
 
-/// One attempt: the script-free [`fast_acquire`](scripts::fast_acquire) pipeline first (and
-/// always in non-fair mode), the queue script once a fair waiter is `queued`.
+/// One attempt: the [`fast_acquire`](scripts::fast_acquire) script first (and always in
+/// non-fair mode), the queue script once a fair waiter is `queued`.
 async fn attempt(
     inner: &Inner,
     p: &Pending,
@@ -147,38 +150,50 @@ async fn attempt(
     queued: bool,
 ) -> Result<Reply, Error> {
     let node = &inner.backend.node;
-    if !queued {
-        let pipe = scripts::fast_acquire(&p.keys.lock, &p.keys.fence, &p.owner, millis(inner.ttl));
-        let (set, token, pttl): (Option<String>, i64, i64) = node
-            .pipeline("acquire", &pipe, budget, &inner.counters)
-            .await?;
-        return match set {
-            Some(_) => Ok(Reply::Granted(token_of(&node.display, token)?)),
-            None => Ok(Reply::Held {
-                pttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                head: false,
-            }),
-        };
-    }
-    let mut inv = scripts().acquire_fair.prepare_invoke();
-    inv.key(&p.keys.lock)
-        .key(&p.keys.fence)
-        .key(&p.keys.queue)
-        .key(&p.keys.deadlines)
-        .arg(&p.owner)
-        .arg(millis(inner.ttl))
-        .arg(p.entry.as_deref().unwrap_or(""))
-        .arg(millis(entry_lifetime(inner.ttl)));
+    let inv = if queued {
+        let mut inv = scripts().acquire_fair.prepare_invoke();
+        inv.key(&p.keys.lock)
+            .key(&p.keys.fence)
+            .key(&p.keys.queue)
+            .key(&p.keys.deadlines)
+            .arg(&p.owner)
+            .arg(millis(inner.ttl))
+            .arg(p.entry.as_deref().unwrap_or(""))
+            .arg(millis(entry_lifetime(inner.ttl)))
+            .arg(scripts::fence_lifetime_ms())
+            .arg(&inner.backend.channel_prefix);
+        inv
+    } else {
+        scripts::fast_acquire(
+            &p.keys.lock,
+            &p.keys.fence,
+            &p.owner,
+            millis(inner.ttl),
+            true,
+        )
+    };
     let reply: Vec<i64> = node
         .invoke("acquire", &inv, budget, &inner.counters)
         .await?;
     parse(&node.display, &reply)
 }
 
-/// How long a waiter's queue entry lives without a refresh. Waiters refresh it at least every
-/// TTL (their fallback timer), so it only expires when the waiter is gone.
+/// The longest a fair waiter sleeps without refreshing its queue entry (its fallback timer):
+/// the TTL, at most [`MAX_REFRESH`].
+fn refresh_period(ttl: Duration) -> Duration {
+    ttl.min(MAX_REFRESH)
+}
+
+/// The refresh period bound: a few seconds whatever the TTL, so a crashed waiter (whose entry
+/// lives three refresh periods) or a crashed head (whose reservation lasts no longer than its
+/// entry) stalls the queue for at most [`entry_lifetime`] + one refresh period, about 4 s,
+/// not one or more TTLs.
+const MAX_REFRESH: Duration = Duration::from_secs(1);
+
+/// How long a waiter's queue entry lives without a refresh: three refresh periods, so it only
+/// expires when the waiter is gone (or its link to the server is).
 fn entry_lifetime(ttl: Duration) -> Duration {
-    ttl.saturating_mul(2)
+    refresh_period(ttl).saturating_mul(3)
 }
 
 fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
@@ -189,7 +204,40 @@ fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
         owner: random_id(),
         entry,
         dirty: false,
+        unseen: false,
     }
+}
+
+/// With [`wait_for_replicas`](crate::RedisLockerBuilder::wait_for_replicas): waits until enough
+/// replicas acknowledged the grant; otherwise gives the key back and fails.
+async fn acknowledged(inner: &Inner, p: &Pending) -> Result<(), Error> {
+    let Some((replicas, timeout)) = inner.replicas else {
+        return Ok(());
+    };
+    let node = &inner.backend.node;
+    let mut pipe = redis::pipe();
+    pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+    let acked: Result<(i64,), Error> = node
+        .pipeline(
+            "replica acknowledgement",
+            &pipe,
+            timeout + inner.request_timeout,
+            &inner.counters,
+        )
+        .await;
+    let acked = match acked {
+        Ok((n,)) if usize::try_from(n).is_ok_and(|n| n >= replicas) => return Ok(()),
+        Ok((n,)) => Error::unavailable(
+            format!(
+                "only {n} of {replicas} replicas of {} acknowledged the grant within {timeout:?}; it was given back",
+                node.display
+            ),
+            None,
+        ),
+        Err(e) => e,
+    };
+    inner.backend.release_keys(&p.keys, &p.owner).await?;
+    Err(acked)
 }
 
 /// Hands out the lease of a grant whose request was sent at `start`.
@@ -218,6 +266,7 @@ pub(super) async fn try_acquire(
                 // Too late to be useful: dropping `p` (still dirty) gives the key back.
                 return Ok(None);
             }
+            acknowledged(inner, &p).await?;
             Ok(Some(grant(inner, name, p, token, start)))
         }
         Reply::Held { .. } | Reply::Turn { .. } => {
@@ -296,7 +345,9 @@ pub(super) async fn acquire(
                 // own grant by its owner value; in non-fair mode our own key would block
                 // us, so it is given back and a new owner value is used.
                 tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
-                if !inner.fair {
+                if inner.fair {
+                    p.unseen = true;
+                } else {
                     let stale = std::mem::replace(&mut p.owner, random_id());
                     let backend = Arc::clone(&inner.backend);
                     let keys = p.keys.clone();
@@ -320,15 +371,18 @@ pub(super) async fn acquire(
                     tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
                     inner.backend.release_keys(&p.keys, &p.owner).await?;
                     p.owner = random_id();
+                    p.unseen = false;
                     continue;
                 }
+                acknowledged(inner, &p).await?;
                 let lease = grant(inner, name, p, token, start);
                 tracing::debug!(lock = %name, token, waited, "granted");
                 return Ok(lease);
             }
             Reply::Held { .. } if inner.fair && !queued => {
-                // The fast path left nothing behind; join the queue at once.
-                p.dirty = false;
+                // This attempt left nothing behind (an earlier one without a reply may have);
+                // join the queue at once.
+                p.dirty = p.unseen;
                 queued = true;
                 notify = Some(join_queue(inner, &mut p));
                 continue;
@@ -339,22 +393,24 @@ pub(super) async fn acquire(
                     p.dirty = false;
                 }
                 if inner.fair {
+                    let refresh = refresh_period(inner.ttl);
                     if head {
-                        // The head sleeps until the holder's key expires (a crashed holder);
-                        // whatever the server says, never longer than the longest TTL.
-                        pttl.map_or(inner.ttl, |t| {
-                            t.saturating_add(Duration::from_millis(1))
-                                .min(dlock_core::MAX_TTL)
+                        // The head sleeps until the holder's key expires (a crashed holder),
+                        // but never longer than its refresh period (its entry must stay live).
+                        pttl.map_or(refresh, |t| {
+                            t.saturating_add(Duration::from_millis(1)).min(refresh)
                         })
                     } else {
-                        // Others refresh their entry once per TTL.
-                        inner.ttl
+                        // Others refresh their entry once per refresh period.
+                        refresh
                     }
                 } else {
                     jitter(pttl, inner.retry_delay)
                 }
             }
-            Reply::Turn { head_left } => (head_left + Duration::from_millis(1)).min(inner.ttl),
+            Reply::Turn { head_left } => {
+                (head_left + Duration::from_millis(1)).min(refresh_period(inner.ttl))
+            }
         };
         if !waited {
             waited = true;

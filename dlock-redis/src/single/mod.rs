@@ -31,8 +31,11 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   128-bit owner value, with a TTL), next to `<prefix>dlock:{name}:fence` (the fencing
 ///   counter) and, in fair mode, `<prefix>dlock:{name}:q` / `:qt` (the waiter queue and its
 ///   deadlines). The braces make them one hash tag, one cluster slot.
-/// - An acquire's first attempt is one script-free round trip (`SET NX PX`, `INCR` of the
-///   fence, `PTTL`): the token arrives with the grant. Release is a compare-and-delete. Every
+/// - An acquire's first attempt is one round trip (a small script: `SET NX PX`, and only when
+///   that granted, the next token; a refused attempt writes nothing): the token arrives with
+///   the grant. A token is the fence counter + 1, raised to at least the server's clock in
+///   microseconds, so tokens keep increasing when the counter is lost (a restart without
+///   persistence, a failover to a lagging replica, an evicted fence key). Release is a compare-and-delete. Every
 ///   lease the locker holds is renewed in ONE round trip every TTL/3.
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
@@ -81,6 +84,7 @@ struct Inner {
     fair: bool,
     request_timeout: Duration,
     retry_delay: Duration,
+    replicas: Option<(usize, Duration)>,
     notifier: Arc<Notifier>,
     locker_id: String,
     seq: AtomicU64,
@@ -108,6 +112,8 @@ pub struct RedisLockerBuilder {
     fair: bool,
     request_timeout: Option<Duration>,
     retry_delay: Duration,
+    replicas: Option<(usize, Duration)>,
+    root_pem: Option<Vec<u8>>,
 }
 
 impl RedisLocker {
@@ -120,6 +126,8 @@ impl RedisLocker {
             fair: true,
             request_timeout: None,
             retry_delay: DEFAULT_RETRY_DELAY,
+            replicas: None,
+            root_pem: None,
         }
     }
 
@@ -179,6 +187,25 @@ impl RedisLockerBuilder {
         self
     }
 
+    /// For a `rediss://` URL: trust only these root certificates (PEM, one or more) instead of
+    /// the system's, e.g. a private CA. Checked by [`build`](Self::build).
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_pem = Some(pem.into());
+        self
+    }
+
+    /// After every grant, wait until at least `replicas` replicas acknowledged it (`WAIT`),
+    /// for at most `timeout` (default: off). A grant fewer replicas acknowledged is given back
+    /// and the attempt fails with [`Error::Unavailable`], so a failover to an acknowledging
+    /// replica cannot lose a granted lock. It narrows, but does not close, the window of
+    /// Redis' asynchronous replication (a replica that acknowledged may still not be the one
+    /// promoted; renewals are not acknowledged). While `WAIT` runs, the locker's other requests
+    /// queue behind it on the shared connection.
+    pub fn wait_for_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// Non-fair mode: the upper bound of the randomized retry delay (default 50 ms).
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
@@ -190,8 +217,10 @@ impl RedisLockerBuilder {
     /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL, a TTL out of range, a bad key
-    /// prefix or namespace, a zero or too long request timeout or retry delay, or when called
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), root
+    /// certificates that are not PEM or come without a `rediss://` URL, a TTL out of range, a bad key
+    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
+    /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
     pub fn build(self) -> Result<RedisLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
@@ -199,7 +228,7 @@ impl RedisLockerBuilder {
         let url = self
             .url
             .ok_or_else(|| Error::invalid_option("url", "a Redis URL is required"))?;
-        let client = conn::parse_url("url", &url)?;
+        let client = conn::parse_url_with_roots("url", &url, self.root_pem.as_deref())?;
         let request_timeout = match self.request_timeout {
             None => (ttl / 3).min(Duration::from_secs(2)),
             Some(t) if t.is_zero() || t > ttl => {
@@ -216,6 +245,16 @@ impl RedisLockerBuilder {
                 format!(
                     "{:?} must be above zero and at most the TTL {ttl:?}",
                     self.retry_delay
+                ),
+            ));
+        }
+        if let Some((replicas, timeout)) = self.replicas
+            && (replicas == 0 || timeout.is_zero() || timeout >= ttl / 2)
+        {
+            return Err(Error::invalid_option(
+                "wait_for_replicas",
+                format!(
+                    "{replicas} replicas within {timeout:?}: needs at least one replica and a timeout above zero and below half the TTL {ttl:?}"
                 ),
             ));
         }
@@ -254,6 +293,7 @@ impl RedisLockerBuilder {
                 fair: self.fair,
                 request_timeout,
                 retry_delay: self.retry_delay,
+                replicas: self.replicas,
                 notifier,
                 locker_id,
                 seq: AtomicU64::new(0),

@@ -1,5 +1,10 @@
 //! One pub/sub connection per locker: the fair scripts publish to the head waiter's locker
 //! channel, and this task hands each message to the one local waiter it names.
+//!
+//! The connection is probed with a `PING` every [`PROBE_PERIOD`], answered within the connect
+//! timeout: a flow that a NAT or load balancer dropped silently (no FIN, no RST) is noticed,
+//! the channel is subscribed again on a new connection, and every waiter is woken to look
+//! again (a message may have been lost meanwhile).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
@@ -8,6 +13,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use redis::Client;
 use tokio::sync::{Notify, watch};
+
+/// How often the subscribed connection is probed.
+pub(crate) const PROBE_PERIOD: Duration = Duration::from_secs(2);
 
 /// Demultiplexes notifications to local waiters.
 pub(crate) struct Notifier {
@@ -99,7 +107,7 @@ async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
             _ = shutdown.changed() => return,
         };
         match connected {
-            Ok(Ok((_sink, mut stream))) => {
+            Ok(Ok((mut sink, mut stream))) => {
                 failures = 0;
                 {
                     let Some(this) = weak.upgrade() else { return };
@@ -107,9 +115,28 @@ async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
                     tracing::debug!(channel = %this.channel, "notification channel subscribed");
                     this.wake_all();
                 }
+                let mut probe = tokio::time::interval_at(
+                    tokio::time::Instant::now() + PROBE_PERIOD,
+                    PROBE_PERIOD,
+                );
+                probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     let msg = tokio::select! {
                         m = stream.next() => m,
+                        _ = probe.tick() => {
+                            let answered = tokio::time::timeout(
+                                connect_timeout,
+                                sink.ping::<redis::Value>(),
+                            )
+                            .await;
+                            if matches!(answered, Ok(Ok(_))) {
+                                continue;
+                            }
+                            let Some(this) = weak.upgrade() else { return };
+                            this.up.send_replace(false);
+                            tracing::warn!(channel = %this.channel, "notification channel did not answer its probe; subscribing again");
+                            break;
+                        }
                         _ = shutdown.changed() => return,
                     };
                     let Some(this) = weak.upgrade() else { return };

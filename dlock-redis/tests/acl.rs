@@ -1,0 +1,190 @@
+//! Authentication and ACL permissions, on a real server: refusals are not retryable, and a
+//! user with exactly the documented ACL rules can use every path of the lock.
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_redis::RedisLocker;
+
+fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+/// The ACL rules the README documents for a locker under the namespace `ns` (the key pattern
+/// and the notification channel pattern are added by the caller).
+const RULES: &[&str] = &[
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+ping",
+    "+subscribe",
+    "+unsubscribe",
+    "+set",
+    "+get",
+    "+del",
+    "+pttl",
+    "+pexpire",
+    "+time",
+    "+lindex",
+    "+lpop",
+    "+lrem",
+    "+rpush",
+    "+hget",
+    "+hset",
+    "+hdel",
+    "+publish",
+];
+
+async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(user)
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg(format!("~{ns}/dlock:*"))
+        .arg(format!("&{ns}/dlock:notify:*"));
+    for r in rules {
+        cmd.arg(*r);
+    }
+    let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
+}
+
+fn locker(addr: std::net::SocketAddr, user: &str, password: &str, ns: &str) -> RedisLocker {
+    RedisLocker::builder()
+        .url(format!("redis://{user}:{password}@{addr}"))
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .build()
+        .expect("builds")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_not_retryable() {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    let ns = "dlock-test/acl/wrongpass";
+    acl_user(&url, "dlock-wrongpass", ns, RULES).await;
+    let l = locker(addr, "dlock-wrongpass", "not-the-password", ns);
+    let e = l
+        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect_err("a wrong password");
+    assert!(!e.is_retryable(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(!format!("{e}").contains("not-the-password"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_not_retryable() {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    let ns = "dlock-test/acl/noperm";
+    // Everything but the keys' commands.
+    acl_user(
+        &url,
+        "dlock-noperm",
+        ns,
+        &["+evalsha", "+eval", "+script|load", "+ping"],
+    )
+    .await;
+    let l = locker(addr, "dlock-noperm", "pw", ns);
+    let e = l
+        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect_err("no permission");
+    assert!(!e.is_retryable(), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+}
+
+/// Exactly the documented rules: uncontended and queued acquires, a handoff with notification,
+/// renewal and release all work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_rules_suffice() {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    let ns = "dlock-test/acl/minimal";
+    acl_user(&url, "dlock-minimal", ns, RULES).await;
+    let a = locker(addr, "dlock-minimal", "pw", ns);
+    let b = locker(addr, "dlock-minimal", "pw", ns);
+    let lock = name("m");
+    let held = a
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect("acquire");
+    let (b2, l2) = (b.clone(), lock.clone());
+    let waiting = tokio::spawn(async move {
+        b2.acquire(&l2, AcquireOptions::wait(Duration::from_secs(10)))
+            .await
+    });
+    // Long enough for renewals (TTL/3) and for the waiter to queue.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    held.check().expect("renewed under the ACL");
+    held.release().await.expect("release");
+    let got = waiting.await.expect("join").expect("handoff under the ACL");
+    got.release().await.expect("release");
+}
+
+/// A release that the ACL refuses half-way (no `PUBLISH` permission) never leaves the lock
+/// reserved for a head that was not told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_release_never_reserves_without_notifying() {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    let ns = "dlock-test/acl/nopublish";
+    let rules: Vec<&str> = RULES.iter().copied().filter(|r| *r != "+publish").collect();
+    acl_user(&url, "dlock-nopublish", ns, &rules).await;
+    let a = locker(addr, "dlock-nopublish", "pw", ns);
+    let b = locker(addr, "dlock-nopublish", "pw", ns);
+    let lock = name("p");
+    let held = a
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect("acquire");
+    let (b2, l2) = (b.clone(), lock.clone());
+    let waiting = tokio::spawn(async move {
+        b2.acquire(&l2, AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+    });
+    let mut conn = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let queue = format!("{ns}/dlock:{{p}}:q");
+    loop {
+        let len: usize = redis::cmd("LLEN")
+            .arg(&queue)
+            .query_async(&mut conn)
+            .await
+            .expect("LLEN");
+        if len == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let e = held.release().await.expect_err("PUBLISH is refused");
+    assert!(!e.is_retryable(), "{e}");
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{ns}/dlock:{{p}}"))
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert!(
+        !value.as_deref().is_some_and(|v| v.starts_with("r:")),
+        "the lock was reserved ({value:?}) but its head was never told"
+    );
+    waiting.abort();
+}
