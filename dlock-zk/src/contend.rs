@@ -137,9 +137,18 @@ impl Contender {
             let (proof, children) = match prefetched.take() {
                 Some(listing) => listing,
                 None => {
+                    // The listing proves the grant: route it through the leader (a sync sent
+                    // right before it, see `SessionBackend::renew`).
                     let proof = Instant::now();
-                    counters.add_requests(1);
-                    match client.list_children(&self.parent).await {
+                    counters.add_requests(2);
+                    let synced = client.sync(&self.parent);
+                    let listed = client.list_children(&self.parent);
+                    let (synced, listed) = tokio::join!(synced, listed);
+                    let listed = match synced {
+                        Ok(()) | Err(zk::Error::NoNode) => listed,
+                        Err(e) => Err(e),
+                    };
+                    match listed {
                         Ok(c) => (proof, c),
                         Err(zk::Error::NoNode) => return Err(self.vanished()),
                         Err(e) => {

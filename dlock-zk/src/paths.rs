@@ -58,6 +58,14 @@ pub(crate) fn sorted_contenders(children: Vec<String>) -> Vec<(i64, String)> {
     v
 }
 
+/// The parent of a node's path (`/` for a top-level node).
+pub(crate) fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
 /// The last segment of a path.
 pub(crate) fn node_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -245,6 +253,8 @@ mod tests {
         assert_eq!(parent_path("/", "a"), "/a");
         assert_eq!(create_prefix("/dlock/a", "u"), "/dlock/a/_c_u-lock-");
         assert_eq!(node_name("/dlock/a/_c_u-lock-1"), "_c_u-lock-1");
+        assert_eq!(parent_of("/dlock/a/_c_u-lock-1"), "/dlock/a");
+        assert_eq!(parent_of("/a"), "/");
         assert_eq!(join_root("/dlock", Some("t/1")), "/dlock/t/1");
         assert_eq!(join_root("/", Some("t")), "/t");
     }

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::config::Config;
 use crate::errors::{map, session_ended, transient};
-use crate::paths::is_ours;
+use crate::paths::{is_ours, parent_of};
 
 /// The most lock nodes one renewal request reads back (rotating through the held set). The
 /// request proves the session alive whatever the count; reading nodes back also detects a
@@ -74,7 +74,7 @@ impl Session {
             no_multi_read: AtomicBool::new(false),
             timeout,
         });
-        let driver = RenewalDriver::new(backend, timeout, Arc::clone(&counters));
+        let driver = RenewalDriver::new(backend, proof_ttl(timeout), Arc::clone(&counters));
         let watcher = client.state_watcher();
         let down_since = Arc::new(Mutex::new(None));
         let session = Arc::new(Session {
@@ -144,6 +144,24 @@ impl Session {
 /// How long the client waits on a silent connection before it reconnects.
 fn connection_timeout(ttl: Duration) -> Duration {
     (ttl / 8).max(Duration::from_millis(300))
+}
+
+/// ZooKeeper's default `tickTime`: the largest server tick assumed when the timeout allows it.
+const DEFAULT_TICK: Duration = Duration::from_secs(2);
+
+/// How long a proof (grant or renewal) may count on after its send time: the negotiated
+/// timeout less a server-tick margin.
+///
+/// A client connected to a follower is touched on the leader — which alone expires sessions —
+/// only when the follower reports its touched sessions in its reply to the leader's next ping
+/// (every half tick). So the leader's last touch of the session may lag the proof's send time
+/// by up to half a server tick plus the client's ping interval. The server tick is not visible
+/// to clients; it is at most half the negotiated timeout under ZooKeeper's default clamping
+/// (`minSessionTimeout` = 2 × `tickTime`), and assumed no larger than the default 2 s.
+pub(crate) fn proof_ttl(timeout: Duration) -> Duration {
+    let tick = (timeout / 2).min(DEFAULT_TICK);
+    let client_ping = connection_timeout(timeout) / 8;
+    timeout.saturating_sub(tick / 2 + client_ping)
 }
 
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
@@ -335,10 +353,11 @@ impl SessionBackend {
 impl RenewBackend for SessionBackend {
     type Entry = NodeEntry;
 
-    /// One multi-read of (up to [`RENEW_WINDOW`]) held nodes (one plain read of one node on
-    /// servers before 3.6). Its success proves the session was
-    /// alive when the request was sent, so no other session can be granted these locks before
-    /// send time + negotiated timeout (the driver's deadline). Nodes read back missing or owned
+    /// A `sync` (answered by the leader) followed by one multi-read of (up to
+    /// [`RENEW_WINDOW`]) held nodes (one plain read of one node on servers before 3.6). Their
+    /// success proves the session was alive at the leader when the sync was sent, so no other
+    /// session can be granted these locks before send time + the driver's TTL
+    /// ([`proof_ttl`]). Nodes read back missing or owned
     /// by another session are lost; a session that ended loses everything.
     async fn renew(&self, entries: &[Arc<NodeEntry>]) -> Result<Vec<Renewal>, Error> {
         let n = entries.len();
@@ -350,11 +369,24 @@ impl RenewBackend for SessionBackend {
         let width = if single { 1 } else { n.min(RENEW_WINDOW) };
         let start = self.cursor.fetch_add(width, Ordering::Relaxed) % n;
         let window: Vec<usize> = (0..width).map(|i| (start + i) % n).collect();
-        self.counters.add_requests(1);
-        let read = if single {
-            self.read_one(&entries[window[0]].path).await
-        } else {
-            self.read_many(entries, &window).await
+        // Route the proof through the leader: a follower cut from its leader keeps answering
+        // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
+        // sent first and the read right behind it (ZooKeeper answers a session's requests in
+        // order, and a follower holds the read until the sync is done): one round trip.
+        let parent = parent_of(&entries[window[0]].path).to_owned();
+        self.counters.add_requests(2);
+        let synced = self.client.sync(&parent);
+        let read = async {
+            if single {
+                self.read_one(&entries[window[0]].path).await
+            } else {
+                self.read_many(entries, &window).await
+            }
+        };
+        let (synced, read) = tokio::join!(synced, read);
+        let read = match synced {
+            Ok(()) | Err(zk::Error::NoNode) => read,
+            Err(e) => Err(e),
         };
         let stats = match read {
             Ok(stats) => stats,
