@@ -160,7 +160,7 @@ impl Contender {
                 }
             };
             let sorted = sorted_contenders(children);
-            let Some(index) = sorted.iter().position(|(_, n)| *n == me) else {
+            let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
             if index == 0 {
@@ -173,7 +173,7 @@ impl Contender {
                 waited = true;
                 counters.add_waits(1);
             }
-            let predecessor = format!("{}/{}", self.parent, sorted[index - 1].1);
+            let predecessor = format!("{}/{}", self.parent, sorted[index - 1]);
             tracing::trace!(node = %me, %predecessor, "waiting for the predecessor");
             counters.add_requests(1);
             // getData rather than exists: a watch is left only when the node exists.
@@ -194,9 +194,11 @@ impl Contender {
         }
     }
 
-    /// Our node is gone: because the session ended, or because someone deleted it.
+    /// Our node was not found: because the session ended, or because someone deleted it. The
+    /// contender stays armed, so starting over deletes the node by its path should it still
+    /// exist (a node left behind would queue ahead of everyone and wedge the lock); deleting a
+    /// node that is gone is harmless.
     fn vanished(&mut self) -> Retry {
-        self.armed = false;
         if self.sess.is_ended() {
             return self.ended("ended while waiting");
         }

@@ -1,8 +1,9 @@
 //! Znode layout, compatible with Curator's `InterProcessMutex`.
 //!
 //! A lock `name` lives in the parent `<root>/<name.encoded()>`; every contender is an
-//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered by the sequence
-//! after the last `lock-`, so the protection prefix never changes the order.
+//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered as Curator
+//! orders them: by the text after the last `lock-`, so the protection prefix never changes the
+//! order ([`sorted_contenders`]).
 
 use std::fmt::Write as _;
 
@@ -29,15 +30,13 @@ pub(crate) fn create_prefix(parent: &str, uuid: &str) -> String {
     p
 }
 
-/// The sequence number of a contender node's name, or `None` when the name is not a contender
-/// (no `lock-` marker, or no number after it).
-pub(crate) fn sequence_of(child: &str) -> Option<i64> {
-    let at = child.rfind(LOCK_MARKER)?;
-    let digits = &child[at + LOCK_MARKER.len()..];
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// Curator's sort key for a child of a lock's parent (`fixForSorting` of its standard lock
+/// driver): the text after the last `lock-`, or the whole name when there is none.
+pub(crate) fn sort_key(child: &str) -> &str {
+    match child.rfind(LOCK_MARKER) {
+        Some(at) => &child[at + LOCK_MARKER.len()..],
+        None => child,
     }
-    digits.parse::<i64>().ok()
 }
 
 /// Whether `child` was created by the contender with this protection uuid.
@@ -48,14 +47,17 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// Contender children sorted by sequence (ties broken by name, for determinism).
-pub(crate) fn sorted_contenders(children: Vec<String>) -> Vec<(i64, String)> {
-    let mut v: Vec<(i64, String)> = children
-        .into_iter()
-        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
-        .collect();
-    v.sort_unstable();
-    v
+/// The children of a lock's parent in the order Curator's `InterProcessMutex` gives them: every
+/// child, by [`sort_key`] compared as text (ties, which sequential nodes never have, by name).
+///
+/// Text, not numbers: ZooKeeper names sequential nodes with `%010d` of the parent's cversion,
+/// which goes negative once it wraps (`lock--2147483648`), and Curator then sorts those
+/// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
+/// order keeps a dlock contender and a Curator one from each believing it is first. (Java
+/// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
+pub(crate) fn sorted_contenders(mut children: Vec<String>) -> Vec<String> {
+    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)).then_with(|| a.cmp(b)));
+    children
 }
 
 /// The parent of a node's path (`/` for a top-level node).
@@ -208,17 +210,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sequence_is_parsed_after_the_last_marker() {
-        assert_eq!(sequence_of("_c_1b2c-lock-0000000007"), Some(7));
-        assert_eq!(sequence_of("_c_lock-x-lock-0000000012"), Some(12));
-        assert_eq!(sequence_of("lock-0000000003"), Some(3));
-        assert_eq!(sequence_of("_c_abc-lock-"), None);
-        assert_eq!(sequence_of("_c_abc-lock-12a"), None);
-        assert_eq!(sequence_of("other"), None);
-        assert_eq!(
-            sequence_of("_c_x-lock-2147483648000"),
-            Some(2_147_483_648_000)
-        );
+    fn sort_key_is_the_text_after_the_last_marker() {
+        assert_eq!(sort_key("_c_1b2c-lock-0000000007"), "0000000007");
+        assert_eq!(sort_key("_c_lock-x-lock-0000000012"), "0000000012");
+        assert_eq!(sort_key("lock-0000000003"), "0000000003");
+        assert_eq!(sort_key("_c_abc-lock--000000003"), "-000000003");
+        assert_eq!(sort_key("_c_abc-lock-"), "");
+        assert_eq!(sort_key("other"), "other");
     }
 
     #[test]
@@ -229,13 +227,38 @@ mod tests {
             "junk".into(),
             "_c_aaaa-lock-0000000001".into(),
         ]);
-        let names: Vec<_> = sorted.iter().map(|(_, n)| n.as_str()).collect();
+        // As in Curator, a child without the marker takes part with its whole name as key.
         assert_eq!(
-            names,
+            sorted,
             [
                 "_c_aaaa-lock-0000000001",
                 "_c_ffff-lock-0000000002",
-                "_c_0000-lock-0000000010"
+                "_c_0000-lock-0000000010",
+                "junk"
+            ]
+        );
+    }
+
+    /// The names ZooKeeper gives after the parent's cversion wrapped (`%010d` of a negative
+    /// int), ordered as Curator's `LockInternals.getSortedChildren` orders them: by the text
+    /// after the last `lock-` (the whole name when there is none), compared as strings.
+    #[test]
+    fn contenders_sort_as_curator_sorts_them_across_a_cversion_wrap() {
+        let children = vec![
+            "_c_a-lock-2147483647".to_owned(),
+            "_c_b-lock--2147483648".to_owned(),
+            "_c_c-lock--2147483647".to_owned(),
+            "_c_d-lock-0000000001".to_owned(),
+            "_c_e-lock--000000001".to_owned(),
+        ];
+        assert_eq!(
+            sorted_contenders(children),
+            [
+                "_c_e-lock--000000001",
+                "_c_c-lock--2147483647",
+                "_c_b-lock--2147483648",
+                "_c_d-lock-0000000001",
+                "_c_a-lock-2147483647",
             ]
         );
     }
