@@ -277,6 +277,7 @@ impl Contender {
 
     /// Runs the lost-reply recovery for protection uuid `uuid` (test hook): the path and
     /// czxid of the node it adopted, if any. The contender is disarmed either way.
+    #[cfg(feature = "testing")]
     pub(crate) async fn recover_for_test(
         &mut self,
         uuid: String,

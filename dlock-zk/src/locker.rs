@@ -113,8 +113,8 @@ impl ZkLocker {
 
     /// For tests and fault drills: the current session's id and password, so a test can take
     /// the session over from another connection and close it (the way to end a session from the
-    /// server side). Not a stable API.
-    #[doc(hidden)]
+    /// server side). Only with the `testing` feature; not a stable API.
+    #[cfg(feature = "testing")]
     pub fn session_info_for_test(&self) -> Option<zk::SessionInfo> {
         self.current().map(|s| s.client.session().clone())
     }
@@ -122,11 +122,11 @@ impl ZkLocker {
     /// For tests: runs the protected-create recovery (what an acquire does when a create's reply
     /// is lost) for lock `name` and protection uuid `uuid`. Returns the node adopted (path,
     /// czxid) — only one owned by the CURRENT session; a node with that uuid owned by another
-    /// session is deleted. Not a stable API.
+    /// session is deleted. Only with the `testing` feature; not a stable API.
     ///
     /// # Errors
     /// As [`Locker::acquire`].
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub async fn recover_protected_for_test(
         &self,
         name: &LockName,
