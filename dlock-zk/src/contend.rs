@@ -46,6 +46,8 @@ pub(crate) struct Contender {
     uuid: String,
     acls: zk::Acls<'static>,
     no_container: Arc<AtomicBool>,
+    /// The data written into our node (see `payload`).
+    payload: Arc<[u8]>,
     path: Option<String>,
     create_sent: bool,
     armed: bool,
@@ -57,6 +59,7 @@ impl Contender {
         parent: String,
         acls: zk::Acls<'static>,
         no_container: Arc<AtomicBool>,
+        payload: Arc<[u8]>,
     ) -> Self {
         Contender {
             sess,
@@ -64,6 +67,7 @@ impl Contender {
             uuid: uuid::Uuid::new_v4().to_string(),
             acls,
             no_container,
+            payload,
             path: None,
             create_sent: false,
             armed: true,
@@ -239,7 +243,7 @@ impl Contender {
             self.create_sent = true;
             counters.add_requests(2);
             let proof = Instant::now();
-            let created = client.create(&prefix, &[], &options);
+            let created = client.create(&prefix, &self.payload, &options);
             let listed = client.list_children(&self.parent);
             let (created, listed) = tokio::join!(created, listed);
             match created {

@@ -16,6 +16,7 @@ use zookeeper_client as zk;
 use crate::config::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
 use crate::paths::parent_path;
+use crate::payload::node_payload;
 use crate::session::{NodeEntry, Session};
 
 /// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
@@ -57,6 +58,10 @@ struct Inner {
     /// A copy of the current session for the fast path.
     current: StdMutex<Option<Arc<Session>>>,
     negotiated_ms: AtomicU64,
+    /// This locker's id, written into its lock nodes.
+    locker_id: String,
+    /// The data of every lock node this locker creates.
+    payload: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for ZkLocker {
@@ -78,6 +83,8 @@ impl ZkLocker {
         let counters = Arc::new(Counters::default());
         let session = Session::open(&cfg, Arc::clone(&counters)).await?;
         let negotiated = duration_ms(session.timeout);
+        let locker_id = uuid::Uuid::new_v4().to_string();
+        let payload = Arc::from(node_payload(&locker_id));
         Ok(ZkLocker {
             inner: Arc::new(Inner {
                 acls: cfg.acl.acls(),
@@ -87,6 +94,8 @@ impl ZkLocker {
                 current: StdMutex::new(Some(Arc::clone(&session))),
                 slot: Mutex::new(Some(session)),
                 negotiated_ms: AtomicU64::new(negotiated),
+                locker_id,
+                payload,
             }),
         })
     }
@@ -99,6 +108,13 @@ impl ZkLocker {
     /// The session timeout this locker asked for.
     pub fn requested_timeout(&self) -> Duration {
         self.inner.cfg.ttl
+    }
+
+    /// This locker's id (a random UUID chosen when it was built), written into every lock node
+    /// it creates as `host=<host> pid=<process id> locker=<id>` so operators can tell which
+    /// process holds or waits for a lock.
+    pub fn locker_id(&self) -> &str {
+        &self.inner.locker_id
     }
 
     /// The id of the current ZooKeeper session (`None` when it ended and no new one is open yet).
@@ -138,6 +154,7 @@ impl ZkLocker {
             self.lock_path(name),
             self.inner.acls,
             Arc::clone(&self.inner.no_container),
+            Arc::clone(&self.inner.payload),
         );
         match c.recover_for_test(uuid.to_owned()).await {
             Ok(found) => Ok(found),
@@ -208,6 +225,7 @@ impl ZkLocker {
                 parent.clone(),
                 self.inner.acls,
                 Arc::clone(&self.inner.no_container),
+                Arc::clone(&self.inner.payload),
             );
             let outcome = within(deadline, contender.run(single)).await;
             let retry = match outcome {
