@@ -95,7 +95,9 @@ impl Contender {
     /// Removes our node now (bounded wait), handing it to a background retry if that fails.
     pub(crate) async fn remove_now(&mut self) {
         let Some(target) = self.target() else { return };
-        if self.sess.is_ended() {
+        // A session this locker retired (see `Retire`) still owns its nodes at the server:
+        // only a session that is over has lost them.
+        if self.sess.client.state().is_terminated() {
             self.armed = false;
             return;
         }

@@ -237,6 +237,12 @@ impl ZkLocker {
                     tracing::warn!(lock = %name, node = %path, "grant arrived after its own deadline; retrying");
                     Retry::LateGrant
                 }
+                Some(Ok(Outcome::Granted { path, .. })) if sess.is_ended() => {
+                    // The session was retired while we waited (its timeout was lowered): its
+                    // driver's deadlines are not safe any more. Remove the node, start over.
+                    tracing::info!(lock = %name, node = %path, "granted on a retired session; retrying");
+                    Retry::SessionEnded("retired".into())
+                }
                 Some(Ok(Outcome::Granted { path, czxid, proof })) => {
                     contender.disarm();
                     let token = FencingToken(u64::try_from(czxid).unwrap_or_default());
@@ -244,7 +250,15 @@ impl ZkLocker {
                     let lease =
                         sess.driver
                             .register(name.clone(), token, proof, NodeEntry { path, czxid });
-                    return Ok(Some(lease));
+                    if sess.is_ended() {
+                        // Retired between the check above and the registration.
+                        if let Err(e) = lease.release().await {
+                            tracing::debug!(lock = %name, error = %e, "releasing a grant of a retired session");
+                        }
+                        Retry::SessionEnded("retired".into())
+                    } else {
+                        return Ok(Some(lease));
+                    }
                 }
                 Some(Ok(Outcome::Busy)) => {
                     contender.remove_now().await;

@@ -192,6 +192,16 @@ pub(crate) fn validate_connect(connect: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The member addresses of a (validated) connect string, without the chroot.
+pub(crate) fn connect_hosts(connect: &str) -> Vec<String> {
+    let hosts = if connect.contains("://") {
+        split_chroot_after_schemes(connect).0
+    } else {
+        connect.split('/').next().unwrap_or(connect)
+    };
+    hosts.split(',').map(str::to_owned).collect()
+}
+
 fn split_chroot_after_schemes(connect: &str) -> (&str, Option<&str>) {
     let last = connect.rsplit(',').next().unwrap_or(connect);
     let base = connect.len() - last.len();
@@ -305,6 +315,17 @@ mod tests {
         for bad in ["", "/a", "a/", "a//b", "..", "a/./b", "a b"] {
             assert!(validate_namespace(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn hosts_of_a_connect_string() {
+        assert_eq!(connect_hosts("a:1"), ["a:1"]);
+        assert_eq!(connect_hosts("a:1,b:2/chroot/x"), ["a:1", "b:2"]);
+        assert_eq!(
+            connect_hosts("tcp://a:1,tcp://b:2/chroot"),
+            ["tcp://a:1", "tcp://b:2"]
+        );
+        assert_eq!(connect_hosts("[::1]:2181"), ["[::1]:2181"]);
     }
 
     #[test]

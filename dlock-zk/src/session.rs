@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::config::Config;
 use crate::errors::{map, session_ended, transient};
-use crate::paths::{is_ours, parent_of};
+use crate::paths::{connect_hosts, is_ours, parent_of};
 
 /// The most lock nodes one renewal request reads back (rotating through the held set). The
 /// request proves the session alive whatever the count; reading nodes back also detects a
@@ -91,10 +91,15 @@ impl Session {
             Arc::downgrade(&session),
             driver,
             watcher,
-            ended,
             down_since,
-            id,
-            timeout,
+            Retire {
+                hosts: connect_hosts(&cfg.connect),
+                client: session.client.clone(),
+                counters: Arc::clone(&session.counters),
+                ended,
+                id,
+                timeout,
+            },
         ));
         Ok(session)
     }
@@ -132,12 +137,7 @@ impl Session {
 
     /// Spawns the guarded, retried delete of one of our nodes.
     pub(crate) fn spawn_delete(&self, target: DeleteTarget) {
-        spawn_delete(
-            self.client.clone(),
-            Arc::clone(&self.ended),
-            Arc::clone(&self.counters),
-            target,
-        );
+        spawn_delete(self.client.clone(), Arc::clone(&self.counters), target);
     }
 }
 
@@ -166,7 +166,8 @@ pub(crate) fn proof_ttl(timeout: Duration) -> Duration {
 
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
 /// Disconnected suspends them (renewals then fail and the driver declares them lost at their
-/// deadline unless the client reconnects in time).
+/// deadline unless the client reconnects in time); a reconnect is checked for a lowered
+/// session timeout ([`Retire::check_after_reconnect`]).
 ///
 /// Holds the driver (so it can declare losses even after the locker is dropped) but no strong
 /// reference to the session: it ends once the session is over, or once the locker dropped the
@@ -175,13 +176,13 @@ async fn watch_state(
     session: Weak<Session>,
     driver: RenewalDriver<SessionBackend>,
     mut watcher: zk::StateWatcher,
-    ended: Arc<AtomicBool>,
     down_since: Arc<Mutex<Option<Instant>>>,
-    id: i64,
-    timeout: Duration,
+    retire: Retire,
 ) {
+    let id = retire.id;
     let set_down = |v: Option<Instant>| *down_since.lock().unwrap_or_else(|p| p.into_inner()) = v;
-    let check = (timeout / 3).max(Duration::from_millis(50));
+    let check = (retire.timeout / 3).max(Duration::from_millis(50));
+    let retire = Arc::new(retire);
     loop {
         let state = match tokio::time::timeout(check, watcher.changed()).await {
             Ok(state) => state,
@@ -195,7 +196,7 @@ async fn watch_state(
         match state {
             zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed => {
                 tracing::warn!(session = %format_args!("{id:#x}"), %state, leases = driver.len(), "ZooKeeper session ended; its leases are lost");
-                ended.store(true, Ordering::Release);
+                retire.ended.store(true, Ordering::Release);
                 driver.lose_all(&LossReason::SessionEnded(format!(
                     "ZooKeeper session {id:#x} {state}"
                 )));
@@ -208,7 +209,100 @@ async fn watch_state(
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                 set_down(None);
                 tracing::info!(session = %format_args!("{id:#x}"), %state, "ZooKeeper connection re-established");
+                // The watcher only reports the latest state: a quick Disconnected/SyncConnected
+                // pair may show as SyncConnected alone. Any connected state seen here is a
+                // reconnect (the first connection happened before the watcher existed).
+                tokio::spawn(Arc::clone(&retire).check_after_reconnect(driver.clone()));
             }
+        }
+    }
+}
+
+/// Probes the session timeout each member of `hosts` grants when asked for `timeout` (what the
+/// client asks for when it reconnects). Returns the first grant below `timeout` as soon as it
+/// arrives (`None` when every member that answered grants `timeout`).
+async fn probe_lower_timeout(hosts: &[String], timeout: Duration) -> Option<Duration> {
+    let mut probes = tokio::task::JoinSet::new();
+    for host in hosts {
+        let host = host.clone();
+        probes.spawn(async move {
+            let connector = zk::Client::connector()
+                .with_session_timeout(timeout)
+                .with_connection_timeout(connection_timeout(timeout));
+            // A member that does not answer within a connection timeout or two is not the one
+            // the client just reconnected to. Dropping the client closes the probe session.
+            let bound = connection_timeout(timeout) * 2;
+            match tokio::time::timeout(bound, connector.connect(&host)).await {
+                Ok(Ok(client)) => Some(client.session_timeout()),
+                Ok(Err(e)) => {
+                    tracing::debug!(%host, error = %e, "session-timeout probe failed");
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+    }
+    while let Some(done) = probes.join_next().await {
+        if let Ok(Some(granted)) = done {
+            if granted < timeout {
+                // Dropping the set aborts the other probes.
+                return Some(granted);
+            }
+        }
+    }
+    None
+}
+
+/// What a session needs to retire itself when the server lowered its timeout.
+struct Retire {
+    /// The members of the connect string.
+    hosts: Vec<String>,
+    client: zk::Client,
+    counters: Arc<Counters>,
+    ended: Arc<AtomicBool>,
+    id: i64,
+    /// The timeout the session was opened with (its driver's leases rest on it).
+    timeout: Duration,
+}
+
+impl Retire {
+    /// After a reconnect: the member may have clamped the session timeout lower (each member
+    /// clamps again on every reconnect, e.g. during a rolling change of `maxSessionTimeout`),
+    /// and the client library does not report the value. Probe what the members grant for the
+    /// timeout the client asks for; if any grants less, the leases' deadlines (counted with the
+    /// larger timeout) are no longer safe: they are lost at once, their nodes deleted, and the
+    /// session is retired (the next acquire opens a new one with the smaller timeout).
+    async fn check_after_reconnect(self: Arc<Self>, driver: RenewalDriver<SessionBackend>) {
+        self.counters
+            .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
+        let Some(granted) = probe_lower_timeout(&self.hosts, self.timeout).await else {
+            return;
+        };
+        tracing::warn!(session = %format_args!("{:#x}", self.id), was = ?self.timeout, now = ?granted, leases = driver.len(), "a member lowered the session timeout; the session's leases are lost");
+        self.ended.store(true, Ordering::Release);
+        self.lose_and_delete(
+            &driver,
+            &format!(
+                "ZooKeeper session {:#x}: a member lowered its timeout from {:?} to {granted:?}",
+                self.id, self.timeout
+            ),
+        );
+    }
+
+    /// Loses every lease of the driver and deletes their nodes (the session itself lives on at
+    /// the server until the client is dropped).
+    fn lose_and_delete(&self, driver: &RenewalDriver<SessionBackend>, why: &str) {
+        let mut paths = Vec::new();
+        driver.lose_where(&LossReason::SessionEnded(why.to_owned()), |e| {
+            paths.push(e.path.clone());
+            true
+        });
+        for path in paths {
+            spawn_delete(
+                self.client.clone(),
+                Arc::clone(&self.counters),
+                DeleteTarget::Path(path),
+            );
         }
     }
 }
@@ -222,14 +316,10 @@ pub(crate) enum DeleteTarget {
     Uuid { parent: String, uuid: String },
 }
 
-/// Deletes the target until it is gone or the session ends. Never deletes anyone else's node:
-/// paths and uuids are unique to one contender.
-pub(crate) fn spawn_delete(
-    client: zk::Client,
-    ended: Arc<AtomicBool>,
-    counters: Arc<Counters>,
-    target: DeleteTarget,
-) {
+/// Deletes the target until it is gone or the session ends (at the server: a session this
+/// locker retired still owns its nodes). Never deletes anyone else's node: paths and uuids are
+/// unique to one contender.
+pub(crate) fn spawn_delete(client: zk::Client, counters: Arc<Counters>, target: DeleteTarget) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
             ?target,
@@ -240,7 +330,7 @@ pub(crate) fn spawn_delete(
     handle.spawn(async move {
         let mut backoff = Duration::from_millis(20);
         loop {
-            if ended.load(Ordering::Acquire) || client.state().is_terminated() {
+            if client.state().is_terminated() {
                 return;
             }
             match delete_target(&client, &counters, &target).await {
@@ -459,7 +549,6 @@ impl RenewBackend for SessionBackend {
                     if transient(&e) {
                         spawn_delete(
                             self.client.clone(),
-                            Arc::clone(&self.ended),
                             Arc::clone(&self.counters),
                             DeleteTarget::Path(entry.path.clone()),
                         );
