@@ -15,10 +15,10 @@ use tokio::time::Instant;
 
 /// Server tick of the private ensemble.
 pub const TICK_MS: u64 = 100;
-/// Ticks a follower waits for its leader before it gives up on it (5 s): far longer than the
+/// Ticks a follower waits for its leader before it gives up on it (10 s): far longer than the
 /// session timeout, as with common settings (syncLimit 5 × tickTime 2 s = 10 s vs 4–6 s
 /// sessions).
-pub const SYNC_LIMIT: u64 = 50;
+pub const SYNC_LIMIT: u64 = 100;
 
 /// One ZooKeeper server process of the private ensemble (killed on drop).
 pub struct Server {
