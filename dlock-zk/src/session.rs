@@ -94,6 +94,7 @@ impl Session {
             down_since,
             Retire {
                 hosts: connect_hosts(&cfg.connect),
+                digest: cfg.digest.clone(),
                 client: session.client.clone(),
                 counters: Arc::clone(&session.counters),
                 ended,
@@ -221,14 +222,22 @@ async fn watch_state(
 /// Probes the session timeout each member of `hosts` grants when asked for `timeout` (what the
 /// client asks for when it reconnects). Returns the first grant below `timeout` as soon as it
 /// arrives (`None` when every member that answered grants `timeout`).
-async fn probe_lower_timeout(hosts: &[String], timeout: Duration) -> Option<Duration> {
+async fn probe_lower_timeout(
+    hosts: &[String],
+    digest: Option<&(String, String)>,
+    timeout: Duration,
+) -> Option<Duration> {
     let mut probes = tokio::task::JoinSet::new();
     for host in hosts {
         let host = host.clone();
+        let auth = digest.map(|(user, password)| format!("{user}:{password}"));
         probes.spawn(async move {
-            let connector = zk::Client::connector()
+            let mut connector = zk::Client::connector()
                 .with_session_timeout(timeout)
                 .with_connection_timeout(connection_timeout(timeout));
+            if let Some(auth) = auth {
+                connector = connector.with_auth("digest", auth.as_bytes());
+            }
             // A member that does not answer within a connection timeout or two is not the one
             // the client just reconnected to. Dropping the client closes the probe session.
             let bound = connection_timeout(timeout) * 2;
@@ -257,6 +266,8 @@ async fn probe_lower_timeout(hosts: &[String], timeout: Duration) -> Option<Dura
 struct Retire {
     /// The members of the connect string.
     hosts: Vec<String>,
+    /// The session's digest credentials, for ensembles that require authentication.
+    digest: Option<(String, String)>,
     client: zk::Client,
     counters: Arc<Counters>,
     ended: Arc<AtomicBool>,
@@ -275,7 +286,9 @@ impl Retire {
     async fn check_after_reconnect(self: Arc<Self>, driver: RenewalDriver<SessionBackend>) {
         self.counters
             .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
-        let Some(granted) = probe_lower_timeout(&self.hosts, self.timeout).await else {
+        let Some(granted) =
+            probe_lower_timeout(&self.hosts, self.digest.as_ref(), self.timeout).await
+        else {
             return;
         };
         tracing::warn!(session = %format_args!("{:#x}", self.id), was = ?self.timeout, now = ?granted, leases = driver.len(), "a member lowered the session timeout; the session's leases are lost");
@@ -556,6 +569,32 @@ impl RenewBackend for SessionBackend {
                     return Err(map("release", e));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The margin: half a server tick (tick = min(timeout/2, 2 s)) plus the client's ping
+    /// interval (connection timeout / 8).
+    #[test]
+    fn proofs_count_on_the_timeout_less_a_server_tick_margin() {
+        let ms = Duration::from_millis;
+        // 2 s: tick ≤ 1 s, margin 500 ms + 300/8 ms.
+        assert_eq!(
+            proof_ttl(ms(2000)),
+            ms(2000) - ms(500) - Duration::from_micros(37_500)
+        );
+        // 10 s: tick ≤ 2 s (the default), margin 1 s + 1250/8 ms.
+        assert_eq!(
+            proof_ttl(ms(10_000)),
+            ms(10_000) - ms(1000) - Duration::from_micros(156_250)
+        );
+        // Never more than the timeout, never negative.
+        for t in [0, 1, 200, 4000, 40_000] {
+            assert!(proof_ttl(ms(t)) <= ms(t));
         }
     }
 }
