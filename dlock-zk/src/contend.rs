@@ -46,6 +46,8 @@ pub(crate) struct Contender {
     uuid: String,
     acls: zk::Acls<'static>,
     no_container: Arc<AtomicBool>,
+    /// The data written into our node (see `payload`).
+    payload: Arc<[u8]>,
     path: Option<String>,
     create_sent: bool,
     armed: bool,
@@ -57,6 +59,7 @@ impl Contender {
         parent: String,
         acls: zk::Acls<'static>,
         no_container: Arc<AtomicBool>,
+        payload: Arc<[u8]>,
     ) -> Self {
         Contender {
             sess,
@@ -64,6 +67,7 @@ impl Contender {
             uuid: uuid::Uuid::new_v4().to_string(),
             acls,
             no_container,
+            payload,
             path: None,
             create_sent: false,
             armed: true,
@@ -91,7 +95,9 @@ impl Contender {
     /// Removes our node now (bounded wait), handing it to a background retry if that fails.
     pub(crate) async fn remove_now(&mut self) {
         let Some(target) = self.target() else { return };
-        if self.sess.is_ended() {
+        // A session this locker retired (see `Retire`) still owns its nodes at the server:
+        // only a session that is over has lost them.
+        if self.sess.client.state().is_terminated() {
             self.armed = false;
             return;
         }
@@ -137,9 +143,18 @@ impl Contender {
             let (proof, children) = match prefetched.take() {
                 Some(listing) => listing,
                 None => {
+                    // The listing proves the grant: route it through the leader (a sync sent
+                    // right before it, see `SessionBackend::renew`).
                     let proof = Instant::now();
-                    counters.add_requests(1);
-                    match client.list_children(&self.parent).await {
+                    counters.add_requests(2);
+                    let synced = client.sync(&self.parent);
+                    let listed = client.list_children(&self.parent);
+                    let (synced, listed) = tokio::join!(synced, listed);
+                    let listed = match synced {
+                        Ok(()) | Err(zk::Error::NoNode) => listed,
+                        Err(e) => Err(e),
+                    };
+                    match listed {
                         Ok(c) => (proof, c),
                         Err(zk::Error::NoNode) => return Err(self.vanished()),
                         Err(e) => {
@@ -151,7 +166,7 @@ impl Contender {
                 }
             };
             let sorted = sorted_contenders(children);
-            let Some(index) = sorted.iter().position(|(_, n)| *n == me) else {
+            let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
             if index == 0 {
@@ -164,7 +179,7 @@ impl Contender {
                 waited = true;
                 counters.add_waits(1);
             }
-            let predecessor = format!("{}/{}", self.parent, sorted[index - 1].1);
+            let predecessor = format!("{}/{}", self.parent, sorted[index - 1]);
             tracing::trace!(node = %me, %predecessor, "waiting for the predecessor");
             counters.add_requests(1);
             // getData rather than exists: a watch is left only when the node exists.
@@ -185,9 +200,11 @@ impl Contender {
         }
     }
 
-    /// Our node is gone: because the session ended, or because someone deleted it.
+    /// Our node was not found: because the session ended, or because someone deleted it. The
+    /// contender stays armed, so starting over deletes the node by its path should it still
+    /// exist (a node left behind would queue ahead of everyone and wedge the lock); deleting a
+    /// node that is gone is harmless.
     fn vanished(&mut self) -> Retry {
-        self.armed = false;
         if self.sess.is_ended() {
             return self.ended("ended while waiting");
         }
@@ -228,7 +245,7 @@ impl Contender {
             self.create_sent = true;
             counters.add_requests(2);
             let proof = Instant::now();
-            let created = client.create(&prefix, &[], &options);
+            let created = client.create(&prefix, &self.payload, &options);
             let listed = client.list_children(&self.parent);
             let (created, listed) = tokio::join!(created, listed);
             match created {
@@ -266,6 +283,7 @@ impl Contender {
 
     /// Runs the lost-reply recovery for protection uuid `uuid` (test hook): the path and
     /// czxid of the node it adopted, if any. The contender is disarmed either way.
+    #[cfg(feature = "testing")]
     pub(crate) async fn recover_for_test(
         &mut self,
         uuid: String,

@@ -6,6 +6,7 @@ mod contend;
 mod errors;
 mod locker;
 mod paths;
+mod payload;
 mod session;
 
 pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};

@@ -16,6 +16,7 @@ use zookeeper_client as zk;
 use crate::config::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
 use crate::paths::parent_path;
+use crate::payload::node_payload;
 use crate::session::{NodeEntry, Session};
 
 /// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
@@ -57,6 +58,10 @@ struct Inner {
     /// A copy of the current session for the fast path.
     current: StdMutex<Option<Arc<Session>>>,
     negotiated_ms: AtomicU64,
+    /// This locker's id, written into its lock nodes.
+    locker_id: String,
+    /// The data of every lock node this locker creates.
+    payload: Arc<[u8]>,
 }
 
 impl std::fmt::Debug for ZkLocker {
@@ -78,6 +83,8 @@ impl ZkLocker {
         let counters = Arc::new(Counters::default());
         let session = Session::open(&cfg, Arc::clone(&counters)).await?;
         let negotiated = duration_ms(session.timeout);
+        let locker_id = uuid::Uuid::new_v4().to_string();
+        let payload = Arc::from(node_payload(&locker_id));
         Ok(ZkLocker {
             inner: Arc::new(Inner {
                 acls: cfg.acl.acls(),
@@ -87,6 +94,8 @@ impl ZkLocker {
                 current: StdMutex::new(Some(Arc::clone(&session))),
                 slot: Mutex::new(Some(session)),
                 negotiated_ms: AtomicU64::new(negotiated),
+                locker_id,
+                payload,
             }),
         })
     }
@@ -101,6 +110,13 @@ impl ZkLocker {
         self.inner.cfg.ttl
     }
 
+    /// This locker's id (a random UUID chosen when it was built), written into every lock node
+    /// it creates as `host=<host> pid=<process id> locker=<id>` so operators can tell which
+    /// process holds or waits for a lock.
+    pub fn locker_id(&self) -> &str {
+        &self.inner.locker_id
+    }
+
     /// The id of the current ZooKeeper session (`None` when it ended and no new one is open yet).
     pub fn session_id(&self) -> Option<i64> {
         self.current().filter(|s| !s.is_ended()).map(|s| s.id)
@@ -113,8 +129,8 @@ impl ZkLocker {
 
     /// For tests and fault drills: the current session's id and password, so a test can take
     /// the session over from another connection and close it (the way to end a session from the
-    /// server side). Not a stable API.
-    #[doc(hidden)]
+    /// server side). Only with the `testing` feature; not a stable API.
+    #[cfg(feature = "testing")]
     pub fn session_info_for_test(&self) -> Option<zk::SessionInfo> {
         self.current().map(|s| s.client.session().clone())
     }
@@ -122,11 +138,11 @@ impl ZkLocker {
     /// For tests: runs the protected-create recovery (what an acquire does when a create's reply
     /// is lost) for lock `name` and protection uuid `uuid`. Returns the node adopted (path,
     /// czxid) — only one owned by the CURRENT session; a node with that uuid owned by another
-    /// session is deleted. Not a stable API.
+    /// session is deleted. Only with the `testing` feature; not a stable API.
     ///
     /// # Errors
     /// As [`Locker::acquire`].
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub async fn recover_protected_for_test(
         &self,
         name: &LockName,
@@ -138,6 +154,7 @@ impl ZkLocker {
             self.lock_path(name),
             self.inner.acls,
             Arc::clone(&self.inner.no_container),
+            Arc::clone(&self.inner.payload),
         );
         match c.recover_for_test(uuid.to_owned()).await {
             Ok(found) => Ok(found),
@@ -208,6 +225,7 @@ impl ZkLocker {
                 parent.clone(),
                 self.inner.acls,
                 Arc::clone(&self.inner.no_container),
+                Arc::clone(&self.inner.payload),
             );
             let outcome = within(deadline, contender.run(single)).await;
             let retry = match outcome {
@@ -219,6 +237,12 @@ impl ZkLocker {
                     tracing::warn!(lock = %name, node = %path, "grant arrived after its own deadline; retrying");
                     Retry::LateGrant
                 }
+                Some(Ok(Outcome::Granted { path, .. })) if sess.is_ended() => {
+                    // The session was retired while we waited (its timeout was lowered): its
+                    // driver's deadlines are not safe any more. Remove the node, start over.
+                    tracing::info!(lock = %name, node = %path, "granted on a retired session; retrying");
+                    Retry::SessionEnded("retired".into())
+                }
                 Some(Ok(Outcome::Granted { path, czxid, proof })) => {
                     contender.disarm();
                     let token = FencingToken(u64::try_from(czxid).unwrap_or_default());
@@ -226,7 +250,15 @@ impl ZkLocker {
                     let lease =
                         sess.driver
                             .register(name.clone(), token, proof, NodeEntry { path, czxid });
-                    return Ok(Some(lease));
+                    if sess.is_ended() {
+                        // Retired between the check above and the registration.
+                        if let Err(e) = lease.release().await {
+                            tracing::debug!(lock = %name, error = %e, "releasing a grant of a retired session");
+                        }
+                        Retry::SessionEnded("retired".into())
+                    } else {
+                        return Ok(Some(lease));
+                    }
                 }
                 Some(Ok(Outcome::Busy)) => {
                     contender.remove_now().await;

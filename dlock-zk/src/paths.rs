@@ -1,8 +1,9 @@
 //! Znode layout, compatible with Curator's `InterProcessMutex`.
 //!
 //! A lock `name` lives in the parent `<root>/<name.encoded()>`; every contender is an
-//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered by the sequence
-//! after the last `lock-`, so the protection prefix never changes the order.
+//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered as Curator
+//! orders them: by the text after the last `lock-`, so the protection prefix never changes the
+//! order ([`sorted_contenders`]).
 
 use std::fmt::Write as _;
 
@@ -29,15 +30,13 @@ pub(crate) fn create_prefix(parent: &str, uuid: &str) -> String {
     p
 }
 
-/// The sequence number of a contender node's name, or `None` when the name is not a contender
-/// (no `lock-` marker, or no number after it).
-pub(crate) fn sequence_of(child: &str) -> Option<i64> {
-    let at = child.rfind(LOCK_MARKER)?;
-    let digits = &child[at + LOCK_MARKER.len()..];
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+/// Curator's sort key for a child of a lock's parent (`fixForSorting` of its standard lock
+/// driver): the text after the last `lock-`, or the whole name when there is none.
+pub(crate) fn sort_key(child: &str) -> &str {
+    match child.rfind(LOCK_MARKER) {
+        Some(at) => &child[at + LOCK_MARKER.len()..],
+        None => child,
     }
-    digits.parse::<i64>().ok()
 }
 
 /// Whether `child` was created by the contender with this protection uuid.
@@ -48,14 +47,25 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// Contender children sorted by sequence (ties broken by name, for determinism).
-pub(crate) fn sorted_contenders(children: Vec<String>) -> Vec<(i64, String)> {
-    let mut v: Vec<(i64, String)> = children
-        .into_iter()
-        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
-        .collect();
-    v.sort_unstable();
-    v
+/// The children of a lock's parent in the order Curator's `InterProcessMutex` gives them: every
+/// child, by [`sort_key`] compared as text (ties, which sequential nodes never have, by name).
+///
+/// Text, not numbers: ZooKeeper names sequential nodes with `%010d` of the parent's cversion,
+/// which goes negative once it wraps (`lock--2147483648`), and Curator then sorts those
+/// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
+/// order keeps a dlock contender and a Curator one from each believing it is first. (Java
+/// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
+pub(crate) fn sorted_contenders(mut children: Vec<String>) -> Vec<String> {
+    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)).then_with(|| a.cmp(b)));
+    children
+}
+
+/// The parent of a node's path (`/` for a top-level node).
+pub(crate) fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
 }
 
 /// The last segment of a path.
@@ -182,6 +192,16 @@ pub(crate) fn validate_connect(connect: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The member addresses of a (validated) connect string, without the chroot.
+pub(crate) fn connect_hosts(connect: &str) -> Vec<String> {
+    let hosts = if connect.contains("://") {
+        split_chroot_after_schemes(connect).0
+    } else {
+        connect.split('/').next().unwrap_or(connect)
+    };
+    hosts.split(',').map(str::to_owned).collect()
+}
+
 fn split_chroot_after_schemes(connect: &str) -> (&str, Option<&str>) {
     let last = connect.rsplit(',').next().unwrap_or(connect);
     let base = connect.len() - last.len();
@@ -200,17 +220,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sequence_is_parsed_after_the_last_marker() {
-        assert_eq!(sequence_of("_c_1b2c-lock-0000000007"), Some(7));
-        assert_eq!(sequence_of("_c_lock-x-lock-0000000012"), Some(12));
-        assert_eq!(sequence_of("lock-0000000003"), Some(3));
-        assert_eq!(sequence_of("_c_abc-lock-"), None);
-        assert_eq!(sequence_of("_c_abc-lock-12a"), None);
-        assert_eq!(sequence_of("other"), None);
-        assert_eq!(
-            sequence_of("_c_x-lock-2147483648000"),
-            Some(2_147_483_648_000)
-        );
+    fn sort_key_is_the_text_after_the_last_marker() {
+        assert_eq!(sort_key("_c_1b2c-lock-0000000007"), "0000000007");
+        assert_eq!(sort_key("_c_lock-x-lock-0000000012"), "0000000012");
+        assert_eq!(sort_key("lock-0000000003"), "0000000003");
+        assert_eq!(sort_key("_c_abc-lock--000000003"), "-000000003");
+        assert_eq!(sort_key("_c_abc-lock-"), "");
+        assert_eq!(sort_key("other"), "other");
     }
 
     #[test]
@@ -221,13 +237,38 @@ mod tests {
             "junk".into(),
             "_c_aaaa-lock-0000000001".into(),
         ]);
-        let names: Vec<_> = sorted.iter().map(|(_, n)| n.as_str()).collect();
+        // As in Curator, a child without the marker takes part with its whole name as key.
         assert_eq!(
-            names,
+            sorted,
             [
                 "_c_aaaa-lock-0000000001",
                 "_c_ffff-lock-0000000002",
-                "_c_0000-lock-0000000010"
+                "_c_0000-lock-0000000010",
+                "junk"
+            ]
+        );
+    }
+
+    /// The names ZooKeeper gives after the parent's cversion wrapped (`%010d` of a negative
+    /// int), ordered as Curator's `LockInternals.getSortedChildren` orders them: by the text
+    /// after the last `lock-` (the whole name when there is none), compared as strings.
+    #[test]
+    fn contenders_sort_as_curator_sorts_them_across_a_cversion_wrap() {
+        let children = vec![
+            "_c_a-lock-2147483647".to_owned(),
+            "_c_b-lock--2147483648".to_owned(),
+            "_c_c-lock--2147483647".to_owned(),
+            "_c_d-lock-0000000001".to_owned(),
+            "_c_e-lock--000000001".to_owned(),
+        ];
+        assert_eq!(
+            sorted_contenders(children),
+            [
+                "_c_e-lock--000000001",
+                "_c_c-lock--2147483647",
+                "_c_b-lock--2147483648",
+                "_c_d-lock-0000000001",
+                "_c_a-lock-2147483647",
             ]
         );
     }
@@ -245,6 +286,8 @@ mod tests {
         assert_eq!(parent_path("/", "a"), "/a");
         assert_eq!(create_prefix("/dlock/a", "u"), "/dlock/a/_c_u-lock-");
         assert_eq!(node_name("/dlock/a/_c_u-lock-1"), "_c_u-lock-1");
+        assert_eq!(parent_of("/dlock/a/_c_u-lock-1"), "/dlock/a");
+        assert_eq!(parent_of("/a"), "/");
         assert_eq!(join_root("/dlock", Some("t/1")), "/dlock/t/1");
         assert_eq!(join_root("/", Some("t")), "/t");
     }
@@ -272,6 +315,17 @@ mod tests {
         for bad in ["", "/a", "a/", "a//b", "..", "a/./b", "a b"] {
             assert!(validate_namespace(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn hosts_of_a_connect_string() {
+        assert_eq!(connect_hosts("a:1"), ["a:1"]);
+        assert_eq!(connect_hosts("a:1,b:2/chroot/x"), ["a:1", "b:2"]);
+        assert_eq!(
+            connect_hosts("tcp://a:1,tcp://b:2/chroot"),
+            ["tcp://a:1", "tcp://b:2"]
+        );
+        assert_eq!(connect_hosts("[::1]:2181"), ["[::1]:2181"]);
     }
 
     #[test]

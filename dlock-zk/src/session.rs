@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::config::Config;
 use crate::errors::{map, session_ended, transient};
-use crate::paths::is_ours;
+use crate::paths::{connect_hosts, is_ours, parent_of};
 
 /// The most lock nodes one renewal request reads back (rotating through the held set). The
 /// request proves the session alive whatever the count; reading nodes back also detects a
@@ -74,7 +74,7 @@ impl Session {
             no_multi_read: AtomicBool::new(false),
             timeout,
         });
-        let driver = RenewalDriver::new(backend, timeout, Arc::clone(&counters));
+        let driver = RenewalDriver::new(backend, proof_ttl(timeout), Arc::clone(&counters));
         let watcher = client.state_watcher();
         let down_since = Arc::new(Mutex::new(None));
         let session = Arc::new(Session {
@@ -91,10 +91,16 @@ impl Session {
             Arc::downgrade(&session),
             driver,
             watcher,
-            ended,
             down_since,
-            id,
-            timeout,
+            Retire {
+                hosts: connect_hosts(&cfg.connect),
+                digest: cfg.digest.clone(),
+                client: session.client.clone(),
+                counters: Arc::clone(&session.counters),
+                ended,
+                id,
+                timeout,
+            },
         ));
         Ok(session)
     }
@@ -132,12 +138,7 @@ impl Session {
 
     /// Spawns the guarded, retried delete of one of our nodes.
     pub(crate) fn spawn_delete(&self, target: DeleteTarget) {
-        spawn_delete(
-            self.client.clone(),
-            Arc::clone(&self.ended),
-            Arc::clone(&self.counters),
-            target,
-        );
+        spawn_delete(self.client.clone(), Arc::clone(&self.counters), target);
     }
 }
 
@@ -146,9 +147,28 @@ fn connection_timeout(ttl: Duration) -> Duration {
     (ttl / 8).max(Duration::from_millis(300))
 }
 
+/// ZooKeeper's default `tickTime`: the largest server tick assumed when the timeout allows it.
+const DEFAULT_TICK: Duration = Duration::from_secs(2);
+
+/// How long a proof (grant or renewal) may count on after its send time: the negotiated
+/// timeout less a server-tick margin.
+///
+/// A client connected to a follower is touched on the leader — which alone expires sessions —
+/// only when the follower reports its touched sessions in its reply to the leader's next ping
+/// (every half tick). So the leader's last touch of the session may lag the proof's send time
+/// by up to half a server tick plus the client's ping interval. The server tick is not visible
+/// to clients; it is at most half the negotiated timeout under ZooKeeper's default clamping
+/// (`minSessionTimeout` = 2 × `tickTime`), and assumed no larger than the default 2 s.
+pub(crate) fn proof_ttl(timeout: Duration) -> Duration {
+    let tick = (timeout / 2).min(DEFAULT_TICK);
+    let client_ping = connection_timeout(timeout) / 8;
+    timeout.saturating_sub(tick / 2 + client_ping)
+}
+
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
 /// Disconnected suspends them (renewals then fail and the driver declares them lost at their
-/// deadline unless the client reconnects in time).
+/// deadline unless the client reconnects in time); a reconnect is checked for a lowered
+/// session timeout ([`Retire::check_after_reconnect`]).
 ///
 /// Holds the driver (so it can declare losses even after the locker is dropped) but no strong
 /// reference to the session: it ends once the session is over, or once the locker dropped the
@@ -157,13 +177,13 @@ async fn watch_state(
     session: Weak<Session>,
     driver: RenewalDriver<SessionBackend>,
     mut watcher: zk::StateWatcher,
-    ended: Arc<AtomicBool>,
     down_since: Arc<Mutex<Option<Instant>>>,
-    id: i64,
-    timeout: Duration,
+    retire: Retire,
 ) {
+    let id = retire.id;
     let set_down = |v: Option<Instant>| *down_since.lock().unwrap_or_else(|p| p.into_inner()) = v;
-    let check = (timeout / 3).max(Duration::from_millis(50));
+    let check = (retire.timeout / 3).max(Duration::from_millis(50));
+    let retire = Arc::new(retire);
     loop {
         let state = match tokio::time::timeout(check, watcher.changed()).await {
             Ok(state) => state,
@@ -177,7 +197,7 @@ async fn watch_state(
         match state {
             zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed => {
                 tracing::warn!(session = %format_args!("{id:#x}"), %state, leases = driver.len(), "ZooKeeper session ended; its leases are lost");
-                ended.store(true, Ordering::Release);
+                retire.ended.store(true, Ordering::Release);
                 driver.lose_all(&LossReason::SessionEnded(format!(
                     "ZooKeeper session {id:#x} {state}"
                 )));
@@ -190,7 +210,112 @@ async fn watch_state(
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                 set_down(None);
                 tracing::info!(session = %format_args!("{id:#x}"), %state, "ZooKeeper connection re-established");
+                // The watcher only reports the latest state: a quick Disconnected/SyncConnected
+                // pair may show as SyncConnected alone. Any connected state seen here is a
+                // reconnect (the first connection happened before the watcher existed).
+                tokio::spawn(Arc::clone(&retire).check_after_reconnect(driver.clone()));
             }
+        }
+    }
+}
+
+/// Probes the session timeout each member of `hosts` grants when asked for `timeout` (what the
+/// client asks for when it reconnects). Returns the first grant below `timeout` as soon as it
+/// arrives (`None` when every member that answered grants `timeout`).
+async fn probe_lower_timeout(
+    hosts: &[String],
+    digest: Option<&(String, String)>,
+    timeout: Duration,
+) -> Option<Duration> {
+    let mut probes = tokio::task::JoinSet::new();
+    for host in hosts {
+        let host = host.clone();
+        let auth = digest.map(|(user, password)| format!("{user}:{password}"));
+        probes.spawn(async move {
+            let mut connector = zk::Client::connector()
+                .with_session_timeout(timeout)
+                .with_connection_timeout(connection_timeout(timeout));
+            if let Some(auth) = auth {
+                connector = connector.with_auth("digest", auth.as_bytes());
+            }
+            // A member that does not answer within a connection timeout or two is not the one
+            // the client just reconnected to. Dropping the client closes the probe session.
+            let bound = connection_timeout(timeout) * 2;
+            match tokio::time::timeout(bound, connector.connect(&host)).await {
+                Ok(Ok(client)) => Some(client.session_timeout()),
+                Ok(Err(e)) => {
+                    tracing::debug!(%host, error = %e, "session-timeout probe failed");
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+    }
+    while let Some(done) = probes.join_next().await {
+        if let Ok(Some(granted)) = done {
+            if granted < timeout {
+                // Dropping the set aborts the other probes.
+                return Some(granted);
+            }
+        }
+    }
+    None
+}
+
+/// What a session needs to retire itself when the server lowered its timeout.
+struct Retire {
+    /// The members of the connect string.
+    hosts: Vec<String>,
+    /// The session's digest credentials, for ensembles that require authentication.
+    digest: Option<(String, String)>,
+    client: zk::Client,
+    counters: Arc<Counters>,
+    ended: Arc<AtomicBool>,
+    id: i64,
+    /// The timeout the session was opened with (its driver's leases rest on it).
+    timeout: Duration,
+}
+
+impl Retire {
+    /// After a reconnect: the member may have clamped the session timeout lower (each member
+    /// clamps again on every reconnect, e.g. during a rolling change of `maxSessionTimeout`),
+    /// and the client library does not report the value. Probe what the members grant for the
+    /// timeout the client asks for; if any grants less, the leases' deadlines (counted with the
+    /// larger timeout) are no longer safe: they are lost at once, their nodes deleted, and the
+    /// session is retired (the next acquire opens a new one with the smaller timeout).
+    async fn check_after_reconnect(self: Arc<Self>, driver: RenewalDriver<SessionBackend>) {
+        self.counters
+            .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
+        let Some(granted) =
+            probe_lower_timeout(&self.hosts, self.digest.as_ref(), self.timeout).await
+        else {
+            return;
+        };
+        tracing::warn!(session = %format_args!("{:#x}", self.id), was = ?self.timeout, now = ?granted, leases = driver.len(), "a member lowered the session timeout; the session's leases are lost");
+        self.ended.store(true, Ordering::Release);
+        self.lose_and_delete(
+            &driver,
+            &format!(
+                "ZooKeeper session {:#x}: a member lowered its timeout from {:?} to {granted:?}",
+                self.id, self.timeout
+            ),
+        );
+    }
+
+    /// Loses every lease of the driver and deletes their nodes (the session itself lives on at
+    /// the server until the client is dropped).
+    fn lose_and_delete(&self, driver: &RenewalDriver<SessionBackend>, why: &str) {
+        let mut paths = Vec::new();
+        driver.lose_where(&LossReason::SessionEnded(why.to_owned()), |e| {
+            paths.push(e.path.clone());
+            true
+        });
+        for path in paths {
+            spawn_delete(
+                self.client.clone(),
+                Arc::clone(&self.counters),
+                DeleteTarget::Path(path),
+            );
         }
     }
 }
@@ -204,14 +329,10 @@ pub(crate) enum DeleteTarget {
     Uuid { parent: String, uuid: String },
 }
 
-/// Deletes the target until it is gone or the session ends. Never deletes anyone else's node:
-/// paths and uuids are unique to one contender.
-pub(crate) fn spawn_delete(
-    client: zk::Client,
-    ended: Arc<AtomicBool>,
-    counters: Arc<Counters>,
-    target: DeleteTarget,
-) {
+/// Deletes the target until it is gone or the session ends (at the server: a session this
+/// locker retired still owns its nodes). Never deletes anyone else's node: paths and uuids are
+/// unique to one contender.
+pub(crate) fn spawn_delete(client: zk::Client, counters: Arc<Counters>, target: DeleteTarget) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
             ?target,
@@ -222,7 +343,7 @@ pub(crate) fn spawn_delete(
     handle.spawn(async move {
         let mut backoff = Duration::from_millis(20);
         loop {
-            if ended.load(Ordering::Acquire) || client.state().is_terminated() {
+            if client.state().is_terminated() {
                 return;
             }
             match delete_target(&client, &counters, &target).await {
@@ -335,10 +456,11 @@ impl SessionBackend {
 impl RenewBackend for SessionBackend {
     type Entry = NodeEntry;
 
-    /// One multi-read of (up to [`RENEW_WINDOW`]) held nodes (one plain read of one node on
-    /// servers before 3.6). Its success proves the session was
-    /// alive when the request was sent, so no other session can be granted these locks before
-    /// send time + negotiated timeout (the driver's deadline). Nodes read back missing or owned
+    /// A `sync` (answered by the leader) followed by one multi-read of (up to
+    /// [`RENEW_WINDOW`]) held nodes (one plain read of one node on servers before 3.6). Their
+    /// success proves the session was alive at the leader when the sync was sent, so no other
+    /// session can be granted these locks before send time + the driver's TTL
+    /// ([`proof_ttl`]). Nodes read back missing or owned
     /// by another session are lost; a session that ended loses everything.
     async fn renew(&self, entries: &[Arc<NodeEntry>]) -> Result<Vec<Renewal>, Error> {
         let n = entries.len();
@@ -350,11 +472,24 @@ impl RenewBackend for SessionBackend {
         let width = if single { 1 } else { n.min(RENEW_WINDOW) };
         let start = self.cursor.fetch_add(width, Ordering::Relaxed) % n;
         let window: Vec<usize> = (0..width).map(|i| (start + i) % n).collect();
-        self.counters.add_requests(1);
-        let read = if single {
-            self.read_one(&entries[window[0]].path).await
-        } else {
-            self.read_many(entries, &window).await
+        // Route the proof through the leader: a follower cut from its leader keeps answering
+        // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
+        // sent first and the read right behind it (ZooKeeper answers a session's requests in
+        // order, and a follower holds the read until the sync is done): one round trip.
+        let parent = parent_of(&entries[window[0]].path).to_owned();
+        self.counters.add_requests(2);
+        let synced = self.client.sync(&parent);
+        let read = async {
+            if single {
+                self.read_one(&entries[window[0]].path).await
+            } else {
+                self.read_many(entries, &window).await
+            }
+        };
+        let (synced, read) = tokio::join!(synced, read);
+        let read = match synced {
+            Ok(()) | Err(zk::Error::NoNode) => read,
+            Err(e) => Err(e),
         };
         let stats = match read {
             Ok(stats) => stats,
@@ -427,7 +562,6 @@ impl RenewBackend for SessionBackend {
                     if transient(&e) {
                         spawn_delete(
                             self.client.clone(),
-                            Arc::clone(&self.ended),
                             Arc::clone(&self.counters),
                             DeleteTarget::Path(entry.path.clone()),
                         );
@@ -435,6 +569,32 @@ impl RenewBackend for SessionBackend {
                     return Err(map("release", e));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The margin: half a server tick (tick = min(timeout/2, 2 s)) plus the client's ping
+    /// interval (connection timeout / 8).
+    #[test]
+    fn proofs_count_on_the_timeout_less_a_server_tick_margin() {
+        let ms = Duration::from_millis;
+        // 2 s: tick ≤ 1 s, margin 500 ms + 300/8 ms.
+        assert_eq!(
+            proof_ttl(ms(2000)),
+            ms(2000) - ms(500) - Duration::from_micros(37_500)
+        );
+        // 10 s: tick ≤ 2 s (the default), margin 1 s + 1250/8 ms.
+        assert_eq!(
+            proof_ttl(ms(10_000)),
+            ms(10_000) - ms(1000) - Duration::from_micros(156_250)
+        );
+        // Never more than the timeout, never negative.
+        for t in [0, 1, 200, 4000, 40_000] {
+            assert!(proof_ttl(ms(t)) <= ms(t));
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Shared helpers for the ZooKeeper backend tests: real servers from the conformance harness.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod ensemble;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -1,0 +1,43 @@
+//! What a lock node holds: a small text payload naming its holder, which operators' tools (and
+//! Curator-side tools, which show a lock node's data as text) can display.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, LockName, Locker};
+use support::{contenders, locker, namespace, raw, shared};
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// The `key=value` fields of a payload, in order.
+fn fields(data: &str) -> Vec<(&str, &str)> {
+    data.split(' ').filter_map(|f| f.split_once('=')).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_node_names_host_pid_and_locker() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("payload");
+    let l = locker(connect, &ns, TTL).await;
+    let name = LockName::new("who").unwrap();
+    let parent = l.lock_path(&name);
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let z = raw(connect).await;
+    let kids = contenders(&z, &parent).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let (data, _) = z.get_data(&format!("{parent}/{}", kids[0])).await.unwrap();
+    let text = String::from_utf8(data).expect("the payload is text");
+    let f = fields(&text);
+    let keys: Vec<&str> = f.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, ["host", "pid", "locker"], "payload {text:?}");
+    assert!(!f[0].1.is_empty(), "no host in {text:?}");
+    assert_eq!(f[1].1, std::process::id().to_string(), "payload {text:?}");
+    assert_eq!(f[2].1, l.locker_id(), "payload {text:?}");
+    lease.release().await.unwrap();
+}
