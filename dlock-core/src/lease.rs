@@ -100,11 +100,13 @@ impl LeaseCell {
         true
     }
 
-    /// The loss reason, if the lease was lost or its deadline passed.
+    /// Why the lease is not held, if it is not: lost, released, or its deadline passed.
     fn loss(&self) -> Option<LossReason> {
         match &*self.status.borrow() {
             Status::Lost(r) => return Some(r.clone()),
-            Status::Released => return None,
+            // Released is not a loss, but a released lease is not held either: reporting it as
+            // held would let a hold act on a lock someone else may have by now.
+            Status::Released => return Some(LossReason::Released),
             Status::Held => {}
         }
         if Instant::now() >= self.deadline() {
@@ -223,7 +225,8 @@ impl Lease {
         self.ctl.hold_count()
     }
 
-    /// Whether the lease is lost (or its deadline passed) right now.
+    /// Whether the lease is no longer held right now: lost, its deadline passed, or released
+    /// (through a [`Releaser`], or by the last hold of a re-entrant lease).
     pub fn is_lost(&self) -> bool {
         self.cell.loss().is_some()
     }
@@ -231,7 +234,8 @@ impl Lease {
     /// Checks that the lease is still held.
     ///
     /// # Errors
-    /// [`Error::Lost`] with the reason when it is not.
+    /// [`Error::Lost`] with the reason when it is not; [`LossReason::Released`] when it was
+    /// released (through a [`Releaser`], or by the last hold of a re-entrant lease).
     pub fn check(&self) -> Result<(), Error> {
         match self.cell.loss() {
             Some(reason) => Err(Error::Lost(reason)),
