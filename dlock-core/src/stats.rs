@@ -20,6 +20,9 @@ pub struct Stats {
     pub losses: u64,
     /// Requests sent to the server(s).
     pub requests: u64,
+    /// Times the renewal driver's task was found dead (panicked, or its runtime shut down) and
+    /// restarted by a new registration.
+    pub driver_restarts: u64,
 }
 
 /// The live counters behind [`Stats`]; backends increment them.
@@ -32,6 +35,7 @@ pub struct Counters {
     renewal_failures: AtomicU64,
     losses: AtomicU64,
     requests: AtomicU64,
+    driver_restarts: AtomicU64,
 }
 
 macro_rules! counter {
@@ -60,4 +64,5 @@ counter! {
     renewal_failures => add_renewal_failures,
     losses => add_losses,
     requests => add_requests,
+    driver_restarts => add_driver_restarts,
 }
