@@ -169,7 +169,8 @@ impl<B: RenewBackend> RenewalDriver<B> {
         entry: B::Entry,
     ) -> Lease {
         let deadline = self.deadline_from(start);
-        let cell = LeaseCell::new(name, token, deadline);
+        // lost() aims one drift allowance before the deadline: its timer may fire late.
+        let cell = LeaseCell::new(name, token, deadline, drift(self.shared.ttl));
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
         // Renew before a third of the TTL is left, whatever the driver's plans.

@@ -70,7 +70,7 @@ enum Outcome {
 
 /// What the task should do next, from the registered leases.
 struct Plan {
-    /// The earliest deadline of any lease (to declare it lost on time).
+    /// When the first lease counts as lost (to declare it lost on time).
     earliest_deadline: Instant,
     /// Whether some lease can go into a round now (renewing, not in flight).
     renewable: bool,
@@ -80,7 +80,7 @@ struct Plan {
 
 fn plan<B: RenewBackend>(shared: &Shared<B>) -> Option<Plan> {
     let leases = shared.leases();
-    let earliest_deadline = leases.values().map(|r| r.cell.deadline()).min()?;
+    let earliest_deadline = leases.values().map(|r| r.cell.lost_at()).min()?;
     let mut renewable = false;
     let mut urgent: Option<Instant> = None;
     for r in leases.values().filter(|r| r.renewing && !r.in_flight) {
@@ -174,7 +174,7 @@ fn round<B: RenewBackend>(
     let period = shared.ttl / 3;
     let earliest = batch
         .iter()
-        .map(|(_, c, _)| c.deadline())
+        .map(|(_, c, _)| c.lost_at())
         .min()
         .unwrap_or(start);
     // A round may run for TTL/3, or for two thirds of the remaining validity if that is
@@ -248,7 +248,7 @@ fn settle<B: RenewBackend>(shared: &Shared<B>, round: Round<B::Entry>, failures:
                     Renewal::Retry => {
                         undecided += 1;
                         if let Some(r) = leases.get_mut(id) {
-                            r.urgent = Some(retry_at(now, cell.deadline(), period));
+                            r.urgent = Some(retry_at(now, cell.lost_at(), period));
                         }
                         continue;
                     }
@@ -331,7 +331,7 @@ fn expire_and_collect<B: RenewBackend>(
     {
         let mut leases = shared.leases();
         leases.retain(|id, r| {
-            if r.cell.deadline() <= now || !r.cell.is_live() {
+            if r.cell.lost_at() <= now || !r.cell.is_live() {
                 expired.push(Arc::clone(&r.cell));
                 return false;
             }
