@@ -14,7 +14,8 @@ pub struct Stats {
     pub wakeups: u64,
     /// Renewal rounds that succeeded (one round may renew many leases).
     pub renewals: u64,
-    /// Renewal rounds that failed.
+    /// Renewal rounds that failed: the backend call erred, timed out or panicked, or left some
+    /// lease undecided ([`Renewal::Retry`](crate::Renewal::Retry)).
     pub renewal_failures: u64,
     /// Leases lost (not counting releases).
     pub losses: u64,
