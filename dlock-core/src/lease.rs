@@ -16,6 +16,9 @@ use crate::{Error, FencingToken, LockName, LossReason};
 pub(crate) struct LeaseCell {
     pub(crate) name: LockName,
     pub(crate) token: FencingToken,
+    /// How long before the deadline the lease counts as lost: `lost()` rides a timer that can
+    /// fire late (millisecond granularity, then scheduling), so it aims this much earlier.
+    early: Duration,
     state: Mutex<CellState>,
     status: watch::Sender<Status>,
 }
@@ -34,10 +37,16 @@ enum Status {
 }
 
 impl LeaseCell {
-    pub(crate) fn new(name: LockName, token: FencingToken, deadline: Instant) -> Arc<Self> {
+    pub(crate) fn new(
+        name: LockName,
+        token: FencingToken,
+        deadline: Instant,
+        early: Duration,
+    ) -> Arc<Self> {
         Arc::new(LeaseCell {
             name,
             token,
+            early,
             state: Mutex::new(CellState {
                 deadline,
                 ended: false,
@@ -55,18 +64,28 @@ impl LeaseCell {
         self.state().deadline
     }
 
-    /// Whether the lease still counts as held right now (not lost, released or past deadline).
-    pub(crate) fn is_live(&self) -> bool {
-        let st = self.state();
-        !st.ended && Instant::now() < st.deadline
+    /// When the lease counts as lost unless extended first: the deadline less the margin.
+    pub(crate) fn lost_at(&self) -> Instant {
+        self.lost_at_of(&self.state())
     }
 
-    /// Moves the deadline to `new` when the lease is still held and its current deadline has
-    /// not passed. Returns false when the lease already ended or expired (a late renewal must
-    /// never resurrect it).
+    fn lost_at_of(&self, st: &CellState) -> Instant {
+        st.deadline.checked_sub(self.early).unwrap_or(st.deadline)
+    }
+
+    /// Whether the lease still counts as held right now (not lost, released or expired).
+    pub(crate) fn is_live(&self) -> bool {
+        let st = self.state();
+        !st.ended && Instant::now() < self.lost_at_of(&st)
+    }
+
+    /// Moves the deadline to `new` when the lease is still held and has not expired. Returns
+    /// false when the lease already ended or expired (a late renewal must never resurrect it,
+    /// not even one that beat the deadline but not the margin before it: `check()` may already
+    /// have said it was lost).
     pub(crate) fn extend(&self, new: Instant) -> bool {
         let mut st = self.state();
-        if st.ended || Instant::now() >= st.deadline {
+        if st.ended || Instant::now() >= self.lost_at_of(&st) {
             return false;
         }
         if new > st.deadline {
@@ -100,14 +119,16 @@ impl LeaseCell {
         true
     }
 
-    /// The loss reason, if the lease was lost or its deadline passed.
+    /// Why the lease is not held, if it is not: lost, released, or its deadline passed.
     fn loss(&self) -> Option<LossReason> {
         match &*self.status.borrow() {
             Status::Lost(r) => return Some(r.clone()),
-            Status::Released => return None,
+            // Released is not a loss, but a released lease is not held either: reporting it as
+            // held would let a hold act on a lock someone else may have by now.
+            Status::Released => return Some(LossReason::Released),
             Status::Held => {}
         }
-        if Instant::now() >= self.deadline() {
+        if Instant::now() >= self.lost_at() {
             self.mark_lost(LossReason::Expired);
             return Some(LossReason::Expired);
         }
@@ -127,7 +148,7 @@ impl LeaseCell {
                     Status::Released => return LossReason::Released,
                     Status::Held => {}
                 }
-                let deadline = cell.deadline();
+                let lost_at = cell.lost_at();
                 tokio::select! {
                     changed = rx.changed() => {
                         if changed.is_err() {
@@ -135,8 +156,8 @@ impl LeaseCell {
                             return LossReason::Closed;
                         }
                     }
-                    () = tokio::time::sleep_until(deadline) => {
-                        if Instant::now() >= cell.deadline() {
+                    () = tokio::time::sleep_until(lost_at) => {
+                        if Instant::now() >= cell.lost_at() {
                             cell.mark_lost(LossReason::Expired);
                         }
                     }
@@ -167,8 +188,13 @@ pub(crate) trait LeaseControl: Send + Sync + 'static {
 /// A held lock.
 ///
 /// While it is held, the locker renews it in the background. Watch [`Lease::lost`] to learn,
-/// no later than [`Lease::deadline`], that it is no longer safe to act as the holder; pass
+/// before [`Lease::deadline`], that it is no longer safe to act as the holder; pass
 /// [`Lease::token`] to the resources you protect.
+///
+/// A lease that is not extended counts as lost (in [`Lease::lost`], [`Lease::is_lost`] and
+/// [`Lease::check`]) a margin before its deadline — the drift allowance again, TTL·0.01 + 2 ms
+/// for leases of the renewal driver — because the timer behind `lost()` can fire late
+/// (millisecond granularity, then thread scheduling on a loaded machine).
 ///
 /// Release it with [`Lease::release`]. Dropping an unreleased lease stops its renewal at once
 /// and schedules a best-effort release on the runtime it was created on; the TTL is the
@@ -223,7 +249,9 @@ impl Lease {
         self.ctl.hold_count()
     }
 
-    /// Whether the lease is lost (or its deadline passed) right now.
+    /// Whether the lease is no longer held right now: lost, expired (within the margin before
+    /// its deadline, see [`Lease`]), or released
+    /// (through a [`Releaser`], or by the last hold of a re-entrant lease).
     pub fn is_lost(&self) -> bool {
         self.cell.loss().is_some()
     }
@@ -231,7 +259,8 @@ impl Lease {
     /// Checks that the lease is still held.
     ///
     /// # Errors
-    /// [`Error::Lost`] with the reason when it is not.
+    /// [`Error::Lost`] with the reason when it is not; [`LossReason::Released`] when it was
+    /// released (through a [`Releaser`], or by the last hold of a re-entrant lease).
     pub fn check(&self) -> Result<(), Error> {
         match self.cell.loss() {
             Some(reason) => Err(Error::Lost(reason)),
@@ -239,7 +268,9 @@ impl Lease {
         }
     }
 
-    /// Resolves when the lease is lost, with the reason, no later than its deadline.
+    /// Resolves when the lease is lost, with the reason: at once when the server says so, and
+    /// when it was not extended, a margin before its deadline (see [`Lease`]), so that a timer
+    /// or scheduling delay still leaves it resolved before the deadline.
     ///
     /// Any number of tasks may await it; the future owns what it needs (`'static`) and can be
     /// spawned. If the lease is released first, it resolves with [`LossReason::Released`].
@@ -367,7 +398,12 @@ mod tests {
 
     fn cell(after: Duration) -> Arc<LeaseCell> {
         let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
-        LeaseCell::new(name, FencingToken(1), Instant::now() + after)
+        LeaseCell::new(
+            name,
+            FencingToken(1),
+            Instant::now() + after,
+            Duration::ZERO,
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -408,5 +444,27 @@ mod tests {
             LossReason::Expired
         );
         assert_eq!(Instant::now(), new);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_counts_as_lost_its_margin_before_the_deadline() {
+        let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
+        let margin = Duration::from_millis(12);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let c = LeaseCell::new(name, FencingToken(1), deadline, margin);
+        let lost = tokio::spawn(c.lost_future());
+        tokio::time::sleep_until(deadline - margin - Duration::from_millis(1)).await;
+        assert!(c.is_live());
+        assert!(c.loss().is_none());
+        assert_eq!(
+            lost.await.unwrap_or(LossReason::Closed),
+            LossReason::Expired
+        );
+        assert_eq!(Instant::now(), deadline - margin);
+        assert_eq!(c.loss(), Some(LossReason::Expired));
+        assert!(
+            !c.extend(deadline + Duration::from_secs(1)),
+            "an extension after the margin must not resurrect it"
+        );
     }
 }

@@ -34,15 +34,28 @@ use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, Locker, Releas
 /// ```
 pub struct Reentrant<L> {
     inner: L,
-    held: Arc<Mutex<HashMap<LockName, Arc<Held>>>>,
+    held: Arc<Table>,
 }
 
+type Table = Mutex<HashMap<LockName, Arc<Held>>>;
+
+/// One grant held through the wrapper.
+///
+/// Lock order: the table, then `state`. The hold count only changes while the table is locked
+/// (or once the wrapper is gone, when no nested acquire can happen any more), so a nested
+/// acquire never sees a count that the last release already took to zero.
 struct Held {
-    lease: Mutex<Option<Lease>>,
+    state: Mutex<HoldState>,
     releaser: Releaser,
-    count: Mutex<u32>,
-    table: Weak<Mutex<HashMap<LockName, Arc<Held>>>>,
+    table: Weak<Table>,
     name: LockName,
+}
+
+struct HoldState {
+    /// Holds handed out and not yet released; 0 once the last one released the grant.
+    count: u32,
+    /// The inner lease, until the last hold releases it.
+    lease: Option<Lease>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,18 +76,21 @@ impl<L: Locker> Reentrant<L> {
         &self.inner
     }
 
-    /// A new hold on `name` if this wrapper holds it and the lease is still live.
+    /// A new hold on `name` if this wrapper holds it and the lease is still held (not lost,
+    /// not released, deadline not passed, not being released by its last hold).
     fn nested(&self, name: &LockName) -> Option<Lease> {
         let table = lock(&self.held);
         let held = table.get(name)?;
-        let guard = lock(&held.lease);
-        let lease = guard.as_ref()?;
+        let mut state = lock(&held.state);
+        if state.count == 0 {
+            return None;
+        }
+        let lease = state.lease.as_ref()?;
         if lease.is_lost() {
             return None;
         }
-        *lock(&held.count) += 1;
         let cell = Arc::clone(lease.cell());
-        drop(guard);
+        state.count += 1;
         Some(Lease::from_parts(
             cell,
             Arc::clone(held) as Arc<dyn LeaseControl>,
@@ -85,8 +101,10 @@ impl<L: Locker> Reentrant<L> {
         let cell = Arc::clone(lease.cell());
         let held = Arc::new(Held {
             releaser: lease.releaser(),
-            lease: Mutex::new(Some(lease)),
-            count: Mutex::new(1),
+            state: Mutex::new(HoldState {
+                count: 1,
+                lease: Some(lease),
+            }),
             table: Arc::downgrade(&self.held),
             name: cell.name.clone(),
         });
@@ -98,14 +116,14 @@ impl<L: Locker> Reentrant<L> {
 impl Held {
     /// Drops one hold; returns the inner lease when it was the last.
     fn drop_hold(&self) -> Option<Lease> {
-        let mut count = lock(&self.count);
-        *count = count.saturating_sub(1);
-        if *count > 0 {
+        let table = self.table.upgrade();
+        let mut table = table.as_deref().map(lock);
+        let mut state = lock(&self.state);
+        state.count = state.count.saturating_sub(1);
+        if state.count > 0 {
             return None;
         }
-        drop(count);
-        if let Some(table) = self.table.upgrade() {
-            let mut table = lock(&table);
+        if let Some(table) = table.as_mut() {
             if table
                 .get(&self.name)
                 .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), self))
@@ -113,7 +131,7 @@ impl Held {
                 table.remove(&self.name);
             }
         }
-        lock(&self.lease).take()
+        state.lease.take()
     }
 }
 
@@ -136,13 +154,13 @@ impl LeaseControl for Held {
     }
 
     fn stop_renewal(&self, _cell: &Arc<LeaseCell>) {
-        if let Some(lease) = lock(&self.lease).as_ref() {
+        if let Some(lease) = lock(&self.state).lease.as_ref() {
             lease.stop_renewal_for_test();
         }
     }
 
     fn hold_count(&self) -> u32 {
-        *lock(&self.count)
+        lock(&self.state).count
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,11 +36,17 @@ pub trait RenewBackend: Send + Sync + 'static {
     type Entry: Send + Sync + 'static;
 
     /// Extends every listed lease by the TTL, in as few round trips as the backend allows
-    /// (one, ideally). Returns one [`Renewal`] per entry, in order.
+    /// (one, ideally). Returns one [`Renewal`] per entry, in order: a lease the call could not
+    /// decide is [`Renewal::Retry`], and only it is retried.
+    ///
+    /// The driver may call `renew` again while a call is still awaited, never with a lease
+    /// that is part of a call in flight (e.g. a lease granted with little validity left is
+    /// renewed at once, while a slow round for the others goes on). A call may be abandoned
+    /// (dropped) when it runs out of the leases' validity.
     ///
     /// # Errors
     /// Any error means the attempt failed as a whole and may be retried; the driver retries
-    /// with backoff inside the leases' remaining validity.
+    /// with backoff inside the leases' remaining validity. A panic counts as such a failure.
     async fn renew(&self, entries: &[Arc<Self::Entry>]) -> Result<Vec<Renewal>, Error>;
 
     /// Deletes one lease's server entry, guarded so that it never deletes another holder's.
@@ -51,10 +57,17 @@ pub trait RenewBackend: Send + Sync + 'static {
     async fn release(&self, entry: &Self::Entry) -> Result<(), Error>;
 }
 
+mod task;
+
 struct Registered<E> {
     cell: Arc<LeaseCell>,
     entry: Arc<E>,
     renewing: bool,
+    /// Renew no later than this, even before the next regular round: a grant with little
+    /// validity left, a lease left undecided, a lease whose last round failed.
+    urgent: Option<Instant>,
+    /// Part of a round whose reply is still awaited.
+    in_flight: bool,
 }
 
 struct Shared<B: RenewBackend> {
@@ -67,12 +80,25 @@ struct Shared<B: RenewBackend> {
     /// When the task plans its next wake-up (`None`: idle or not sleeping). A new lease wakes
     /// the task only when it needs a round before then.
     planned: Mutex<Option<Instant>>,
-    started: std::sync::Once,
+    /// Whether the task runs; a dead one is restarted by the next registration.
+    task: Mutex<TaskSlot>,
+}
+
+#[derive(Default)]
+struct TaskSlot {
+    /// Tasks spawned so far; identifies the current one.
+    generation: u64,
+    running: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every mutex here guards plain data that a panic cannot leave half-updated.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<B: RenewBackend> Shared<B> {
     fn leases(&self) -> MutexGuard<'_, HashMap<u64, Registered<B::Entry>>> {
-        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.leases)
     }
 }
 
@@ -80,9 +106,15 @@ impl<B: RenewBackend> Shared<B> {
 /// backend call every TTL/3.
 ///
 /// Each lease's deadline is `start of the last successful renewal request + TTL − drift`
-/// (drift = TTL·0.01 + 2 ms). When renewals fail, the driver retries with backoff inside the
-/// remaining validity; a lease whose deadline passes is lost, and its [`Lease::lost`] fires no
-/// later than the deadline (the lease's own timer guarantees it even if the driver is late).
+/// (drift = TTL·0.01 + 2 ms). A lease with less than TTL/3 of validity left is renewed at
+/// once; a lease a round left undecided ([`Renewal::Retry`]) or whose round failed is retried
+/// alone, soon, inside its remaining validity, while the others keep the regular cadence. A
+/// lease whose deadline passes is lost, and its [`Lease::lost`] fires no later than the deadline
+/// (the lease's own timer guarantees it even if the driver is late or dead).
+///
+/// The task is supervised: a backend whose `renew` panics fails that round only, and a task
+/// that died (its runtime shut down, or it panicked) is restarted by the next
+/// [`RenewalDriver::register`], counted in [`Stats::driver_restarts`](crate::Stats::driver_restarts).
 pub struct RenewalDriver<B: RenewBackend> {
     shared: Arc<Shared<B>>,
 }
@@ -107,7 +139,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 next_id: AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
                 planned: Mutex::new(None),
-                started: std::sync::Once::new(),
+                task: Mutex::new(TaskSlot::default()),
             }),
         }
     }
@@ -125,7 +157,10 @@ impl<B: RenewBackend> RenewalDriver<B> {
     /// Hands out a lease for a grant whose request was SENT at `start`, and renews it from now
     /// on. Counts a grant.
     ///
-    /// Must be called inside a tokio runtime (the driver's task is spawned there on first use).
+    /// Call it inside a tokio runtime: the driver's task runs there, and is (re)started there
+    /// if it is not running. Called outside any runtime, the lease is handed out but not
+    /// renewed until a later registration inside a runtime starts the task (logged as an
+    /// error).
     pub fn register(
         &self,
         name: LockName,
@@ -134,28 +169,28 @@ impl<B: RenewBackend> RenewalDriver<B> {
         entry: B::Entry,
     ) -> Lease {
         let deadline = self.deadline_from(start);
-        let cell = LeaseCell::new(name, token, deadline);
+        // lost() aims one drift allowance before the deadline: its timer may fire late.
+        let cell = LeaseCell::new(name, token, deadline, drift(self.shared.ttl));
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
+        // Renew before a third of the TTL is left, whatever the driver's plans.
+        let due = deadline
+            .checked_sub(self.shared.ttl / 3)
+            .unwrap_or(deadline);
         self.shared.leases().insert(
             id,
             Registered {
                 cell: Arc::clone(&cell),
                 entry: Arc::clone(&entry),
                 renewing: true,
+                urgent: Some(due),
+                in_flight: false,
             },
         );
         self.shared.counters.add_grants(1);
         tracing::debug!(lock = %cell.name, token = %cell.token, "lease granted");
-        self.start_task();
-        let due = deadline
-            .checked_sub(self.shared.ttl / 3)
-            .unwrap_or(deadline);
-        let planned = *self
-            .shared
-            .planned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        self.ensure_task();
+        let planned = *lock(&self.shared.planned);
         if planned.is_none_or(|p| due < p) {
             self.shared.wake.notify_one();
         }
@@ -203,185 +238,44 @@ impl<B: RenewBackend> RenewalDriver<B> {
         self.lose_where(reason, |_| true);
     }
 
-    fn start_task(&self) {
-        self.shared.started.call_once(|| {
-            let weak = Arc::downgrade(&self.shared);
-            match Handle::try_current() {
-                Ok(handle) => {
-                    handle.spawn(run(weak));
-                }
-                Err(_) => tracing::error!(
-                    "renewal driver used outside a tokio runtime; leases will expire"
-                ),
-            }
-        });
-    }
-}
-
-/// The driver's one task. Holds only a weak reference: it ends when the locker and every lease
-/// are gone.
-///
-/// Rounds run every TTL/3 after the previous round started; a lease whose remaining validity
-/// drops below TTL/3 (e.g. it took long to acquire) pulls the next round forward.
-async fn run<B: RenewBackend>(weak: Weak<Shared<B>>) {
-    let mut failures: u32 = 0;
-    // When the next regular round is due; `None` while idle.
-    let mut tick: Option<Instant> = None;
-    loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let period = shared.ttl / 3;
-        let wake = Arc::clone(&shared.wake);
-        let notified = wake.notified();
-        let (renewable_due, earliest_deadline) = {
-            let leases = shared.leases();
-            let due = leases
-                .values()
-                .filter(|r| r.renewing)
-                .map(|r| r.cell.deadline())
-                .min();
-            let earliest = leases.values().map(|r| r.cell.deadline()).min();
-            (due.map(|d| d.checked_sub(period).unwrap_or(d)), earliest)
+    /// Starts the task on the current runtime unless it runs; restarts it if it died.
+    fn ensure_task(&self) {
+        let mut slot = lock(&self.shared.task);
+        if slot.running {
+            return;
+        }
+        let Ok(runtime) = Handle::try_current() else {
+            tracing::error!(
+                "renewal driver used outside a tokio runtime; its leases are not renewed until a lease is registered inside one"
+            );
+            return;
         };
-        drop(shared);
-        let Some(earliest_deadline) = earliest_deadline else {
-            // Idle: wait for a lease (re-checking now and then so a dropped locker ends us).
-            tick = None;
-            let _ = tokio::time::timeout(period, notified).await;
-            continue;
-        };
-        let regular = *tick.get_or_insert_with(|| Instant::now() + period);
-        // While failing, the backoff sets the pace; otherwise a lease close to its deadline may
-        // pull the round forward.
-        let round_at = match renewable_due {
-            Some(due) if failures == 0 => Some(regular.min(due)),
-            Some(_) => Some(regular),
-            None => None,
-        };
-        let target = round_at.map_or(earliest_deadline, |r| r.min(earliest_deadline));
-        set_planned(&weak, Some(target));
-        tokio::select! {
-            () = tokio::time::sleep_until(target) => {}
-            () = notified => {
-                set_planned(&weak, None);
-                continue;
-            }
-        }
-        set_planned(&weak, None);
-        let Some(shared) = weak.upgrade() else { return };
-        let batch = expire_and_collect(&shared);
-        if batch.is_empty() || round_at.is_none_or(|r| Instant::now() < r) {
-            // Woken only to expire leases (or nothing renewable): no round now.
-            continue;
-        }
-        let entries: Vec<Arc<B::Entry>> = batch.iter().map(|(_, _, e)| Arc::clone(e)).collect();
-        let start = Instant::now();
-        let earliest = batch
-            .iter()
-            .map(|(_, c, _)| c.deadline())
-            .min()
-            .unwrap_or(start);
-        // A round may run for TTL/3, or for two thirds of the remaining validity if that is
-        // longer: a reply delayed by a short network blip still counts, and a third of the
-        // validity is left for a retry when the request is truly lost.
-        let remaining = earliest.saturating_duration_since(start);
-        let budget = period
-            .max(remaining * 2 / 3)
-            .min(remaining)
-            .max(Duration::from_millis(1));
-        let backend = Arc::clone(&shared.backend);
-        let outcome = tokio::time::timeout(budget, backend.renew(&entries)).await;
-        match outcome {
-            Ok(Ok(results)) if results.len() == batch.len() => {
-                failures = 0;
-                shared.counters.add_renewals(1);
-                let new_deadline = start + shared.ttl.saturating_sub(drift(shared.ttl));
-                let mut undecided = 0usize;
-                for ((id, cell, _), result) in batch.iter().zip(results) {
-                    let reason = match result {
-                        Renewal::Retry => {
-                            undecided += 1;
-                            continue;
-                        }
-                        Renewal::Extended if cell.extend(new_deadline) => {
-                            tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
-                            continue;
-                        }
-                        // Released meanwhile, or the reply came after the deadline: a late
-                        // reply never resurrects a lease.
-                        Renewal::Extended => LossReason::Expired,
-                        Renewal::Lost(reason) => reason,
-                    };
-                    shared.leases().remove(id);
-                    if cell.mark_lost(reason) {
-                        shared.counters.add_losses(1);
-                    }
+        let restart = slot.generation > 0;
+        slot.generation += 1;
+        slot.running = true;
+        let generation = slot.generation;
+        drop(slot);
+        if restart {
+            // The dead task's rounds died with it: their leases are renewable again.
+            let held = {
+                let mut leases = self.shared.leases();
+                for r in leases.values_mut() {
+                    r.in_flight = false;
                 }
-                tick = Some(if undecided == 0 {
-                    start + period
-                } else {
-                    // Some leases were not extended: retry soon, inside their validity.
-                    tracing::debug!(undecided, "renewal left leases undecided; retrying");
-                    shared.counters.add_renewal_failures(1);
-                    Instant::now() + (period / 4).max(Duration::from_millis(1))
-                });
-            }
-            other => {
-                failures += 1;
-                shared.counters.add_renewal_failures(1);
-                let why = match other {
-                    Ok(Ok(r)) => format!(
-                        "backend returned {} results for {} leases",
-                        r.len(),
-                        batch.len()
-                    ),
-                    Ok(Err(e)) => e.to_string(),
-                    Err(_) => format!("renewal timed out after {budget:?}"),
-                };
-                tracing::warn!(leases = batch.len(), failures, error = %why, "renewal failed; retrying");
-                // Back off (10 ms doubling, capped at TTL/12) inside the remaining validity.
-                let backoff = Duration::from_millis(10)
-                    .saturating_mul(1 << failures.min(10))
-                    .min(period / 4)
-                    .max(Duration::from_millis(1));
-                tick = Some(Instant::now() + backoff);
-            }
+                leases.len()
+            };
+            self.shared.counters.add_driver_restarts(1);
+            tracing::warn!(
+                generation,
+                leases = held,
+                "renewal driver was not running; restarted"
+            );
         }
+        // The guard is moved into the task, so it runs even if the task is never polled
+        // (spawned on a runtime that is shutting down).
+        let guard = task::Alive::new(Arc::downgrade(&self.shared), generation);
+        runtime.spawn(task::run(Arc::downgrade(&self.shared), guard));
     }
-}
-
-fn set_planned<B: RenewBackend>(weak: &Weak<Shared<B>>, at: Option<Instant>) {
-    if let Some(shared) = weak.upgrade() {
-        *shared.planned.lock().unwrap_or_else(|p| p.into_inner()) = at;
-    }
-}
-
-type Batch<E> = Vec<(u64, Arc<LeaseCell>, Arc<E>)>;
-
-/// Declares expired leases lost and returns the ones to renew.
-fn expire_and_collect<B: RenewBackend>(shared: &Shared<B>) -> Batch<B::Entry> {
-    let now = Instant::now();
-    let mut expired = Vec::new();
-    let mut batch = Vec::new();
-    {
-        let mut leases = shared.leases();
-        leases.retain(|id, r| {
-            if r.cell.deadline() <= now || !r.cell.is_live() {
-                expired.push(Arc::clone(&r.cell));
-                false
-            } else {
-                if r.renewing {
-                    batch.push((*id, Arc::clone(&r.cell), Arc::clone(&r.entry)));
-                }
-                true
-            }
-        });
-    }
-    for cell in expired {
-        if cell.mark_lost(LossReason::Expired) {
-            shared.counters.add_losses(1);
-        }
-    }
-    batch
 }
 
 /// The [`LeaseControl`] of one driver-managed lease.

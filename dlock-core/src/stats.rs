@@ -14,12 +14,16 @@ pub struct Stats {
     pub wakeups: u64,
     /// Renewal rounds that succeeded (one round may renew many leases).
     pub renewals: u64,
-    /// Renewal rounds that failed.
+    /// Renewal rounds that failed: the backend call erred, timed out or panicked, or left some
+    /// lease undecided ([`Renewal::Retry`](crate::Renewal::Retry)).
     pub renewal_failures: u64,
     /// Leases lost (not counting releases).
     pub losses: u64,
     /// Requests sent to the server(s).
     pub requests: u64,
+    /// Times the renewal driver's task was found dead (panicked, or its runtime shut down) and
+    /// restarted by a new registration.
+    pub driver_restarts: u64,
 }
 
 /// The live counters behind [`Stats`]; backends increment them.
@@ -32,6 +36,7 @@ pub struct Counters {
     renewal_failures: AtomicU64,
     losses: AtomicU64,
     requests: AtomicU64,
+    driver_restarts: AtomicU64,
 }
 
 macro_rules! counter {
@@ -60,4 +65,5 @@ counter! {
     renewal_failures => add_renewal_failures,
     losses => add_losses,
     requests => add_requests,
+    driver_restarts => add_driver_restarts,
 }

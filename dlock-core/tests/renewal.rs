@@ -1,6 +1,7 @@
 //! The renewal driver against a scripted fake backend, on tokio's paused clock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,9 +27,15 @@ enum Script {
 
 struct Fake {
     script: Mutex<Script>,
-    /// (send instant, number of entries) of every renew call.
-    calls: Mutex<Vec<(Instant, usize)>>,
+    /// (send instant, entries) of every renew call.
+    calls: Mutex<Vec<(Instant, Vec<u32>)>>,
     releases: AtomicUsize,
+    /// Entries answered with `Renewal::Retry` while listed.
+    undecided: Mutex<HashSet<u32>>,
+    /// A call holding one of these entries takes this long (before the script applies).
+    slow: Mutex<HashMap<u32, Duration>>,
+    /// `renew` panics while set.
+    panics: AtomicBool,
 }
 
 impl Fake {
@@ -37,13 +44,35 @@ impl Fake {
             script: Mutex::new(script),
             calls: Mutex::new(Vec::new()),
             releases: AtomicUsize::new(0),
+            undecided: Mutex::new(HashSet::new()),
+            slow: Mutex::new(HashMap::new()),
+            panics: AtomicBool::new(false),
         })
     }
     fn set(&self, s: Script) {
         *self.script.lock().expect("lock") = s;
     }
-    fn calls(&self) -> Vec<(Instant, usize)> {
+    fn calls(&self) -> Vec<(Instant, Vec<u32>)> {
         self.calls.lock().expect("lock").clone()
+    }
+    /// The send instants of the calls that renewed `entry`.
+    fn calls_with(&self, entry: u32) -> Vec<Instant> {
+        self.calls()
+            .into_iter()
+            .filter(|(_, e)| e.contains(&entry))
+            .map(|(t, _)| t)
+            .collect()
+    }
+    fn undecided(&self, entry: u32, on: bool) {
+        let mut set = self.undecided.lock().expect("lock");
+        if on {
+            set.insert(entry);
+        } else {
+            set.remove(&entry);
+        }
+    }
+    fn slow(&self, entry: u32, d: Duration) {
+        self.slow.lock().expect("lock").insert(entry, d);
     }
 }
 
@@ -52,17 +81,45 @@ impl RenewBackend for Fake {
     type Entry = u32;
 
     async fn renew(&self, entries: &[Arc<u32>]) -> Result<Vec<Renewal>, Error> {
-        self.calls
-            .lock()
-            .expect("lock")
-            .push((Instant::now(), entries.len()));
+        let ids: Vec<u32> = entries.iter().map(|e| **e).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        {
+            let mut calls = self.calls.lock().expect("lock");
+            // A driver stuck in a loop of rounds would otherwise hang the test.
+            assert!(calls.len() < 20_000, "runaway renewal loop");
+            calls.push((Instant::now(), sorted));
+        }
+        assert!(
+            !self.panics.load(Ordering::SeqCst),
+            "scripted panic in renew"
+        );
+        let delay = {
+            let slow = self.slow.lock().expect("lock");
+            ids.iter().filter_map(|e| slow.get(e)).max().copied()
+        };
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
         let script = *self.script.lock().expect("lock");
+        let extended = || {
+            let undecided = self.undecided.lock().expect("lock");
+            ids.iter()
+                .map(|e| {
+                    if undecided.contains(e) {
+                        Renewal::Retry
+                    } else {
+                        Renewal::Extended
+                    }
+                })
+                .collect()
+        };
         match script {
-            Script::Ok => Ok(vec![Renewal::Extended; entries.len()]),
+            Script::Ok => Ok(extended()),
             Script::Fail => Err(Error::unavailable("scripted failure", None)),
             Script::Slow(d) => {
                 tokio::time::sleep(d).await;
-                Ok(vec![Renewal::Extended; entries.len()])
+                Ok(extended())
             }
             Script::Gone => Ok(vec![
                 Renewal::Lost(LossReason::Gone("scripted".into()));
@@ -79,6 +136,20 @@ impl RenewBackend for Fake {
 
 fn driver(fake: &Arc<Fake>) -> RenewalDriver<Fake> {
     RenewalDriver::new(Arc::clone(fake), TTL, Arc::new(Counters::default()))
+}
+
+fn counted_driver(fake: &Arc<Fake>) -> (RenewalDriver<Fake>, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let d = RenewalDriver::new(Arc::clone(fake), TTL, Arc::clone(&counters));
+    (d, counters)
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
 }
 
 fn name() -> LockName {
@@ -126,7 +197,7 @@ async fn deadline_counts_from_the_request_start_not_the_reply() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn failing_renewals_fire_lost_exactly_at_the_deadline() {
+async fn failing_renewals_fire_lost_exactly_a_margin_before_the_deadline() {
     let fake = Fake::new(Script::Fail);
     let d = driver(&fake);
     let t0 = Instant::now();
@@ -136,8 +207,8 @@ async fn failing_renewals_fire_lost_exactly_at_the_deadline() {
     assert_eq!(reason, LossReason::Expired);
     assert_eq!(
         Instant::now(),
-        deadline,
-        "lost() must fire at the deadline, not later or earlier"
+        deadline - drift(),
+        "lost() must fire one drift allowance before the deadline, not later or earlier"
     );
     assert!(lease.is_lost());
     assert!(matches!(
@@ -176,7 +247,7 @@ async fn a_reply_after_the_deadline_never_extends_the_lease() {
     let lease = d.register(name(), FencingToken(1), t0, 7);
     let reason = lease.lost().await;
     assert_eq!(reason, LossReason::Expired);
-    assert_eq!(Instant::now(), t0 + TTL - drift());
+    assert_eq!(Instant::now(), t0 + TTL - drift() * 2);
     tokio::time::sleep(TTL * 3).await;
     assert!(lease.is_lost());
     assert!(
@@ -271,7 +342,7 @@ async fn ten_thousand_leases_one_task_one_call_per_period() {
     tokio::time::sleep(TTL / 3 + Duration::from_millis(10)).await;
     let calls = fake.calls();
     assert_eq!(calls.len(), 1, "one round trip per period");
-    assert_eq!(calls[0].1, 10_000, "that one call renews every lease");
+    assert_eq!(calls[0].1.len(), 10_000, "that one call renews every lease");
     assert!(leases.iter().all(|l| !l.is_lost()));
     for l in leases {
         l.release().await.expect("release");
@@ -287,10 +358,14 @@ async fn stopped_renewal_expires_at_the_deadline() {
     let stop = d.register(name(), FencingToken(2), t0, 2);
     stop.stop_renewal_for_test();
     assert_eq!(stop.lost().await, LossReason::Expired);
-    assert_eq!(Instant::now(), t0 + TTL - drift());
+    assert_eq!(
+        Instant::now(),
+        t0 + TTL - drift() * 2,
+        "a margin before the deadline"
+    );
     assert!(!keep.is_lost());
     assert!(
-        fake.calls().iter().all(|(_, n)| *n == 1),
+        fake.calls().iter().all(|(_, e)| e == &[1]),
         "only the live lease is renewed"
     );
     keep.release().await.expect("release");
@@ -348,4 +423,191 @@ async fn a_reply_delayed_past_a_third_of_the_ttl_still_renews() {
         "a slow but answered renewal must keep the lease"
     );
     lease.release().await.expect("release");
+}
+
+/// After an outage that lost every lease, the driver goes idle; a grant that then arrives with
+/// a quarter of the TTL left must be renewed before it runs out (the failures of the outage
+/// must not set the pace any more).
+#[tokio::test(start_paused = true)]
+async fn a_short_grant_after_an_outage_is_renewed_in_time() {
+    let fake = Fake::new(Script::Fail);
+    let d = driver(&fake);
+    let a = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let b = d.register(name(), FencingToken(2), Instant::now(), 2);
+    assert_eq!(a.lost().await, LossReason::Expired);
+    assert_eq!(b.lost().await, LossReason::Expired);
+    tokio::time::sleep(TTL).await;
+    assert!(d.is_empty(), "the driver forgot the lost leases");
+    fake.set(Script::Ok);
+    let start = Instant::now() - TTL * 3 / 4;
+    let late = d.register(name(), FencingToken(3), start, 3);
+    tokio::time::sleep(TTL).await;
+    assert!(
+        !late.is_lost(),
+        "a grant with TTL/4 left expired before its first renewal"
+    );
+    late.release().await.expect("release");
+}
+
+/// A grant with a quarter of the TTL left, registered while a slow round for another lease is
+/// in flight, is renewed at once rather than after that round's reply.
+#[tokio::test(start_paused = true)]
+async fn a_short_grant_during_a_slow_round_is_renewed_in_time() {
+    let fake = Fake::new(Script::Ok);
+    fake.slow(1, Duration::from_millis(1100));
+    let d = driver(&fake);
+    let a = d.register(name(), FencingToken(1), Instant::now(), 1);
+    // The first round (for `a`) is sent at 1 s and answered at 2.1 s.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(fake.calls().len(), 1, "the slow round is in flight");
+    let start = Instant::now() - TTL * 3 / 4;
+    let late = d.register(name(), FencingToken(2), start, 2);
+    let late_deadline = late.deadline();
+    tokio::time::sleep(TTL).await;
+    assert!(
+        !late.is_lost(),
+        "a grant with TTL/4 left waited for another lease's slow round"
+    );
+    assert!(
+        fake.calls_with(2)[0] < late_deadline,
+        "the short grant was renewed in time"
+    );
+    assert!(!a.is_lost());
+    late.release().await.expect("release");
+    a.release().await.expect("release");
+}
+
+// ---- supervision of the driver task ----
+
+/// A backend whose `renew` panics fails that round only: the failure is counted, and once the
+/// backend behaves again the driver (still alive) keeps the lease.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_backend_fails_the_round_and_the_driver_survives() {
+    let fake = Fake::new(Script::Ok);
+    let (d, counters) = counted_driver(&fake);
+    fake.panics.store(true, Ordering::SeqCst);
+    let lease = d.register(name(), FencingToken(1), Instant::now(), 1);
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(100)).await;
+    assert!(
+        counters.snapshot().renewal_failures >= 1,
+        "a panicking round must count as a failed round: {:?}",
+        counters.snapshot()
+    );
+    fake.panics.store(false, Ordering::SeqCst);
+    tokio::time::sleep(TTL * 3).await;
+    assert!(!lease.is_lost(), "the driver died with the panicking round");
+    assert_eq!(counters.snapshot().driver_restarts, 0, "it never died");
+    lease.release().await.expect("release");
+}
+
+/// A locker used from two runtimes: the driver task dies with the first; the next
+/// registration (on the second) restarts it, counts the restart, and every lease is renewed.
+#[test]
+fn a_driver_whose_runtime_shut_down_restarts_on_the_next_registration() {
+    let fake = Fake::new(Script::Ok);
+    let (d, counters) = counted_driver(&fake);
+    let first_rt = paused_runtime();
+    let first = first_rt.block_on(async { d.register(name(), FencingToken(1), Instant::now(), 1) });
+    drop(first_rt);
+    paused_runtime().block_on(async {
+        let second = d.register(name(), FencingToken(2), Instant::now(), 2);
+        tokio::time::sleep(TTL * 3).await;
+        assert!(
+            !second.is_lost(),
+            "a lease granted after the driver's runtime shut down was never renewed"
+        );
+        assert!(
+            !first.is_lost(),
+            "the earlier lease is renewed by the new task"
+        );
+        assert_eq!(counters.snapshot().driver_restarts, 1);
+        assert_eq!(counters.snapshot().losses, 0);
+        second.release().await.expect("release");
+        first.release().await.expect("release");
+    });
+}
+
+/// A first registration outside any runtime cannot start the task; the next one inside a
+/// runtime must, and then both leases are renewed.
+#[test]
+fn a_first_registration_outside_a_runtime_does_not_leave_the_driver_dead() {
+    let fake = Fake::new(Script::Ok);
+    let (d, counters) = counted_driver(&fake);
+    let outside = d.register(name(), FencingToken(1), Instant::now(), 1);
+    paused_runtime().block_on(async {
+        let inside = d.register(name(), FencingToken(2), Instant::now(), 2);
+        tokio::time::sleep(TTL * 3).await;
+        assert!(!inside.is_lost(), "the driver never started");
+        assert!(!outside.is_lost());
+        assert_eq!(counters.snapshot().losses, 0);
+        inside.release().await.expect("release");
+        outside.release().await.expect("release");
+    });
+}
+
+// ---- per-lease outcomes ----
+
+/// One lease left undecided is retried alone and soon; it keeps its deadline meanwhile. The
+/// lease extended in the same round is not re-sent and keeps the regular cadence.
+#[tokio::test(start_paused = true)]
+async fn only_the_undecided_lease_is_retried() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let a = d.register(name(), FencingToken(1), t0, 1);
+    let b = d.register(name(), FencingToken(2), t0, 2);
+    fake.undecided(2, true);
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
+    assert_eq!(a.deadline(), t0 + TTL / 3 + TTL - drift(), "a was extended");
+    assert_eq!(
+        b.deadline(),
+        t0 + TTL - drift(),
+        "an undecided lease keeps its deadline"
+    );
+    fake.undecided(2, false);
+    // The retry comes within TTL/12.
+    tokio::time::sleep(TTL / 12).await;
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0], (t0 + TTL / 3, vec![1, 2]), "one regular round");
+    assert_eq!(calls[1].1, vec![2], "only the undecided lease is retried");
+    assert_eq!(
+        b.deadline(),
+        calls[1].0 + TTL - drift(),
+        "the retry extended it"
+    );
+    tokio::time::sleep(TTL / 3).await;
+    assert_eq!(
+        fake.calls_with(1),
+        vec![t0 + TTL / 3, t0 + TTL * 2 / 3],
+        "the extended lease keeps the regular cadence"
+    );
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+}
+
+/// A lease that stays undecided is retried inside its validity and lost exactly when it
+/// expires (a margin before its deadline); the other lease is renewed every TTL/3 throughout, never more often.
+#[tokio::test(start_paused = true)]
+async fn an_undecided_lease_expires_at_its_deadline_while_the_others_keep_their_cadence() {
+    let fake = Fake::new(Script::Ok);
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let a = d.register(name(), FencingToken(1), t0, 1);
+    let b = d.register(name(), FencingToken(2), t0, 2);
+    fake.undecided(2, true);
+    assert_eq!(b.lost().await, LossReason::Expired);
+    let expiry = t0 + TTL - drift() * 2;
+    assert_eq!(Instant::now(), expiry);
+    let retries = fake.calls_with(2);
+    assert!(retries.len() >= 4, "retries: {retries:?}");
+    assert!(retries.iter().all(|t| *t < expiry));
+    tokio::time::sleep(TTL).await;
+    assert!(!a.is_lost());
+    let rounds = fake.calls_with(1);
+    assert!(rounds.len() >= 3, "rounds: {}", rounds.len());
+    for pair in rounds.windows(2) {
+        assert_eq!(pair[1] - pair[0], TTL / 3, "cadence of the decided lease");
+    }
+    a.release().await.expect("release");
 }
