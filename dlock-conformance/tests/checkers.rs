@@ -67,7 +67,18 @@ fn early_expiry_fails_lost_before_stolen() {
         MemoryBackend::with_defect(Defect::EarlyExpiry),
         Scenario::LostBeforeStolen,
     );
-    assert_caught(&row, "BEFORE the cut-off holder's lost() fired");
+    assert_caught(&row, "BEFORE the cut-off holder's lost() was due");
+}
+
+#[test]
+fn late_loss_fails_lost_before_stolen() {
+    // lost() fires 50 ms after the server let go: the contender is granted before it, and
+    // before the lease's promised deadline.
+    let row = run(
+        MemoryBackend::with_defect(Defect::LateLoss),
+        Scenario::LostBeforeStolen,
+    );
+    assert_caught(&row, "BEFORE the cut-off holder's lost() was due");
 }
 
 #[test]
