@@ -648,6 +648,19 @@ mod tests {
     }
 
     #[test]
+    fn without_tokens_holds_follow_the_record() {
+        let h = History::ordered_by(Order::Record);
+        let t0 = Instant::now();
+        // Meaningless tokens (a backend without fencing): the record decides the order.
+        h.push(ev(0, Kind::Grant, 9, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Release, 9, t0 + ms(50), None));
+        h.push(ev(1, Kind::Grant, 1, t0 + ms(60), Some(t0 + ms(200))));
+        assert_eq!(h.promise_violations(), Ok(()));
+        let holds = h.holds();
+        assert_eq!((holds[0].client, holds[1].client), (0, 1));
+    }
+
+    #[test]
     fn repeated_or_decreasing_tokens_are_found() {
         let h = History::new();
         h.grant(0, t(5));

@@ -15,7 +15,8 @@ const CLIENTS: usize = 8;
 const SECTIONS: usize = 50;
 
 /// 8 clients × 50 critical sections doing a non-atomic read-sleep-write on a shared counter:
-/// the final count is exact and no two clients' belief intervals (grant to release) overlap.
+/// the final count is exact, no grant arrives before another unreleased lease's promised
+/// deadline, no two clients' belief intervals overlap, and tokens increase in grant order.
 pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     let lock = name("counter")?;
     let clients = ctx.clients(CLIENTS).await?;

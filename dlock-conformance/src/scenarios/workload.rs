@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use super::Verdict;
-use crate::history::{History, Kind, Violations};
+use crate::history::{History, Kind, Order, Violations};
 
 /// How the fenced resource treats tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,15 @@ pub(crate) struct Workload {
 impl Workload {
     /// Starts one worker per client.
     pub(crate) fn start(clients: Vec<Arc<dyn Locker>>, plan: &Plan, fencing: Fencing) -> Self {
-        let history = Arc::new(History::new());
+        // Tokens give the server's grant order; without fencing only the record does.
+        let unfenced = clients
+            .first()
+            .is_some_and(|c| c.capabilities().fencing == FencingStrength::None);
+        let history = Arc::new(History::ordered_by(if unfenced {
+            Order::Record
+        } else {
+            Order::Token
+        }));
         let resource = Arc::new(Resource::new(fencing, Arc::clone(&history)));
         let counts = Arc::new(Counts::default());
         let stop = Arc::new(AtomicBool::new(false));
