@@ -1,16 +1,31 @@
-//! A history recorder and its checkers: what each client believed and did, on one monotonic
-//! clock, checked afterwards for belief overlap, token monotonicity and fenced safety.
+//! A history recorder and its checkers: what each client was granted, what its lease promised,
+//! what it believed and wrote, and which forced breaks happened, on one monotonic clock —
+//! checked afterwards.
+//!
+//! The checkers judge the backend against its PROMISE, not against how quickly a test task
+//! recorded something:
+//! - [`History::promise_violations`]: a grant whose reply arrived before another unreleased
+//!   lease's latest promised [`deadline`](dlock_core::Lease::deadline) (the instant its backend
+//!   said nobody else can be granted) — unless a forced break hit THAT lease first.
+//! - [`History::belief_overlap`]: belief intervals end at the first of release, recorded loss
+//!   or promised deadline; no later grant may start inside one (same break exemption).
+//! - [`History::token_order`]: tokens unique and strictly increasing in grant order.
+//! - [`History::fenced_safety`]: no write accepted from a hold after a LATER hold (in grant
+//!   order) had a write accepted — judged from the grants, not from the resource's token rule.
 //!
 //! ```
+//! use std::time::{Duration, Instant};
 //! use dlock_conformance::history::History;
 //! use dlock_core::FencingToken;
 //! let h = History::new();
-//! h.grant(0, FencingToken(1));
+//! let t0 = Instant::now();
+//! h.grant_until(0, FencingToken(1), t0 + Duration::from_secs(2));
 //! h.release(0, FencingToken(1));
-//! h.grant(1, FencingToken(2));
+//! h.grant_until(1, FencingToken(2), t0 + Duration::from_secs(4));
 //! h.lost(1, FencingToken(2));
+//! assert!(h.promise_violations().is_ok());
 //! assert!(h.belief_overlap().is_ok());
-//! assert!(h.token_monotonicity().is_ok());
+//! assert!(h.token_order().is_ok());
 //! ```
 
 use std::sync::Mutex;
@@ -18,11 +33,16 @@ use std::time::{Duration, Instant};
 
 use dlock_core::FencingToken;
 
+/// The `client` of a [`Kind::Break`] event (a break is nobody's grant).
+pub const BREAKER: usize = usize::MAX;
+
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// An acquire returned a lease.
+    /// An acquire returned a lease (`until`: its promised deadline, when known).
     Grant,
+    /// The holder observed its lease's promised deadline (`until`), e.g. after a renewal.
+    Promise,
     /// The holder started releasing.
     Release,
     /// The holder's `lost()` fired.
@@ -31,12 +51,15 @@ pub enum Kind {
     OpAccepted,
     /// The holder's operation was rejected by the fenced resource.
     OpRejected,
+    /// A forced server-side break of the lock's current holder started at `at` and returned at
+    /// `until` (client [`BREAKER`]; the checkers attribute it to the hold it hit).
+    Break,
 }
 
 /// One recorded event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
-    /// Which client.
+    /// Which client ([`BREAKER`] for a break).
     pub client: usize,
     /// What happened.
     pub kind: Kind,
@@ -44,48 +67,135 @@ pub struct Event {
     pub token: FencingToken,
     /// When (monotonic clock).
     pub at: Instant,
+    /// Grant / Promise: the promised deadline; Break: when the break call returned.
+    pub until: Option<Instant>,
 }
 
-/// A belief-overlap violation report.
+/// A checker's findings.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Overlaps {
-    /// How many intervals overlap an earlier one.
+pub struct Violations {
+    /// How many violations.
     pub count: usize,
-    /// Total overlapping time.
+    /// Total time they span (zero where time is not the measure).
     pub total: Duration,
-    /// The first overlap, in words.
+    /// The first one, in words.
     pub first: String,
+}
+
+/// The former name of [`Violations`].
+pub type Overlaps = Violations;
+
+/// One grant and what became of it, assembled from the events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// Which client.
+    pub client: usize,
+    /// Its token.
+    pub token: FencingToken,
+    /// When the grant was recorded (its reply had arrived).
+    pub granted: Instant,
+    /// The latest promised deadline recorded for it.
+    pub promised: Option<Instant>,
+    /// When its release started.
+    pub released: Option<Instant>,
+    /// When its loss was recorded.
+    pub lost: Option<Instant>,
+    /// When the first forced break attributed to it started.
+    pub broken: Option<Instant>,
+    /// When its first write was accepted.
+    pub first_write: Option<Instant>,
+}
+
+impl Hold {
+    /// Whether the holder still relied on the server at `t`: not released, not broken.
+    fn unreleased_at(&self, t: Instant) -> bool {
+        self.released.is_none_or(|r| r > t) && self.broken.is_none_or(|b| b > t)
+    }
+
+    /// The end of the holder's belief: first of release, recorded loss, promised deadline.
+    pub fn belief_end(&self, now: Instant) -> Instant {
+        [self.released, self.lost, self.promised]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now)
+    }
+
+    fn describe(&self) -> String {
+        format!("client {} (token {})", self.client, self.token)
+    }
+}
+
+/// How holds are ordered as the server granted them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// By token (the server's own counter), ties — a reused token — by grant record. Right for
+    /// every fenced backend: two grants recorded in either order by their tasks (a holder broken
+    /// at once) are still judged in the order the server made them.
+    #[default]
+    Token,
+    /// By grant record only (backends without fencing tokens).
+    Record,
 }
 
 /// Records events from any number of tasks.
 #[derive(Debug, Default)]
 pub struct History {
     events: Mutex<Vec<Event>>,
+    order: Order,
 }
 
 impl History {
-    /// An empty history.
+    /// An empty history, holds ordered by token.
     pub fn new() -> History {
         History::default()
     }
 
-    /// Records `kind` for `client`'s lease `token`, now.
-    pub fn record(&self, client: usize, kind: Kind, token: FencingToken) {
-        let event = Event {
-            client,
-            kind,
-            token,
-            at: Instant::now(),
-        };
+    /// An empty history whose holds are ordered as `order` says.
+    pub fn ordered_by(order: Order) -> History {
+        History {
+            events: Mutex::default(),
+            order,
+        }
+    }
+
+    /// Records an event with explicit times (e.g. one reported by another process).
+    pub fn push(&self, event: Event) {
         self.events
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(event);
     }
 
-    /// Records a grant.
+    /// Records `kind` for `client`'s lease `token`, now.
+    pub fn record(&self, client: usize, kind: Kind, token: FencingToken) {
+        self.record_until(client, kind, token, None);
+    }
+
+    fn record_until(&self, client: usize, kind: Kind, token: FencingToken, until: Option<Instant>) {
+        self.push(Event {
+            client,
+            kind,
+            token,
+            at: Instant::now(),
+            until,
+        });
+    }
+
+    /// Records a grant whose promised deadline is unknown (only belief and token checks see it).
     pub fn grant(&self, client: usize, token: FencingToken) {
         self.record(client, Kind::Grant, token);
+    }
+
+    /// Records a grant and the deadline its lease promised.
+    pub fn grant_until(&self, client: usize, token: FencingToken, deadline: Instant) {
+        self.record_until(client, Kind::Grant, token, Some(deadline));
+    }
+
+    /// Records the lease's promised deadline as the holder sees it now (call after renewals
+    /// and right before releasing: the latest promise is what counts).
+    pub fn promise(&self, client: usize, token: FencingToken, deadline: Instant) {
+        self.record_until(client, Kind::Promise, token, Some(deadline));
     }
 
     /// Records the start of a release.
@@ -96,6 +206,18 @@ impl History {
     /// Records a loss notification.
     pub fn lost(&self, client: usize, token: FencingToken) {
         self.record(client, Kind::Lost, token);
+    }
+
+    /// Records a forced server-side break of the current holder, called at `started` and
+    /// returned at `ended`.
+    pub fn forced_break(&self, started: Instant, ended: Instant) {
+        self.push(Event {
+            client: BREAKER,
+            kind: Kind::Break,
+            token: FencingToken(0),
+            at: started,
+            until: Some(ended),
+        });
     }
 
     /// Records a fenced operation's outcome.
@@ -122,57 +244,117 @@ impl History {
         events
     }
 
-    /// Belief intervals: from each grant to the first release or loss of the same (client,
-    /// token), or to `now` when neither happened.
-    pub fn beliefs(&self) -> Vec<(usize, FencingToken, Instant, Instant)> {
+    /// Every hold, in the server's grant order (see [`Order`]), with forced breaks attributed.
+    ///
+    /// A break that started at `b0` and returned at `b1` is attributed to (a) every hold whose
+    /// grant was recorded by `b1` and that was neither released nor past its promise at `b0`
+    /// (the holds believed current), and (b) when no hold was believed current at `b0`, the
+    /// first hold (in grant order) recorded after `b0`: its grant may have raced the break and
+    /// been the one it hit. (b) costs sensitivity only for that one hold's overlaps with its
+    /// successors; it never hides another overlap.
+    pub fn holds(&self) -> Vec<Hold> {
         let events = self.events();
-        let now = Instant::now();
-        events
-            .iter()
-            .filter(|e| e.kind == Kind::Grant)
-            .map(|g| {
-                let end = events
+        let mut holds: Vec<Hold> = Vec::new();
+        let mut breaks = Vec::new();
+        for e in &events {
+            let latest = |holds: &mut Vec<Hold>| -> Option<usize> {
+                holds
                     .iter()
-                    .filter(|e| e.client == g.client && e.token == g.token && e.at >= g.at)
-                    .filter(|e| matches!(e.kind, Kind::Release | Kind::Lost))
-                    .map(|e| e.at)
-                    .min()
-                    .unwrap_or(now);
-                (g.client, g.token, g.at, end)
-            })
+                    .rposition(|h| h.client == e.client && h.token == e.token)
+            };
+            match e.kind {
+                Kind::Grant => holds.push(Hold {
+                    client: e.client,
+                    token: e.token,
+                    granted: e.at,
+                    promised: e.until,
+                    released: None,
+                    lost: None,
+                    broken: None,
+                    first_write: None,
+                }),
+                Kind::Break => breaks.push((e.at, e.until.unwrap_or(e.at))),
+                Kind::OpRejected => {}
+                kind => {
+                    if let Some(i) = latest(&mut holds) {
+                        let h = &mut holds[i];
+                        match kind {
+                            Kind::Promise => h.promised = h.promised.max(e.until),
+                            Kind::Release => {
+                                h.released.get_or_insert(e.at);
+                            }
+                            Kind::Lost => {
+                                h.lost.get_or_insert(e.at);
+                            }
+                            _ => {
+                                h.first_write.get_or_insert(e.at);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.sort(&mut holds);
+        for (b0, b1) in breaks {
+            let hit = |h: &mut Hold| h.broken = Some(h.broken.map_or(b0, |x| x.min(b0)));
+            let mut seen_current = false;
+            for h in holds.iter_mut() {
+                let current = h.granted <= b1
+                    && h.released.is_none_or(|r| r >= b0)
+                    && h.promised.is_none_or(|p| p >= b0);
+                if current {
+                    seen_current |= h.granted <= b0;
+                    hit(h);
+                }
+            }
+            if !seen_current {
+                if let Some(h) = holds.iter_mut().find(|h| h.granted > b0) {
+                    hit(h);
+                }
+            }
+        }
+        holds
+    }
+
+    fn sort(&self, holds: &mut [Hold]) {
+        match self.order {
+            Order::Token => holds.sort_by_key(|h| (h.token, h.granted)),
+            Order::Record => holds.sort_by_key(|h| h.granted),
+        }
+    }
+
+    /// Belief intervals `(client, token, granted, end)`: from each grant to the first of its
+    /// release, recorded loss or promised deadline, or to now.
+    pub fn beliefs(&self) -> Vec<(usize, FencingToken, Instant, Instant)> {
+        let now = Instant::now();
+        self.holds()
+            .iter()
+            .map(|h| (h.client, h.token, h.granted, h.belief_end(now)))
             .collect()
     }
 
-    /// C3: no two clients' belief intervals overlap.
-    ///
-    /// # Errors
-    /// The overlaps found.
-    pub fn belief_overlap(&self) -> Result<(), Overlaps> {
-        let mut beliefs = self.beliefs();
-        beliefs.sort_by_key(|b| b.2);
+    /// Pairs (earlier, later) in the given order where `bad(earlier, later)` holds; `what`
+    /// words the first one.
+    fn pairs(
+        holds: &[Hold],
+        mut bad: impl FnMut(&Hold, &Hold) -> Option<Duration>,
+        what: impl Fn(&Hold, &Hold, Duration) -> String,
+    ) -> Result<(), Violations> {
         let mut count = 0;
         let mut total = Duration::ZERO;
         let mut first = None;
-        let mut reach: Option<(usize, FencingToken, Instant)> = None;
-        for &(client, token, start, end) in &beliefs {
-            if let Some((c, t, until)) = reach {
-                if start < until {
+        for (i, later) in holds.iter().enumerate() {
+            for earlier in &holds[..i] {
+                if let Some(d) = bad(earlier, later) {
                     count += 1;
-                    total += until.min(end) - start;
-                    first.get_or_insert_with(|| {
-                        format!(
-                            "client {client} (token {token}) was granted while client {c} (token {t}) still believed it held the lock"
-                        )
-                    });
+                    total += d;
+                    first.get_or_insert_with(|| what(earlier, later, d));
                 }
-            }
-            if reach.is_none_or(|(_, _, until)| end > until) {
-                reach = Some((client, token, end));
             }
         }
         match first {
             None => Ok(()),
-            Some(first) => Err(Overlaps {
+            Some(first) => Err(Violations {
                 count,
                 total,
                 first,
@@ -180,49 +362,182 @@ impl History {
         }
     }
 
-    /// C2: grant tokens strictly increase in grant order.
+    /// Loss before theft, judged against the promise: a grant recorded (its reply arrived)
+    /// before the latest promised deadline of an earlier hold that was neither released nor
+    /// hit by a forced break by then. Recording delays can only hide a violation, never
+    /// invent one: the grant's record is never earlier than its reply.
     ///
     /// # Errors
-    /// The first pair out of order.
-    pub fn token_monotonicity(&self) -> Result<(), String> {
-        let grants: Vec<Event> = self
-            .events()
-            .into_iter()
-            .filter(|e| e.kind == Kind::Grant)
-            .collect();
-        match grants.windows(2).find(|w| w[1].token <= w[0].token) {
-            None => Ok(()),
-            Some(w) => Err(format!(
-                "client {} was granted token {} after client {} was granted token {}",
-                w[1].client, w[1].token, w[0].client, w[0].token
-            )),
-        }
+    /// The violations: count, total time granted early, and the first in words.
+    pub fn promise_violations(&self) -> Result<(), Violations> {
+        let holds = self.holds();
+        Self::pairs(
+            &holds,
+            |e, l| {
+                let promised = e.promised?;
+                (l.granted < promised && e.unreleased_at(l.granted)).then(|| promised - l.granted)
+            },
+            |e, l, d| {
+                format!(
+                    "{} was granted {d:?} before the promised deadline of {}",
+                    l.describe(),
+                    e.describe()
+                )
+            },
+        )
     }
 
-    /// C1: no accepted operation carries a token lower than one accepted before it.
+    /// No later grant starts inside an earlier hold's belief interval (grant to the first of
+    /// release, recorded loss, promised deadline), unless a forced break hit that hold first.
     ///
     /// # Errors
-    /// The first stale operation that was accepted.
-    pub fn fenced_safety(&self) -> Result<(), String> {
-        let mut highest: Option<Event> = None;
-        for e in self
-            .events()
-            .into_iter()
-            .filter(|e| e.kind == Kind::OpAccepted)
-        {
-            if let Some(h) = highest {
-                if e.token < h.token {
-                    return Err(format!(
-                        "client {}'s operation with token {} was accepted after client {}'s with token {}",
-                        e.client, e.token, h.client, h.token
-                    ));
+    /// The overlaps found.
+    pub fn belief_overlap(&self) -> Result<(), Violations> {
+        let holds = self.holds();
+        let now = Instant::now();
+        Self::pairs(
+            &holds,
+            |e, l| {
+                let end = e.belief_end(now);
+                let broken = e.broken.is_some_and(|b| b <= l.granted);
+                (e.granted <= l.granted && l.granted < end && !broken).then(|| end - l.granted)
+            },
+            |e, l, d| {
+                format!(
+                    "{} was granted while {} still believed it held the lock ({d:?} before that belief ended)",
+                    l.describe(),
+                    e.describe()
+                )
+            },
+        )
+    }
+
+    /// Diagnostics (not a checker): grants recorded while an earlier holder's belief, ended
+    /// only by release or RECORDED loss (not by its promise), was open — the measure the old
+    /// checker failed on. Those the promise explains are recording artefacts.
+    pub fn recorded_overlaps(&self) -> usize {
+        let holds = self.holds();
+        let mut n = 0;
+        for (i, l) in holds.iter().enumerate() {
+            n += holds[..i]
+                .iter()
+                .filter(|e| {
+                    let end = [e.released, e.lost].into_iter().flatten().min();
+                    e.client != l.client
+                        && e.granted <= l.granted
+                        && end.is_none_or(|end| l.granted < end)
+                        && e.broken.is_none_or(|b| b > l.granted)
+                })
+                .count();
+        }
+        n
+    }
+
+    /// Diagnostics: how many losses were recorded after their promised deadline, and the
+    /// largest such delay (the holder's `lost()` fires by the deadline; a later record is the
+    /// recording task's delay, e.g. a frozen process).
+    pub fn late_loss_records(&self) -> (usize, Duration) {
+        let mut n = 0;
+        let mut worst = Duration::ZERO;
+        for h in self.holds() {
+            if let (Some(lost), Some(p)) = (h.lost, h.promised) {
+                if lost > p {
+                    n += 1;
+                    worst = worst.max(lost - p);
                 }
             }
-            if highest.is_none_or(|h| e.token >= h.token) {
-                highest = Some(e);
+        }
+        (n, worst)
+    }
+
+    /// Tokens are unique, and strictly increase in the order grants were recorded — except for
+    /// two grants whose records raced: the lower token's hold was hit by a forced break, or
+    /// past its promise, before the higher token's grant was recorded (the server granted them
+    /// in token order, their tasks recorded them the other way round).
+    ///
+    /// # Errors
+    /// The violations: count and the first in words.
+    pub fn token_order(&self) -> Result<(), Violations> {
+        let mut holds = self.holds();
+        holds.sort_by_key(|h| h.granted);
+        Self::pairs(
+            &holds,
+            |e, l| {
+                if l.token > e.token {
+                    return None;
+                }
+                let raced = l.token < e.token
+                    && (l.broken.is_some_and(|b| b <= e.granted)
+                        || l.promised.is_some_and(|p| p <= e.granted));
+                (!raced).then_some(Duration::ZERO)
+            },
+            |e, l, _| {
+                format!(
+                    "{} was granted after {}: tokens not unique and increasing in grant order",
+                    l.describe(),
+                    e.describe()
+                )
+            },
+        )
+    }
+
+    /// The former name of [`History::token_order`].
+    ///
+    /// # Errors
+    /// As [`History::token_order`].
+    pub fn token_monotonicity(&self) -> Result<(), String> {
+        self.token_order().map_err(|v| v.first)
+    }
+
+    /// Fenced safety, judged from the grants: no write of a hold is accepted after a write of
+    /// a LATER hold (in the server's grant order) was accepted. Independent of the resource's
+    /// own rule: a resource that accepts equal or lower tokens from a superseded holder — or a
+    /// backend that hands the same token to two holders — fails it.
+    ///
+    /// # Errors
+    /// The violations: count and the first in words.
+    pub fn fenced_safety(&self) -> Result<(), Violations> {
+        let holds = self.holds();
+        // suffix[i]: earliest accepted write of any hold after i in grant order.
+        let mut suffix: Vec<Option<(Instant, usize)>> = vec![None; holds.len() + 1];
+        for i in (0..holds.len()).rev() {
+            let own = holds[i].first_write.map(|w| (w, i));
+            suffix[i] = match (own, suffix[i + 1]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let mut count = 0;
+        let mut first = None;
+        for e in self.events().iter().filter(|e| e.kind == Kind::OpAccepted) {
+            let Some(i) = holds
+                .iter()
+                .rposition(|h| h.client == e.client && h.token == e.token && h.granted <= e.at)
+            else {
+                continue;
+            };
+            if let Some((w, j)) = suffix[i + 1] {
+                if w < e.at {
+                    count += 1;
+                    first.get_or_insert_with(|| {
+                        format!(
+                            "a write of {} was accepted {:?} after a write of the later {}",
+                            holds[i].describe(),
+                            e.at - w,
+                            holds[j].describe()
+                        )
+                    });
+                }
             }
         }
-        Ok(())
+        match first {
+            None => Ok(()),
+            Some(first) => Err(Violations {
+                count,
+                total: Duration::ZERO,
+                first,
+            }),
+        }
     }
 }
 
@@ -234,43 +549,115 @@ mod tests {
         FencingToken(n)
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn ev(client: usize, kind: Kind, token: u64, at: Instant, until: Option<Instant>) -> Event {
+        Event {
+            client,
+            kind,
+            token: t(token),
+            at,
+            until,
+        }
+    }
+
     #[test]
     fn sequential_holds_pass_every_checker() {
         let h = History::new();
         for i in 0..5u64 {
             let c = (i % 2) as usize;
-            h.grant(c, t(i + 1));
+            h.grant_until(c, t(i + 1), Instant::now() + ms(500));
             h.op(c, t(i + 1), true);
             h.release(c, t(i + 1));
         }
+        assert_eq!(h.promise_violations(), Ok(()));
         assert_eq!(h.belief_overlap(), Ok(()));
-        assert_eq!(h.token_monotonicity(), Ok(()));
+        assert_eq!(h.token_order(), Ok(()));
         assert_eq!(h.fenced_safety(), Ok(()));
     }
 
     #[test]
-    fn overlapping_beliefs_are_found() {
+    fn a_grant_before_the_promise_is_a_violation_even_after_a_recorded_loss() {
         let h = History::new();
-        h.grant(0, t(1));
-        std::thread::sleep(Duration::from_millis(2));
-        h.grant(1, t(2));
-        h.release(1, t(2));
-        h.lost(0, t(1));
-        let err = h
-            .belief_overlap()
-            .expect_err("client 1 was granted while client 0 believed");
-        assert_eq!(err.count, 1);
-        assert!(err.total > Duration::ZERO);
-        assert!(err.first.contains("client 1"), "{}", err.first);
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Lost, 1, t0 + ms(10), None));
+        h.push(ev(1, Kind::Grant, 2, t0 + ms(60), Some(t0 + ms(200))));
+        let v = h.promise_violations().expect_err("granted 40 ms early");
+        assert_eq!(v.count, 1);
+        assert_eq!(v.total, ms(40));
+        assert!(v.first.contains("client 1 (token 2)"), "{}", v.first);
+        // The holder itself stopped believing at its loss: no belief overlap.
+        assert_eq!(h.belief_overlap(), Ok(()));
     }
 
     #[test]
-    fn a_loss_ends_the_belief() {
+    fn a_loss_recorded_after_the_promise_is_no_violation() {
+        // The recording artefact: the loss is recorded late, the grant came after the promise.
         let h = History::new();
-        h.grant(0, t(1));
-        h.lost(0, t(1));
-        h.grant(1, t(2));
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(100))));
+        h.push(ev(1, Kind::Grant, 2, t0 + ms(120), Some(t0 + ms(300))));
+        h.push(ev(0, Kind::Lost, 1, t0 + ms(150), None));
+        assert_eq!(h.promise_violations(), Ok(()));
         assert_eq!(h.belief_overlap(), Ok(()));
+        assert_eq!(h.recorded_overlaps(), 1, "the old checker's finding");
+        assert_eq!(h.late_loss_records(), (1, ms(50)));
+    }
+
+    #[test]
+    fn the_latest_promise_counts() {
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Promise, 1, t0 + ms(50), Some(t0 + ms(300))));
+        h.push(ev(1, Kind::Grant, 2, t0 + ms(200), Some(t0 + ms(400))));
+        assert!(h.promise_violations().is_err());
+        assert!(h.belief_overlap().is_err());
+    }
+
+    #[test]
+    fn a_break_excuses_only_the_hold_it_hit() {
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(500))));
+        h.forced_break(t0 + ms(10), t0 + ms(11));
+        h.push(ev(1, Kind::Grant, 2, t0 + ms(20), Some(t0 + ms(520))));
+        assert_eq!(h.promise_violations(), Ok(()), "client 0 was broken");
+        // client 2 is granted while client 1's hold is intact: the earlier break is no excuse.
+        h.push(ev(2, Kind::Grant, 3, t0 + ms(40), Some(t0 + ms(540))));
+        let v = h.promise_violations().expect_err("client 1 was not broken");
+        assert_eq!(v.count, 1, "{v:?}");
+        assert!(v.first.contains("client 2 (token 3)"), "{}", v.first);
+    }
+
+    #[test]
+    fn grants_recorded_out_of_token_order_after_a_break_are_a_race_not_a_violation() {
+        let h = History::new();
+        let t0 = Instant::now();
+        // Token 5 was granted, the break hit it at once, token 6 was granted; token 6's task
+        // recorded first.
+        h.forced_break(t0, t0 + ms(1));
+        h.push(ev(1, Kind::Grant, 6, t0 + ms(2), Some(t0 + ms(500))));
+        h.push(ev(0, Kind::Grant, 5, t0 + ms(3), Some(t0 + ms(490))));
+        assert_eq!(h.token_order(), Ok(()));
+        assert_eq!(h.promise_violations(), Ok(()));
+        assert_eq!(h.belief_overlap(), Ok(()));
+    }
+
+    #[test]
+    fn without_tokens_holds_follow_the_record() {
+        let h = History::ordered_by(Order::Record);
+        let t0 = Instant::now();
+        // Meaningless tokens (a backend without fencing): the record decides the order.
+        h.push(ev(0, Kind::Grant, 9, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Release, 9, t0 + ms(50), None));
+        h.push(ev(1, Kind::Grant, 1, t0 + ms(60), Some(t0 + ms(200))));
+        assert_eq!(h.promise_violations(), Ok(()));
+        let holds = h.holds();
+        assert_eq!((holds[0].client, holds[1].client), (0, 1));
     }
 
     #[test]
@@ -279,16 +666,35 @@ mod tests {
         h.grant(0, t(5));
         h.release(0, t(5));
         h.grant(1, t(5));
+        assert!(h.token_order().is_err(), "a repeated token");
+        let h = History::new();
+        h.grant(0, t(5));
+        h.release(0, t(5));
+        h.grant(1, t(4));
+        assert!(h.token_order().is_err(), "a decreasing token");
         assert!(h.token_monotonicity().is_err());
     }
 
     #[test]
-    fn a_stale_accepted_operation_is_found() {
+    fn a_superseded_write_is_found_whatever_its_token() {
         let h = History::new();
-        h.op(1, t(7), true);
-        h.op(0, t(6), false);
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 6, t0, Some(t0 + ms(100))));
+        h.push(ev(1, Kind::Grant, 7, t0 + ms(200), Some(t0 + ms(300))));
+        h.push(ev(1, Kind::OpAccepted, 7, t0 + ms(210), None));
+        h.push(ev(0, Kind::OpRejected, 6, t0 + ms(220), None));
         assert_eq!(h.fenced_safety(), Ok(()), "a rejected stale op is fine");
-        h.op(0, t(6), true);
+        h.push(ev(0, Kind::OpAccepted, 6, t0 + ms(230), None));
         assert!(h.fenced_safety().is_err());
+        // Equal tokens from two holders: the second holder's write came first.
+        let h = History::new();
+        h.push(ev(0, Kind::Grant, 6, t0, Some(t0 + ms(100))));
+        h.push(ev(1, Kind::Grant, 6, t0 + ms(200), Some(t0 + ms(300))));
+        h.push(ev(1, Kind::OpAccepted, 6, t0 + ms(210), None));
+        h.push(ev(0, Kind::OpAccepted, 6, t0 + ms(230), None));
+        let v = h
+            .fenced_safety()
+            .expect_err("a reused token let the old holder write");
+        assert!(v.first.contains("client 0 (token 6)"), "{}", v.first);
     }
 }

@@ -67,7 +67,18 @@ fn early_expiry_fails_lost_before_stolen() {
         MemoryBackend::with_defect(Defect::EarlyExpiry),
         Scenario::LostBeforeStolen,
     );
-    assert_caught(&row, "BEFORE the cut-off holder's lost() fired");
+    assert_caught(&row, "BEFORE the cut-off holder's lost() was due");
+}
+
+#[test]
+fn late_loss_fails_lost_before_stolen() {
+    // lost() fires 50 ms after the server let go: the contender is granted before it, and
+    // before the lease's promised deadline.
+    let row = run(
+        MemoryBackend::with_defect(Defect::LateLoss),
+        Scenario::LostBeforeStolen,
+    );
+    assert_caught(&row, "BEFORE the cut-off holder's lost() was due");
 }
 
 #[test]
@@ -470,8 +481,18 @@ fn the_soak_passes_the_honest_memory_backend() {
         Fencing::On,
     )
     .expect("the honest memory backend passes the soak");
-    assert!(out.contains("fenced_violations=0"), "{out}");
-    assert!(out.contains("overlaps_without_break=0"), "{out}");
+    for zero in [
+        "promise_violations=0",
+        "belief_overlaps=0",
+        "token_violations=0",
+        "fenced_violations=0",
+    ] {
+        assert!(out.contains(zero), "{out}");
+    }
+    assert!(
+        !out.contains("forced_breaks=0 "),
+        "the breaks are recorded: {out}"
+    );
 }
 
 #[test]
@@ -488,4 +509,63 @@ fn the_soak_with_an_unfenced_resource_reports_the_violation() {
         scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
     };
     assert!(why.contains("fenced-safety violation"), "{why}");
+}
+
+// ---- negative controls of the promise, token and fenced-safety checkers ----
+
+/// A soak without nemeses in which EVERY holder stalls (renewal stopped right after its grant,
+/// writes go on for 1.5 × TTL): each hold ends in a takeover at the server's expiry, which only
+/// the lease's promised deadline can judge.
+fn stalling_soak(backend: MemoryBackend) -> Result<String, String> {
+    let mut plan = dlock_conformance::soak::SoakPlan::new(Duration::from_secs(6), 5);
+    plan.stall_chance = 1.0;
+    plan.nemeses = false;
+    let out = dlock_conformance::soak::run_plan(Arc::new(backend), "checkers", &plan);
+    println!("{out:?}");
+    out.map_err(|v| match v {
+        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
+    })
+}
+
+fn caught_by(defect: Defect, needles: &[&str]) {
+    let why = stalling_soak(MemoryBackend::with_defect(defect))
+        .expect_err("the broken backend passed the stalling soak");
+    for needle in needles {
+        assert!(
+            why.contains(needle),
+            "{defect:?} not caught by {needle:?}: {why}"
+        );
+    }
+}
+
+#[test]
+fn stalling_holders_pass_every_checker_on_the_honest_memory_backend() {
+    let out = stalling_soak(MemoryBackend::new()).expect("the honest backend keeps its promise");
+    assert!(out.contains("promise_violations=0"), "{out}");
+    assert!(!out.contains(" stalls=0 "), "no holder stalled: {out}");
+}
+
+#[test]
+fn deadline_counted_from_the_reply_is_caught_by_the_promise_check() {
+    caught_by(Defect::DeadlineFromReply, &["promise violation"]);
+}
+
+#[test]
+fn lost_fired_50ms_late_is_caught_by_the_promise_check() {
+    caught_by(Defect::LateLoss, &["promise violation"]);
+}
+
+#[test]
+fn a_regrant_that_does_not_rearm_the_ttl_is_caught_by_the_promise_check() {
+    caught_by(Defect::StaleRegrant, &["promise violation"]);
+}
+
+#[test]
+fn a_reused_token_is_caught_by_the_token_and_fenced_safety_checks() {
+    // The fenced resource (FenceGuard) accepts the equal token of the superseded holder; the
+    // fenced-safety checker judges writes by grant order, not by the guard's rule, so it fires.
+    caught_by(
+        Defect::ReusedToken,
+        &["token violation", "fenced-safety violation"],
+    );
 }

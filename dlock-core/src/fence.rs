@@ -52,6 +52,25 @@ pub struct FenceRejected {
 /// An in-memory fence: accepts an operation whose token is at least the highest seen, rejects
 /// lower ones, atomically with the operation itself.
 ///
+/// # Equal tokens
+/// An operation with a token EQUAL to the highest accepted is accepted: that is how one holder
+/// writes more than once, and a fence cannot tell holders apart by anything but their tokens.
+/// This is sound only because every grant's token is unique — a backend that hands the same
+/// token to two holders (e.g. a Redis server restarted without persistence resetting its
+/// counter) defeats every fence, this one and the SQL / Lua / etcd recipes below alike. Token
+/// uniqueness is therefore the backend's promise, checked by the conformance suite's token
+/// checker; a resource that must survive a backend breaking it has to store a holder identity
+/// next to the token and reject an equal token from another identity.
+///
+/// ```
+/// use dlock_core::{FenceGuard, FencingToken};
+/// let guard = FenceGuard::new(0u64);
+/// guard.apply(FencingToken(7), |v| *v += 1).expect("holder A");
+/// // A second grant that (wrongly) carries token 7 is indistinguishable from holder A:
+/// guard.apply(FencingToken(7), |v| *v += 1).expect("equal tokens are accepted");
+/// assert_eq!(guard.read(|v| *v), 2);
+/// ```
+///
 /// ```
 /// use dlock_core::{FenceGuard, FencingToken};
 /// let guard = FenceGuard::new(0u64);

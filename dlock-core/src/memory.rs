@@ -35,13 +35,36 @@ pub enum Defect {
     EarlyExpiry,
     /// Grants ignore the queue order (newest waiter first).
     Lifo,
+    /// The grant's reply takes [`REPLY_DELAY`] after the server armed the TTL (every other
+    /// grant: odd tokens), and the client counts the deadline from the reply instead of the
+    /// request: the lease promises [`REPLY_DELAY`] more than the server keeps it.
+    DeadlineFromReply,
+    /// The server expires an entry 50 ms before the client's deadline, on grants and renewals
+    /// alike: `lost()` fires 50 ms after someone else could have been granted.
+    LateLoss,
+    /// A grant that follows a holder which expired or was broken (rather than released) reuses
+    /// that holder's token, as a server that lost its last counter increment would.
+    ReusedToken,
+    /// The first attempt's grant reply "times out" ([`REPLY_DELAY`], every other grant: odd
+    /// tokens); the retry finds its own earlier grant and takes it without re-arming the TTL,
+    /// yet the deadline is counted from the retry (the fair-mode Redis re-grant defect).
+    StaleRegrant,
 }
+
+/// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] is.
+#[doc(hidden)]
+pub const REPLY_DELAY: Duration = Duration::from_millis(200);
+
+/// How much earlier than the client's deadline [`Defect::LateLoss`] expires entries.
+const LATE_LOSS: Duration = Duration::from_millis(50);
 
 #[derive(Default)]
 struct NameState {
     holder: Option<Holder>,
     queue: VecDeque<Waiter>,
     fence: u64,
+    /// The last holder went without a release (expired or broken).
+    lapsed: bool,
 }
 
 struct Holder {
@@ -85,6 +108,7 @@ impl MemoryServer {
             return false;
         };
         let had = st.holder.take().is_some();
+        st.lapsed |= had;
         if let Some(w) = st.queue.front() {
             w.wake.notify_one();
         }
@@ -210,10 +234,12 @@ pub struct Entry {
 
 impl Backend {
     fn server_ttl(&self) -> Duration {
-        if self.defect == Some(Defect::EarlyExpiry) {
-            self.ttl / 2
-        } else {
-            self.ttl
+        match self.defect {
+            Some(Defect::EarlyExpiry) => self.ttl / 2,
+            Some(Defect::LateLoss) => self
+                .ttl
+                .saturating_sub(crate::options::drift(self.ttl) + LATE_LOSS),
+            _ => self.ttl,
         }
     }
 
@@ -221,6 +247,7 @@ impl Backend {
     fn try_grant(&self, st: &mut NameState, owner: u64, now: Instant) -> Option<FencingToken> {
         if st.holder.as_ref().is_some_and(|h| h.expires <= now) {
             st.holder = None;
+            st.lapsed = true;
         }
         if st.holder.is_some() {
             return None;
@@ -233,7 +260,11 @@ impl Backend {
             return None;
         }
         st.queue.retain(|w| w.id != owner);
-        st.fence += 1;
+        let reuse = self.defect == Some(Defect::ReusedToken) && st.lapsed && st.fence > 0;
+        if !reuse {
+            st.fence += 1;
+        }
+        st.lapsed = false;
         st.holder = Some(Holder {
             owner,
             expires: now + self.server_ttl(),
@@ -294,6 +325,7 @@ impl RenewBackend for Backend {
             let ours = st.holder.as_ref().is_some_and(|h| h.owner == entry.owner);
             if ours || (self.defect == Some(Defect::UnguardedRelease) && st.holder.is_some()) {
                 st.holder = None;
+                st.lapsed = false;
                 self.wake_next(st);
             }
             if st.holder.is_none() && st.queue.is_empty() && st.fence == 0 {
@@ -329,6 +361,26 @@ impl Drop for QueueGuard<'_> {
 }
 
 impl MemoryLocker {
+    /// Hands out an acquire's grant whose request started at `start` (defects may skew it).
+    async fn deliver(
+        &self,
+        name: &LockName,
+        token: FencingToken,
+        owner: u64,
+        start: Instant,
+    ) -> Lease {
+        match self.backend.defect {
+            // Every other grant (odd tokens) is slow, so a slow holder's successor is fast.
+            Some(Defect::DeadlineFromReply | Defect::StaleRegrant) if token.get() % 2 == 1 => {
+                // The reply (or the retry that re-finds our own grant) comes REPLY_DELAY later;
+                // the server's TTL still runs from `start`.
+                tokio::time::sleep(REPLY_DELAY).await;
+                self.grant(name, token, owner, Instant::now())
+            }
+            _ => self.grant(name, token, owner, start),
+        }
+    }
+
     fn grant(&self, name: &LockName, token: FencingToken, owner: u64, start: Instant) -> Lease {
         tracing::debug!(lock = %name, %token, "granted");
         self.driver.register(
@@ -352,19 +404,22 @@ impl Locker for MemoryLocker {
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let wake = Arc::new(Notify::new());
         let b = &*self.backend;
-        {
+        let first = {
             let start = Instant::now();
             self.counters.add_requests(1);
             let mut names = b.server.names();
             let st = names.entry(name.as_str().to_owned()).or_default();
-            if let Some(token) = b.try_grant(st, owner, start) {
-                drop(names);
-                return Ok(self.grant(name, token, owner, start));
+            let granted = b.try_grant(st, owner, start);
+            if granted.is_none() {
+                st.queue.push_back(Waiter {
+                    id: owner,
+                    wake: Arc::clone(&wake),
+                });
             }
-            st.queue.push_back(Waiter {
-                id: owner,
-                wake: Arc::clone(&wake),
-            });
+            granted.map(|token| (token, start))
+        };
+        if let Some((token, start)) = first {
+            return Ok(self.deliver(name, token, owner, start).await);
         }
         self.counters.add_waits(1);
         let mut guard = QueueGuard {
@@ -390,15 +445,16 @@ impl Locker for MemoryLocker {
             self.counters.add_wakeups(1);
             let start = Instant::now();
             self.counters.add_requests(1);
-            let mut names = b.server.names();
-            let st = names.entry(name.as_str().to_owned()).or_default();
-            if let Some(token) = b.try_grant(st, owner, start) {
-                drop(names);
+            let granted = {
+                let mut names = b.server.names();
+                let st = names.entry(name.as_str().to_owned()).or_default();
+                b.try_grant(st, owner, start)
+            };
+            if let Some(token) = granted {
                 guard.armed = false;
-                return Ok(self.grant(name, token, owner, start));
+                return Ok(self.deliver(name, token, owner, start).await);
             }
             if until.is_some_and(|u| start >= u) {
-                drop(names);
                 drop(guard);
                 return Err(Error::Timeout {
                     waited: began.elapsed(),

@@ -7,6 +7,7 @@ use dlock_core::{AcquireOptions, FenceGuard, FencingStrength};
 use tokio::time::Instant;
 
 use super::util::name;
+use super::workload::Findings;
 use super::{Ctx, Verdict, ensure};
 use crate::history::History;
 
@@ -14,7 +15,8 @@ const CLIENTS: usize = 8;
 const SECTIONS: usize = 50;
 
 /// 8 clients × 50 critical sections doing a non-atomic read-sleep-write on a shared counter:
-/// the final count is exact and no two clients' belief intervals (grant to release) overlap.
+/// the final count is exact, no grant arrives before another unreleased lease's promised
+/// deadline, no two clients' belief intervals overlap, and tokens increase in grant order.
 pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     let lock = name("counter")?;
     let clients = ctx.clients(CLIENTS).await?;
@@ -29,13 +31,14 @@ pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
                 let lease = c
                     .acquire(&lock, AcquireOptions::wait(Duration::from_secs(60)))
                     .await?;
-                history.grant(i, lease.token());
+                history.grant_until(i, lease.token(), lease.deadline().into_std());
                 let seen = *counter.lock().unwrap_or_else(|p| p.into_inner());
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 *counter.lock().unwrap_or_else(|p| p.into_inner()) = seen + 1;
                 if lease.is_lost() {
                     history.lost(i, lease.token());
                 }
+                history.promise(i, lease.token(), lease.deadline().into_std());
                 history.release(i, lease.token());
                 lease.release().await?;
             }
@@ -51,22 +54,18 @@ pub(crate) async fn mutual_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     }
     let elapsed = began.elapsed();
     let count = *counter.lock().unwrap_or_else(|p| p.into_inner());
-    let sections = history.beliefs().len();
-    let overlaps = history.belief_overlap();
+    let sections = history.holds().len();
+    let caps = ctx.capabilities().await?;
+    let findings = Findings::of(&history, &caps);
+    findings.figures(ctx);
     ctx.figure("sections", sections);
     ctx.figure("final_count", count);
-    ctx.figure("overlaps", overlaps.as_ref().err().map_or(0, |o| o.count));
     ctx.figure_ms("total_ms", elapsed);
     ctx.figure(
         "sections_per_s",
         ((sections as f64 / elapsed.as_secs_f64()) * 10.0).round() / 10.0,
     );
-    if let Err(o) = overlaps {
-        return Err(Verdict::Fail(format!(
-            "{} overlapping holds ({:?} in total); first: {}",
-            o.count, o.total, o.first
-        )));
-    }
+    findings.verdict("overlapping holds")?;
     let want = (CLIENTS * SECTIONS) as u64;
     ensure!(
         count == want,

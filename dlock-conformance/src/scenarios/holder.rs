@@ -3,7 +3,7 @@
 //! task included.
 //!
 //! Protocol: the child acquires the lock named in [`CRASH_HOLDER_VAR`] and prints
-//! `DLOCK_HOLDER granted token=<t> start_ns=<ns>`; then it reads commands on stdin, one per line:
+//! `DLOCK_HOLDER granted token=<t> start_ns=<request start> at_ns=<reply>`; then it reads commands on stdin, one per line:
 //! - `check` → `DLOCK_HOLDER state lost=<bool> deadline_ns=<ns> token=<t>`
 //! - `release` → `DLOCK_HOLDER released ok=<bool>`
 //!
@@ -38,6 +38,8 @@ pub(crate) struct HolderProcess {
     pub token: u64,
     /// When the child's acquire request started (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
+    /// When the child's acquire returned its lease (CLOCK_MONOTONIC ns).
+    pub granted_ns: u64,
 }
 
 impl HolderProcess {
@@ -63,6 +65,7 @@ impl HolderProcess {
         };
         self.token = token;
         self.start_ns = start_ns;
+        self.granted_ns = field(&rest, "at_ns").unwrap_or_else(mono_ns);
         Ok(())
     }
 
@@ -124,6 +127,7 @@ impl HolderProcess {
             output: Vec::new(),
             token: 0,
             start_ns: 0,
+            granted_ns: 0,
         })
     }
 
@@ -234,8 +238,9 @@ pub fn crash_holder_main(factory: fn() -> Arc<dyn TestBackend>) {
             .acquire(&lock, AcquireOptions::wait(Duration::from_secs(30)))
             .await
             .unwrap_or_else(|e| panic!("the holder cannot acquire {lock}: {e}"));
+        let granted_ns = mono_ns();
         say(&format!(
-            "granted token={} start_ns={start_ns}",
+            "granted token={} start_ns={start_ns} at_ns={granted_ns}",
             lease.token()
         ));
         let lost = lease.lost();

@@ -247,6 +247,7 @@ pub(crate) async fn minority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
         Counts::get(&counts.accepted)
     );
     let findings = Findings::of(&history, &caps);
+    findings.figures(ctx);
     ctx.figure("violations", findings.violations() as u64);
     findings.verdict("under minority node faults")?;
     if p.kind == ServerKind::Redis {

@@ -65,6 +65,18 @@ pub(crate) fn mono_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The `std::time::Instant` of a CLOCK_MONOTONIC reading `ns` (e.g. one reported by another
+/// process), so it can be recorded in a history next to this process's events.
+pub(crate) fn instant_of_mono(ns: u64) -> std::time::Instant {
+    let (now, now_ns) = (std::time::Instant::now(), mono_ns());
+    if ns >= now_ns {
+        now + Duration::from_nanos(ns - now_ns)
+    } else {
+        now.checked_sub(Duration::from_nanos(now_ns - ns))
+            .unwrap_or(now)
+    }
+}
+
 /// Awaits `fut` for at most `bound`; `None` when it did not finish.
 pub(crate) async fn within<T>(
     bound: Duration,

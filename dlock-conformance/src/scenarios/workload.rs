@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use super::Verdict;
-use crate::history::History;
+use crate::history::{History, Kind, Order, Violations};
 
 /// How the fenced resource treats tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,15 @@ pub(crate) struct Workload {
 impl Workload {
     /// Starts one worker per client.
     pub(crate) fn start(clients: Vec<Arc<dyn Locker>>, plan: &Plan, fencing: Fencing) -> Self {
-        let history = Arc::new(History::new());
+        // Tokens give the server's grant order; without fencing only the record does.
+        let unfenced = clients
+            .first()
+            .is_some_and(|c| c.capabilities().fencing == FencingStrength::None);
+        let history = Arc::new(History::ordered_by(if unfenced {
+            Order::Record
+        } else {
+            Order::Token
+        }));
         let resource = Arc::new(Resource::new(fencing, Arc::clone(&history)));
         let counts = Arc::new(Counts::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -201,7 +209,9 @@ impl Worker {
                 }
             };
             let token = lease.token();
-            self.history.grant(self.id, token);
+            let mut promised = lease.deadline();
+            self.history
+                .grant_until(self.id, token, promised.into_std());
             c.grants.fetch_add(1, Ordering::SeqCst);
             let lost = lease.lost();
             let (h, id) = (Arc::clone(&self.history), self.id);
@@ -213,6 +223,7 @@ impl Worker {
                 reason
             });
             self.write(token);
+            self.observe(&lease, &mut promised);
             if rng.random_bool(self.plan.stall_chance.clamp(0.0, 1.0)) {
                 c.stalls.fetch_add(1, Ordering::SeqCst);
                 lease.stop_renewal_for_test();
@@ -220,12 +231,15 @@ impl Worker {
                 while tokio::time::Instant::now() < until {
                     tokio::time::sleep(self.plan.ttl / 4).await;
                     self.write(token);
+                    self.observe(&lease, &mut promised);
                 }
             } else {
                 let hold_ms = self.plan.hold_max.as_millis().max(1) as u64;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(0..hold_ms))).await;
                 self.write(token);
             }
+            // The latest promise (renewals moved it; a lost lease keeps its last one).
+            self.observe(&lease, &mut promised);
             self.history.release(self.id, token);
             let _ = lease.release().await;
             if let Ok(reason) = watcher.await {
@@ -233,6 +247,15 @@ impl Worker {
                     c.losses.fetch_add(1, Ordering::SeqCst);
                 }
             }
+        }
+    }
+
+    /// Records the lease's promised deadline when it moved since last recorded.
+    fn observe(&self, lease: &dlock_core::Lease, promised: &mut tokio::time::Instant) {
+        let now = lease.deadline();
+        if now != *promised {
+            *promised = now;
+            self.history.promise(self.id, lease.token(), now.into_std());
         }
     }
 
@@ -248,50 +271,101 @@ impl Worker {
 /// The checkers' findings over a history.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Findings {
-    pub fenced: Option<String>,
-    pub tokens: Option<String>,
-    pub overlaps: Option<(usize, Duration, String)>,
+    /// Grants before another unreleased, unbroken lease's promised deadline.
+    pub promise: Option<Violations>,
+    /// Grants inside another hold's belief interval.
+    pub overlaps: Option<Violations>,
+    /// Tokens not unique and increasing in grant order.
+    pub tokens: Option<Violations>,
+    /// Writes accepted from a superseded hold.
+    pub fenced: Option<Violations>,
+    /// Holds in the history.
+    pub holds: usize,
+    /// Forced breaks recorded.
+    pub breaks: usize,
+    /// Diagnostics: what the old checker (beliefs ended by recorded events only) would count.
+    pub recorded_overlaps: usize,
+    /// Diagnostics: losses recorded after their promised deadline, and the worst delay.
+    pub late_losses: (usize, Duration),
 }
 
 impl Findings {
-    /// Runs the checkers that apply to `caps`: fenced safety always; token monotonicity only
-    /// with linearizable fencing; belief overlap always.
+    /// Runs every checker; token order on every backend that issues tokens
+    /// ([`FencingStrength::Linearizable`], and Redlock's `Assumed` while its assumptions hold:
+    /// no scenario that records a history restarts a node without its data).
     pub(crate) fn of(history: &History, caps: &Capabilities) -> Findings {
         Findings {
-            fenced: history.fenced_safety().err(),
-            tokens: if caps.fencing == FencingStrength::Linearizable {
-                history.token_monotonicity().err()
-            } else {
+            promise: history.promise_violations().err(),
+            overlaps: history.belief_overlap().err(),
+            tokens: if caps.fencing == FencingStrength::None {
                 None
+            } else {
+                history.token_order().err()
             },
-            overlaps: history
-                .belief_overlap()
-                .err()
-                .map(|o| (o.count, o.total, o.first)),
+            fenced: history.fenced_safety().err(),
+            holds: history.holds().len(),
+            breaks: history
+                .events()
+                .iter()
+                .filter(|e| e.kind == Kind::Break)
+                .count(),
+            recorded_overlaps: history.recorded_overlaps(),
+            late_losses: history.late_loss_records(),
         }
     }
 
-    /// How many checkers fired.
+    fn count(v: &Option<Violations>) -> usize {
+        v.as_ref().map_or(0, |v| v.count)
+    }
+
+    /// How many violations, of every kind.
     pub(crate) fn violations(&self) -> usize {
-        usize::from(self.fenced.is_some())
-            + usize::from(self.tokens.is_some())
-            + self.overlaps.as_ref().map_or(0, |o| o.0)
+        Self::count(&self.promise)
+            + Self::count(&self.overlaps)
+            + Self::count(&self.tokens)
+            + Self::count(&self.fenced)
+    }
+
+    /// Every count as `key=value` pairs (violations and diagnostics).
+    pub(crate) fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("holds", self.holds as u64),
+            ("forced_breaks", self.breaks as u64),
+            ("promise_violations", Self::count(&self.promise) as u64),
+            ("belief_overlaps", Self::count(&self.overlaps) as u64),
+            ("token_violations", Self::count(&self.tokens) as u64),
+            ("fenced_violations", Self::count(&self.fenced) as u64),
+            ("recorded_overlaps", self.recorded_overlaps as u64),
+            ("late_loss_records", self.late_losses.0 as u64),
+            ("late_loss_max_ms", self.late_losses.1.as_millis() as u64),
+        ]
+    }
+
+    /// Records every count as a figure.
+    pub(crate) fn figures(&self, ctx: &super::Ctx) {
+        for (k, v) in self.counts() {
+            ctx.figure(k, v);
+        }
     }
 
     /// A failed verdict naming every violation, or `Ok`.
     pub(crate) fn verdict(&self, what: &str) -> Result<(), Verdict> {
         let mut why = Vec::new();
-        if let Some(f) = &self.fenced {
-            why.push(format!("fenced-safety violation: {f}"));
-        }
-        if let Some(t) = &self.tokens {
-            why.push(format!("token-monotonicity violation: {t}"));
-        }
-        if let Some((n, total, first)) = &self.overlaps {
-            why.push(format!(
-                "belief overlap: {n} overlapping holds ({total:?} in all); first: {first}"
-            ));
-        }
+        let mut say = |label: &str, v: &Option<Violations>| {
+            if let Some(v) = v {
+                why.push(format!(
+                    "{label}: {} ({:?} in all); first: {}",
+                    v.count, v.total, v.first
+                ));
+            }
+        };
+        say(
+            "promise violation (granted before a promised deadline)",
+            &self.promise,
+        );
+        say("belief overlap", &self.overlaps);
+        say("token violation", &self.tokens);
+        say("fenced-safety violation", &self.fenced);
         if why.is_empty() {
             Ok(())
         } else {
