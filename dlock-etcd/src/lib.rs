@@ -6,6 +6,7 @@ mod errors;
 mod keys;
 mod locker;
 mod ops;
+mod reconcile;
 mod session;
 mod slots;
 

@@ -140,7 +140,12 @@ impl EtcdLocker {
             request_timeout: cfg.request_timeout,
             counters,
         };
-        let backend = Arc::new(Backend { etcd: etcd.clone() });
+        let slots = Slots::default();
+        let backend = Arc::new(Backend {
+            etcd: etcd.clone(),
+            slots: slots.clone(),
+            prefix: cfg.prefix.clone(),
+        });
         let driver = RenewalDriver::new(backend, cfg.ttl, Arc::clone(&driver_counters));
         Ok(EtcdLocker {
             inner: Arc::new(Inner {
@@ -149,7 +154,7 @@ impl EtcdLocker {
                 driver,
                 driver_counters,
                 session: tokio::sync::Mutex::new(None),
-                slots: Slots::default(),
+                slots,
                 session_losses: Arc::new(AtomicU64::new(0)),
             }),
         })

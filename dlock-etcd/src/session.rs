@@ -7,7 +7,7 @@
 //! internal lease (the "sentinel"), so it is kept alive while the locker only waits, and its
 //! deadline is the deadline of every lock of the session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,12 @@ use tokio::time::Instant;
 
 use crate::errors;
 use crate::ops::Etcd;
-use crate::slots::SlotGuard;
+use crate::reconcile::{Listing, confirm_gone, delete_orphans};
+use crate::slots::{SlotGuard, Slots};
+
+/// How long a round waits for the session's key listing after the keep-alive reply (at least;
+/// as long as the keep-alive took, when that was longer).
+const LISTING_GRACE: Duration = Duration::from_millis(100);
 
 /// The keep-alive stream of one session lease.
 pub(crate) struct KeepAlive {
@@ -163,6 +168,20 @@ impl LockEntry {
 /// The renewal backend of one locker.
 pub(crate) struct Backend {
     pub(crate) etcd: Etcd,
+    /// The locker's key slots: a key whose slot is free is owned by nobody.
+    pub(crate) slots: Slots,
+    /// The locker's key prefix (only keys under it are reconciled).
+    pub(crate) prefix: String,
+}
+
+/// What one session's keep-alive round found.
+enum Round {
+    /// Extended; the session's keys, when they were listed in time.
+    Alive(Option<HashSet<String>>),
+    /// etcd says the lease is gone.
+    Gone,
+    /// No answer this round (one session of several failed).
+    Undecided,
 }
 
 #[async_trait]
@@ -178,30 +197,62 @@ impl RenewBackend for Backend {
                 sessions.push(Arc::clone(ka));
             }
         }
-        let mut alive: HashMap<i64, bool> = HashMap::with_capacity(sessions.len());
+        let several = sessions.len() > 1;
+        let mut rounds: HashMap<i64, Round> = HashMap::with_capacity(sessions.len());
         for ka in sessions {
-            let ok = ka.once(self.etcd.request_timeout).await?;
-            if !ok {
-                tracing::warn!(
-                    lease = format_args!("{:x}", ka.id),
-                    "etcd says the session lease is gone"
-                );
-            }
-            alive.insert(ka.id, ok);
-        }
-        Ok(entries
-            .iter()
-            .map(|e| {
-                if alive.get(&e.lease_id()).copied().unwrap_or(false) {
-                    Renewal::Extended
-                } else {
-                    Renewal::Lost(LossReason::SessionEnded(format!(
-                        "etcd lease {:x} expired or was revoked",
-                        e.lease_id()
-                    )))
+            // The session's keys are listed beside the keep-alive, on the same connection.
+            let listing = Listing::start(&self.etcd, ka.id);
+            let started = Instant::now();
+            let round = match ka.once(self.etcd.request_timeout).await {
+                Ok(true) => {
+                    let grace = started.elapsed().max(LISTING_GRACE);
+                    Round::Alive(listing.within(grace).await)
                 }
-            })
-            .collect())
+                Ok(false) => {
+                    tracing::warn!(
+                        lease = format_args!("{:x}", ka.id),
+                        "etcd says the session lease is gone"
+                    );
+                    Round::Gone
+                }
+                Err(e) if several => {
+                    tracing::debug!(lease = format_args!("{:x}", ka.id), error = %e, "keep-alive failed; retrying this session");
+                    Round::Undecided
+                }
+                Err(e) => return Err(e),
+            };
+            rounds.insert(ka.id, round);
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let id = e.lease_id();
+            out.push(match rounds.get(&id) {
+                Some(Round::Alive(listed)) => match (&**e, listed) {
+                    (Entry::Lock(lock), Some(keys)) if !keys.contains(&lock.key) => {
+                        if confirm_gone(&self.etcd, &lock.key, lock.rev, id).await {
+                            tracing::warn!(key = %lock.key, "a held lock's key was deleted at the server");
+                            Renewal::Lost(LossReason::Gone(format!(
+                                "etcd key {} was deleted",
+                                lock.key
+                            )))
+                        } else {
+                            Renewal::Extended
+                        }
+                    }
+                    _ => Renewal::Extended,
+                },
+                Some(Round::Undecided) => Renewal::Retry,
+                Some(Round::Gone) | None => Renewal::Lost(LossReason::SessionEnded(format!(
+                    "etcd lease {id:x} expired or was revoked"
+                ))),
+            });
+        }
+        for (id, round) in rounds {
+            if let Round::Alive(Some(keys)) = round {
+                delete_orphans(&self.etcd, &self.slots, &self.prefix, id, keys);
+            }
+        }
+        Ok(out)
     }
 
     async fn release(&self, entry: &Entry) -> Result<(), Error> {
