@@ -240,7 +240,7 @@ impl EtcdLockerBuilder {
     pub async fn build(self) -> Result<EtcdLocker, Error> {
         let cfg = self.config()?;
         let opts = self.connect_options(&cfg);
-        EtcdLocker::connect(cfg, opts).await
+        EtcdLocker::connect(cfg, opts, self.user.is_some()).await
     }
 }
 

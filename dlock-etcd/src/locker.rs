@@ -121,6 +121,7 @@ impl EtcdLocker {
     pub(crate) async fn connect(
         cfg: Config,
         opts: etcd_client::ConnectOptions,
+        authenticates: bool,
     ) -> Result<Self, Error> {
         let started = Instant::now();
         let client = match tokio::time::timeout(
@@ -139,6 +140,7 @@ impl EtcdLocker {
             client,
             request_timeout: cfg.request_timeout,
             counters,
+            authenticates,
         };
         let slots = Slots::default();
         let backend = Arc::new(Backend {

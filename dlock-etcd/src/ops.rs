@@ -19,6 +19,8 @@ pub(crate) struct Etcd {
     pub(crate) client: Client,
     pub(crate) request_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
+    /// Whether the client authenticates (user and password): a stale token is refreshed.
+    pub(crate) authenticates: bool,
 }
 
 /// What the enqueue transaction found.
@@ -89,7 +91,17 @@ impl Etcd {
             let attempt_until = until.min(Instant::now() + per_attempt);
             let err = match tokio::time::timeout_at(attempt_until, op()).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => errors::map(what, e),
+                Ok(Err(e)) => {
+                    if errors::is_stale_auth(&e) {
+                        // Credentials refused now is final; a refresh without reply is retried.
+                        if let Err(refused) = self.refresh_auth(until).await {
+                            if !refused.is_retryable() {
+                                return Err(refused);
+                            }
+                        }
+                    }
+                    errors::map(what, e)
+                }
                 Err(_) => errors::no_reply(what, started.elapsed()),
             };
             let now = Instant::now();
@@ -99,6 +111,27 @@ impl Etcd {
             tracing::debug!(error = %err, retry_in = ?backoff, "etcd request failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Gets a new auth token (ours expired, or the auth store changed), by `until`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when etcd refuses our credentials now (e.g. the password changed);
+    /// [`Error::Unavailable`] when it does not answer in time.
+    pub(crate) async fn refresh_auth(&self, until: Instant) -> Result<(), Error> {
+        if !self.authenticates {
+            return Ok(());
+        }
+        self.counters.add_requests(1);
+        let started = Instant::now();
+        match tokio::time::timeout_at(until, self.client.refresh_token()).await {
+            Ok(Ok(())) => {
+                tracing::debug!("auth token refreshed");
+                Ok(())
+            }
+            Ok(Err(e)) => Err(errors::map("auth token refresh", e)),
+            Err(_) => Err(errors::no_reply("auth token refresh", started.elapsed())),
         }
     }
 

@@ -53,6 +53,10 @@ impl KeepAlive {
         let mut slot = self.stream.lock().await;
         let taken = slot.take();
         let started = Instant::now();
+        let failed = |e: etcd_client::Error| {
+            let stale_auth = errors::is_stale_auth(&e);
+            (errors::map(WHAT, e), stale_auth)
+        };
         let attempt = async {
             match taken {
                 None => {
@@ -61,23 +65,20 @@ impl KeepAlive {
                     match leases.keep_alive(self.id).await {
                         Ok(pair) => Ok((true, Some(pair))),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
-                        Err(e) => Err(errors::map(WHAT, e)),
+                        Err(e) => Err(failed(e)),
                     }
                 }
                 Some((mut keeper, mut stream)) => {
-                    keeper
-                        .keep_alive()
-                        .await
-                        .map_err(|e| errors::map(WHAT, e))?;
+                    keeper.keep_alive().await.map_err(failed)?;
                     match stream.message().await {
                         Ok(Some(reply)) if reply.ttl() > 0 => Ok((true, Some((keeper, stream)))),
                         Ok(Some(_)) => Ok((false, None)),
-                        Ok(None) => Err(Error::unavailable(
-                            "lease keep-alive: stream closed by etcd",
-                            None,
+                        Ok(None) => Err((
+                            Error::unavailable("lease keep-alive: stream closed by etcd", None),
+                            false,
                         )),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
-                        Err(e) => Err(errors::map(WHAT, e)),
+                        Err(e) => Err(failed(e)),
                     }
                 }
             }
@@ -87,7 +88,14 @@ impl KeepAlive {
                 *slot = pair;
                 Ok(alive)
             }
-            Ok(Err(e)) => Err(e),
+            Ok(Err((e, stale_auth))) => {
+                if stale_auth {
+                    // The next round opens a new stream with a new token.
+                    let until = started + timeout;
+                    self.etcd.refresh_auth(until).await?;
+                }
+                Err(e)
+            }
             Err(_) => Err(errors::no_reply(WHAT, started.elapsed())),
         }
     }
