@@ -101,10 +101,11 @@ impl EtcdLockerBuilder {
     /// The session lease TTL (default 10 s): how long a crashed holder blocks others.
     ///
     /// etcd lease TTLs are whole seconds, so the TTL is **rounded up** to the next whole second
-    /// (1.2 s becomes 2 s); [`Locker::ttl`](dlock_core::Locker::ttl) reports the rounded value,
-    /// and deadlines are computed from it. The server may keep a lease longer than asked (its
-    /// minimum TTL is 1.5 × the election timeout, and a leader change restarts every lease's
-    /// TTL), never shorter.
+    /// (1.2 s becomes 2 s), and deadlines are computed from the rounded value. The server may
+    /// keep a lease longer than asked (its minimum TTL is 1.5 × the election timeout, and a
+    /// leader change restarts every lease's TTL), never shorter;
+    /// [`Locker::ttl`](dlock_core::Locker::ttl) reports the TTL the server granted once the
+    /// first session lease exists.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self

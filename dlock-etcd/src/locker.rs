@@ -44,6 +44,9 @@ struct Inner {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     slots: Slots,
     session_losses: Arc<AtomicU64>,
+    /// The TTL etcd granted the last session lease, in seconds (the asked TTL until the first
+    /// grant). etcd raises short TTLs to its minimum (1.5 × the election timeout).
+    granted_ttl_secs: AtomicU64,
 }
 
 impl std::fmt::Debug for EtcdLocker {
@@ -143,6 +146,7 @@ impl EtcdLocker {
             authenticates,
         };
         let slots = Slots::default();
+        let asked_secs = cfg.ttl.as_secs();
         let backend = Arc::new(Backend {
             etcd: etcd.clone(),
             slots: slots.clone(),
@@ -158,6 +162,7 @@ impl EtcdLocker {
                 session: tokio::sync::Mutex::new(None),
                 slots,
                 session_losses: Arc::new(AtomicU64::new(0)),
+                granted_ttl_secs: AtomicU64::new(asked_secs),
             }),
         })
     }
@@ -245,6 +250,16 @@ impl EtcdLocker {
                 ),
             ));
         }
+        if granted.ttl() > inner.cfg.ttl_secs {
+            tracing::info!(
+                asked_s = inner.cfg.ttl_secs,
+                granted_s = granted.ttl(),
+                "etcd raised the lease TTL to its minimum; deadlines keep the asked TTL"
+            );
+        }
+        inner
+            .granted_ttl_secs
+            .store(granted.ttl().unsigned_abs(), Ordering::Relaxed);
         let id = granted.id();
         let ka = Arc::new(KeepAlive::new(id, inner.etcd.clone()));
         // The sentinel: an internal lease that keeps the session renewed while we only wait.
@@ -721,14 +736,19 @@ impl Locker for EtcdLocker {
         self.lock(name, None, true).await
     }
 
+    /// The TTL etcd grants this locker's session lease: the asked TTL rounded up to whole
+    /// seconds, or etcd's minimum TTL (1.5 × its election timeout) when that is longer. Known
+    /// from the first session grant on; before it, the asked TTL. Lease deadlines are always
+    /// computed from the asked TTL (never later than the server's).
     fn ttl(&self) -> Duration {
-        self.inner.cfg.ttl
+        Duration::from_secs(self.inner.granted_ttl_secs.load(Ordering::Relaxed))
+            .max(self.inner.cfg.ttl)
     }
 
     fn capabilities(&self) -> Capabilities {
         // etcd's lessor checks expiry every 500 ms; the waiter then needs a watch event and a
         // read.
-        Capabilities::new(self.inner.cfg.ttl)
+        Capabilities::new(self.ttl())
             .with_fair_queue(true, true)
             .with_crash_release_slack(Duration::from_millis(1000))
     }
