@@ -39,6 +39,7 @@ pub struct EtcdLockerBuilder {
     endpoints: Vec<String>,
     ttl: Duration,
     prefix: String,
+    raw_names: bool,
     user: Option<(String, String)>,
     request_timeout: Duration,
     connect_timeout: Duration,
@@ -52,6 +53,7 @@ impl std::fmt::Debug for EtcdLockerBuilder {
             .field("endpoints", &self.endpoints)
             .field("ttl", &self.ttl)
             .field("prefix", &self.prefix)
+            .field("raw_names", &self.raw_names)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -65,6 +67,7 @@ impl Default for EtcdLockerBuilder {
             endpoints: Vec::new(),
             ttl: DEFAULT_TTL,
             prefix: DEFAULT_PREFIX.to_owned(),
+            raw_names: false,
             user: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -82,6 +85,8 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) ttl_secs: i64,
     pub(crate) prefix: String,
+    /// Lock names go into keys as they are (`/` kept) instead of encoded.
+    pub(crate) raw_names: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
 }
@@ -112,11 +117,25 @@ impl EtcdLockerBuilder {
     }
 
     /// The key prefix (default `dlock`): every key this locker writes lies under `<prefix>/`.
-    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, no leading or trailing `/`. Prefixes of
-    /// different lockers should not nest (`a` and `a/b`), or a lock named `b` under `a` would
-    /// share keys with the whole namespace `a/b`.
+    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, optionally with a leading `/` (the
+    /// common etcd convention, `/locks`), no trailing `/`. Prefixes of different lockers
+    /// should not nest (`a` and `a/b`), or a lock named `b` under `a` would share keys with the
+    /// whole namespace `a/b`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Use lock names in keys as they are, `/` included (default `false`: `/` is encoded as
+    /// `%2F`). With the prefix `/locks`, the lock `orders/42` is then the range
+    /// `/locks/orders/42/`, exactly what `etcdctl lock /locks/orders/42` and Go's
+    /// `concurrency.NewMutex(s, "/locks/orders/42")` use.
+    ///
+    /// As with etcd's own `Mutex`, a lock's range then contains the ranges of the names below
+    /// it: a contender for `orders` also waits for holders of `orders/42` (never the other way
+    /// round). That costs waiting, never exclusion; avoid nesting lock names if it matters.
+    pub fn raw_names(mut self, raw: bool) -> Self {
+        self.raw_names = raw;
         self
     }
 
@@ -203,6 +222,7 @@ impl EtcdLockerBuilder {
             ttl: effective,
             ttl_secs,
             prefix: self.prefix.clone(),
+            raw_names: self.raw_names,
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
         })
@@ -290,10 +310,12 @@ fn check_prefix(p: &str) -> Result<(), Error> {
     if p.len() > MAX_PREFIX_LEN {
         return Err(bad("longer than 512 bytes"));
     }
-    if p.starts_with('/') || p.ends_with('/') {
-        return Err(bad("must not start or end with '/'"));
+    if p.ends_with('/') {
+        return Err(bad("must not end with '/'"));
     }
-    for seg in p.split('/') {
+    // One leading '/' is the usual etcd layout (`/locks`).
+    let rest = p.strip_prefix('/').unwrap_or(p);
+    for seg in rest.split('/') {
         if seg.is_empty() {
             return Err(bad("empty segment ('//')"));
         }
@@ -350,7 +372,10 @@ mod tests {
                 Some("ttl"),
             ),
             (base().prefix(""), Some("prefix")),
-            (base().prefix("/a"), Some("prefix")),
+            (base().prefix("/a"), None),
+            (base().prefix("/locks/orders"), None),
+            (base().prefix("/"), Some("prefix")),
+            (base().prefix("//a"), Some("prefix")),
             (base().prefix("a/"), Some("prefix")),
             (base().prefix("a//b"), Some("prefix")),
             (base().prefix("a/../b"), Some("prefix")),

@@ -168,7 +168,8 @@ impl EtcdLocker {
     }
 
     /// The name to give `etcdctl lock` (or etcd's `concurrency.NewMutex`) so that it contends
-    /// with this locker for `name`: `<prefix>/<name with '/' encoded as %2F>`.
+    /// with this locker for `name`: `<prefix>/<name with '/' encoded as %2F>`, or
+    /// `<prefix>/<name>` with [`EtcdLockerBuilder::raw_names`].
     ///
     /// ```no_run
     /// # async fn demo(locker: dlock_etcd::EtcdLocker) -> Result<(), dlock_core::Error> {
@@ -177,7 +178,7 @@ impl EtcdLocker {
     /// # Ok(()) }
     /// ```
     pub fn etcd_mutex_name(&self, name: &LockName) -> String {
-        keys::etcd_mutex_name(&self.inner.cfg.prefix, name)
+        keys::etcd_mutex_name(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
     }
 
     /// The key prefix.
@@ -299,7 +300,7 @@ impl EtcdLocker {
     ) -> Result<Option<Lease>, Error> {
         let started = Instant::now();
         let deadline = wait.map(|w| started + w);
-        let range = keys::lock_range(&self.inner.cfg.prefix, name);
+        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let mut counted_wait = false;
         loop {
             let session = self.session(deadline).await?;
