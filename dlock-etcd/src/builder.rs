@@ -16,6 +16,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 const MAX_PREFIX_LEN: usize = 512;
+/// The HTTP/2 keep-alive ping interval: twice etcd's default `--grpc-keepalive-min-time`.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(10);
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -229,12 +231,16 @@ impl EtcdLockerBuilder {
     }
 
     pub(crate) fn connect_options(&self, cfg: &Config) -> etcd_client::ConnectOptions {
-        let keep_alive = cfg.request_timeout.min(Duration::from_secs(2));
+        // HTTP/2 pings only while a stream is open, and never closer together than etcd's
+        // `--grpc-keepalive-min-time` (5 s by default) allows: etcd answers pings it deems too
+        // frequent (or any ping on a connection without streams) with GOAWAY `too_many_pings`
+        // at the third. Requests have their own timeouts; the pings only find dead
+        // connections under long-lived watch and keep-alive streams.
         #[allow(unused_mut)]
         let mut opts = etcd_client::ConnectOptions::new()
             .with_connect_timeout(cfg.connect_timeout)
-            .with_keep_alive(keep_alive, keep_alive)
-            .with_keep_alive_while_idle(true)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, cfg.request_timeout)
+            .with_keep_alive_while_idle(false)
             .with_require_leader(true);
         if let Some((user, password)) = &self.user {
             opts = opts.with_user(user.clone(), password.clone());

@@ -110,7 +110,11 @@ impl PrivateEtcd {
             .args(["--log-level", "error"])
             .args(extra)
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.join("etcd.log"))
+                    .map(std::process::Stdio::from)
+                    .unwrap_or_else(|_| std::process::Stdio::null()),
+            )
             .spawn()
             .expect("start etcd");
         let server = PrivateEtcd {
@@ -125,6 +129,11 @@ impl PrivateEtcd {
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("a private etcd ({extra:?}) did not become healthy");
+    }
+
+    /// What etcd logged so far (at the `--log-level` given, `error` by default).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
     }
 
     fn etcdctl_ok(&self, args: &[&str]) -> bool {
