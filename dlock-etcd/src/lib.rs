@@ -5,6 +5,7 @@ mod builder;
 mod errors;
 mod keys;
 mod locker;
+mod members;
 mod ops;
 mod reconcile;
 mod session;

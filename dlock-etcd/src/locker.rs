@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::builder::{Config, EtcdLockerBuilder};
 use crate::errors;
 use crate::keys;
+use crate::members::Members;
 use crate::ops::{Enqueue, Etcd, Recheck};
 use crate::session::{Backend, Entry, KeepAlive, LockEntry, Session, spawn_cleanup};
 use crate::slots::{SlotGuard, Slots};
@@ -127,6 +128,15 @@ impl EtcdLocker {
         authenticates: bool,
     ) -> Result<Self, Error> {
         let started = Instant::now();
+        let members = Arc::new(Members::new(&cfg.endpoints, opts.clone()));
+        // One attempt of a request: a third of the request timeout; with several members also at
+        // most a sixth of the TTL, so that a keep-alive round can try two other members after
+        // one that hangs.
+        let mut attempt_cap = cfg.request_timeout / 3;
+        if members.len() > 1 {
+            attempt_cap = attempt_cap.min(cfg.ttl / 6);
+        }
+        let attempt_cap = attempt_cap.max(Duration::from_millis(100));
         let client = match tokio::time::timeout(
             cfg.request_timeout,
             Client::connect(&cfg.endpoints, Some(opts)),
@@ -141,7 +151,9 @@ impl EtcdLocker {
         let driver_counters = Arc::new(Counters::default());
         let etcd = Etcd {
             client,
+            members,
             request_timeout: cfg.request_timeout,
+            attempt_cap,
             counters,
             authenticates,
         };
@@ -232,12 +244,11 @@ impl EtcdLocker {
             );
         }
         let start = Instant::now();
-        let leases = inner.etcd.client.lease_client();
         let ttl_secs = inner.cfg.ttl_secs;
         let granted = inner
             .etcd
-            .call("lease grant", deadline, || {
-                let mut leases = leases.clone();
+            .call("lease grant", deadline, |c| {
+                let mut leases = c.lease_client();
                 async move { leases.grant(ttl_secs, None).await }
             })
             .await?;
@@ -609,12 +620,11 @@ impl EtcdLocker {
     /// the revision the watch starts after.
     async fn open_watch(&self, key: &str) -> Result<(etcd_client::WatchStream, i64), Error> {
         let etcd = &self.inner.etcd;
-        let watcher = etcd.client.watch_client();
         let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let open = async {
             let mut stream = etcd
-                .call("watch", None, || {
-                    let (mut watcher, opts) = (watcher.clone(), opts.clone());
+                .call("watch", None, |c| {
+                    let (mut watcher, opts) = (c.watch_client(), opts.clone());
                     async move { watcher.watch(key, Some(opts)).await }
                 })
                 .await?;

@@ -34,10 +34,9 @@ impl Listing {
     pub(crate) fn start(etcd: &Etcd, id: i64) -> Self {
         let etcd = etcd.clone();
         Listing(tokio::spawn(async move {
-            let leases = etcd.client.lease_client();
             let resp = etcd
-                .call("lease time-to-live", None, || {
-                    let mut leases = leases.clone();
+                .call("lease time-to-live", None, |c| {
+                    let mut leases = c.lease_client();
                     async move {
                         leases
                             .time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys()))
@@ -70,10 +69,9 @@ impl Listing {
 /// Whether our held key is really gone: a linearizable read of `key` finds nothing, or
 /// another incarnation (another create revision or lease). A failed read is not proof.
 pub(crate) async fn confirm_gone(etcd: &Etcd, key: &str, rev: i64, lease: i64) -> bool {
-    let kv = etcd.client.kv_client();
     let read = etcd
-        .call("read a held key", None, || {
-            let mut kv = kv.clone();
+        .call("read a held key", None, |c| {
+            let mut kv = c.kv_client();
             async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
         })
         .await;
@@ -113,10 +111,9 @@ pub(crate) fn delete_orphans(
             let txn = Txn::new()
                 .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
-            let kv = etcd.client.kv_client();
             let result = etcd
-                .call("delete an orphan key", None, || {
-                    let (mut kv, txn) = (kv.clone(), txn.clone());
+                .call("delete an orphan key", None, |c| {
+                    let (mut kv, txn) = (c.kv_client(), txn.clone());
                     async move { kv.txn(txn).await }
                 })
                 .await;

@@ -29,7 +29,8 @@ const LISTING_GRACE: Duration = Duration::from_millis(100);
 pub(crate) struct KeepAlive {
     pub(crate) id: i64,
     etcd: Etcd,
-    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// The open stream and the member it runs on.
+    stream: tokio::sync::Mutex<Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>>,
 }
 
 impl KeepAlive {
@@ -41,8 +42,11 @@ impl KeepAlive {
         }
     }
 
-    /// Sends one keep-alive and waits for its reply: `Ok(true)` when the lease was extended,
-    /// `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not found").
+    /// Sends one keep-alive and waits for its reply (at most `timeout`): `Ok(true)` when the
+    /// lease was extended, `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not
+    /// found"). The stream runs on the preferred member; a stream on a member that is no
+    /// longer preferred is dropped and opened again. A member that fails or does not answer in
+    /// time is skipped.
     ///
     /// # Cancel safety
     /// The stream is taken out while a request is in flight and put back only after its reply
@@ -50,8 +54,11 @@ impl KeepAlive {
     /// call opens a fresh stream.
     async fn once(&self, timeout: Duration) -> Result<bool, Error> {
         const WHAT: &str = "lease keep-alive";
+        let members = &self.etcd.members;
         let mut slot = self.stream.lock().await;
-        let taken = slot.take();
+        let preferred = members.preferred();
+        let taken = slot.take().filter(|(member, ..)| *member == preferred);
+        let member = preferred;
         let started = Instant::now();
         let failed = |e: etcd_client::Error| {
             let stale_auth = errors::is_stale_auth(&e);
@@ -61,17 +68,20 @@ impl KeepAlive {
             match taken {
                 None => {
                     // Opening the stream sends the first keep-alive and reads its reply.
-                    let mut leases = self.etcd.client.lease_client();
+                    let client = members.client(member).await.map_err(failed)?;
+                    let mut leases = client.lease_client();
                     match leases.keep_alive(self.id).await {
-                        Ok(pair) => Ok((true, Some(pair))),
+                        Ok((keeper, stream)) => Ok((true, Some((member, keeper, stream)))),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
                         Err(e) => Err(failed(e)),
                     }
                 }
-                Some((mut keeper, mut stream)) => {
+                Some((_, mut keeper, mut stream)) => {
                     keeper.keep_alive().await.map_err(failed)?;
                     match stream.message().await {
-                        Ok(Some(reply)) if reply.ttl() > 0 => Ok((true, Some((keeper, stream)))),
+                        Ok(Some(reply)) if reply.ttl() > 0 => {
+                            Ok((true, Some((member, keeper, stream))))
+                        }
                         Ok(Some(_)) => Ok((false, None)),
                         Ok(None) => Err((
                             Error::unavailable("lease keep-alive: stream closed by etcd", None),
@@ -90,14 +100,33 @@ impl KeepAlive {
             }
             Ok(Err((e, stale_auth))) => {
                 if stale_auth {
-                    // The next round opens a new stream with a new token.
-                    let until = started + timeout;
-                    self.etcd.refresh_auth(until).await?;
+                    // The next attempt opens a new stream with a new token.
+                    self.etcd.refresh_auth(member, started + timeout).await?;
+                } else if e.kind() == dlock_core::ErrorKind::Unavailable {
+                    members.skip(member);
                 }
                 Err(e)
             }
-            Err(_) => Err(errors::no_reply(WHAT, started.elapsed())),
+            Err(_) => {
+                members.skip(member);
+                Err(errors::no_reply(WHAT, started.elapsed()))
+            }
         }
+    }
+
+    /// One keep-alive, tried on each member in turn: every attempt but the last is capped so
+    /// that a member that hangs cannot eat the round; the last may take the request timeout.
+    async fn renew(&self) -> Result<bool, Error> {
+        let tries = self.etcd.members.len().max(1);
+        for _ in 1..tries {
+            match self.once(self.etcd.attempt_cap).await {
+                Ok(alive) => return Ok(alive),
+                Err(e) => {
+                    tracing::debug!(lease = format_args!("{:x}", self.id), error = %e, "keep-alive attempt failed; trying another member");
+                }
+            }
+        }
+        self.once(self.etcd.request_timeout).await
     }
 }
 
@@ -211,7 +240,7 @@ impl RenewBackend for Backend {
             // The session's keys are listed beside the keep-alive, on the same connection.
             let listing = Listing::start(&self.etcd, ka.id);
             let started = Instant::now();
-            let round = match ka.once(self.etcd.request_timeout).await {
+            let round = match ka.renew().await {
                 Ok(true) => {
                     let grace = started.elapsed().max(LISTING_GRACE);
                     Round::Alive(listing.within(grace).await)
