@@ -16,6 +16,8 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 const MAX_PREFIX_LEN: usize = 512;
+/// The HTTP/2 keep-alive ping interval: twice etcd's default `--grpc-keepalive-min-time`.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(10);
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -39,6 +41,7 @@ pub struct EtcdLockerBuilder {
     endpoints: Vec<String>,
     ttl: Duration,
     prefix: String,
+    raw_names: bool,
     user: Option<(String, String)>,
     request_timeout: Duration,
     connect_timeout: Duration,
@@ -52,6 +55,7 @@ impl std::fmt::Debug for EtcdLockerBuilder {
             .field("endpoints", &self.endpoints)
             .field("ttl", &self.ttl)
             .field("prefix", &self.prefix)
+            .field("raw_names", &self.raw_names)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -65,6 +69,7 @@ impl Default for EtcdLockerBuilder {
             endpoints: Vec::new(),
             ttl: DEFAULT_TTL,
             prefix: DEFAULT_PREFIX.to_owned(),
+            raw_names: false,
             user: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -82,6 +87,8 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) ttl_secs: i64,
     pub(crate) prefix: String,
+    /// Lock names go into keys as they are (`/` kept) instead of encoded.
+    pub(crate) raw_names: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
 }
@@ -101,21 +108,36 @@ impl EtcdLockerBuilder {
     /// The session lease TTL (default 10 s): how long a crashed holder blocks others.
     ///
     /// etcd lease TTLs are whole seconds, so the TTL is **rounded up** to the next whole second
-    /// (1.2 s becomes 2 s); [`Locker::ttl`](dlock_core::Locker::ttl) reports the rounded value,
-    /// and deadlines are computed from it. The server may keep a lease longer than asked (its
-    /// minimum TTL is 1.5 × the election timeout, and a leader change restarts every lease's
-    /// TTL), never shorter.
+    /// (1.2 s becomes 2 s), and deadlines are computed from the rounded value. The server may
+    /// keep a lease longer than asked (its minimum TTL is 1.5 × the election timeout, and a
+    /// leader change restarts every lease's TTL), never shorter;
+    /// [`Locker::ttl`](dlock_core::Locker::ttl) reports the TTL the server granted once the
+    /// first session lease exists.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// The key prefix (default `dlock`): every key this locker writes lies under `<prefix>/`.
-    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, no leading or trailing `/`. Prefixes of
-    /// different lockers should not nest (`a` and `a/b`), or a lock named `b` under `a` would
-    /// share keys with the whole namespace `a/b`.
+    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, optionally with a leading `/` (the
+    /// common etcd convention, `/locks`), no trailing `/`. Prefixes of different lockers
+    /// should not nest (`a` and `a/b`), or a lock named `b` under `a` would share keys with the
+    /// whole namespace `a/b`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Use lock names in keys as they are, `/` included (default `false`: `/` is encoded as
+    /// `%2F`). With the prefix `/locks`, the lock `orders/42` is then the range
+    /// `/locks/orders/42/`, exactly what `etcdctl lock /locks/orders/42` and Go's
+    /// `concurrency.NewMutex(s, "/locks/orders/42")` use.
+    ///
+    /// As with etcd's own `Mutex`, a lock's range then contains the ranges of the names below
+    /// it: a contender for `orders` also waits for holders of `orders/42` (never the other way
+    /// round). That costs waiting, never exclusion; avoid nesting lock names if it matters.
+    pub fn raw_names(mut self, raw: bool) -> Self {
+        self.raw_names = raw;
         self
     }
 
@@ -202,18 +224,23 @@ impl EtcdLockerBuilder {
             ttl: effective,
             ttl_secs,
             prefix: self.prefix.clone(),
+            raw_names: self.raw_names,
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
         })
     }
 
     pub(crate) fn connect_options(&self, cfg: &Config) -> etcd_client::ConnectOptions {
-        let keep_alive = cfg.request_timeout.min(Duration::from_secs(2));
+        // HTTP/2 pings only while a stream is open, and never closer together than etcd's
+        // `--grpc-keepalive-min-time` (5 s by default) allows: etcd answers pings it deems too
+        // frequent (or any ping on a connection without streams) with GOAWAY `too_many_pings`
+        // at the third. Requests have their own timeouts; the pings only find dead
+        // connections under long-lived watch and keep-alive streams.
         #[allow(unused_mut)]
         let mut opts = etcd_client::ConnectOptions::new()
             .with_connect_timeout(cfg.connect_timeout)
-            .with_keep_alive(keep_alive, keep_alive)
-            .with_keep_alive_while_idle(true)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, cfg.request_timeout)
+            .with_keep_alive_while_idle(false)
             .with_require_leader(true);
         if let Some((user, password)) = &self.user {
             opts = opts.with_user(user.clone(), password.clone());
@@ -240,7 +267,7 @@ impl EtcdLockerBuilder {
     pub async fn build(self) -> Result<EtcdLocker, Error> {
         let cfg = self.config()?;
         let opts = self.connect_options(&cfg);
-        EtcdLocker::connect(cfg, opts).await
+        EtcdLocker::connect(cfg, opts, self.user.is_some()).await
     }
 }
 
@@ -289,10 +316,12 @@ fn check_prefix(p: &str) -> Result<(), Error> {
     if p.len() > MAX_PREFIX_LEN {
         return Err(bad("longer than 512 bytes"));
     }
-    if p.starts_with('/') || p.ends_with('/') {
-        return Err(bad("must not start or end with '/'"));
+    if p.ends_with('/') {
+        return Err(bad("must not end with '/'"));
     }
-    for seg in p.split('/') {
+    // One leading '/' is the usual etcd layout (`/locks`).
+    let rest = p.strip_prefix('/').unwrap_or(p);
+    for seg in rest.split('/') {
         if seg.is_empty() {
             return Err(bad("empty segment ('//')"));
         }
@@ -349,7 +378,10 @@ mod tests {
                 Some("ttl"),
             ),
             (base().prefix(""), Some("prefix")),
-            (base().prefix("/a"), Some("prefix")),
+            (base().prefix("/a"), None),
+            (base().prefix("/locks/orders"), None),
+            (base().prefix("/"), Some("prefix")),
+            (base().prefix("//a"), Some("prefix")),
             (base().prefix("a/"), Some("prefix")),
             (base().prefix("a//b"), Some("prefix")),
             (base().prefix("a/../b"), Some("prefix")),

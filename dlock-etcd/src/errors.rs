@@ -16,8 +16,26 @@ pub(crate) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
     }
 }
 
-/// Converts an etcd-client error: transport trouble is [`Error::Unavailable`], anything the
-/// server answered is [`Error::Backend`].
+/// Whether an etcd error means our auth token is no longer accepted: it expired
+/// (`--auth-token-ttl`, a JWT's expiry) or the auth store changed since it was issued. A new
+/// token fixes it, so it is worth refreshing and retrying.
+pub(crate) fn is_stale_auth(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == Code::Unauthenticated
+                || s.message().contains("invalid auth token")
+                || s.message().contains("revision of auth store is old")
+        }
+        etcd_client::Error::LeaseKeepAliveError(m) | etcd_client::Error::WatchError(m) => {
+            m.contains("invalid auth token") || m.contains("revision of auth store is old")
+        }
+        _ => false,
+    }
+}
+
+/// Converts an etcd-client error: transport trouble and a stale auth token (refreshed before
+/// the retry) are [`Error::Unavailable`], anything else the server answered is
+/// [`Error::Backend`].
 pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
     let unavailable = match &e {
         etcd_client::Error::TransportError(_)
@@ -33,7 +51,7 @@ pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
                 | Code::Unknown
         ),
         _ => false,
-    };
+    } || is_stale_auth(&e);
     let message = format!("{what}: {e}");
     let source: BoxError = Box::new(e);
     if unavailable {
@@ -54,4 +72,38 @@ pub(crate) fn unexpected(what: &str, detail: impl std::fmt::Display) -> Error {
         format!("{what}: unexpected reply from etcd: {detail}"),
         None,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, msg: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(code, msg))
+    }
+
+    #[test]
+    fn stale_auth_is_retryable_other_refusals_are_not() {
+        for e in [
+            status(Code::Unauthenticated, "etcdserver: invalid auth token"),
+            status(
+                Code::InvalidArgument,
+                "etcdserver: revision of auth store is old",
+            ),
+        ] {
+            assert!(is_stale_auth(&e), "{e}");
+            assert!(map("x", e).is_retryable());
+        }
+        for e in [
+            status(Code::InvalidArgument, "etcdserver: user name is empty"),
+            status(
+                Code::FailedPrecondition,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            status(Code::PermissionDenied, "etcdserver: permission denied"),
+        ] {
+            assert!(!is_stale_auth(&e), "{e}");
+            assert!(!map("x", e).is_retryable());
+        }
+    }
 }

@@ -1,13 +1,18 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod acquire;
 mod builder;
 mod errors;
+mod grant;
 mod keys;
 mod locker;
+mod members;
 mod ops;
+mod reconcile;
 mod session;
 mod slots;
+mod wait;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL,

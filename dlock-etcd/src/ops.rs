@@ -12,13 +12,22 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use crate::errors;
+use crate::members::Members;
 
-/// The etcd client with the locker's request timeout and counters.
+/// The etcd clients with the locker's request timeout and counters.
 #[derive(Clone)]
 pub(crate) struct Etcd {
+    /// The balanced client over every endpoint (handed to users).
     pub(crate) client: Client,
+    /// One client per member: the locker's own requests go to one member at a time.
+    pub(crate) members: Arc<Members>,
     pub(crate) request_timeout: Duration,
+    /// The cap of one attempt of a request: beyond it the member counts as hung and the next
+    /// attempt goes to another member.
+    pub(crate) attempt_cap: Duration,
     pub(crate) counters: Arc<Counters>,
+    /// Whether the client authenticates (user and password): a stale token is refreshed.
+    pub(crate) authenticates: bool,
 }
 
 /// What the enqueue transaction found.
@@ -60,13 +69,13 @@ pub(crate) enum Recheck {
 }
 
 impl Etcd {
-    /// Runs one request, retrying it while etcd is unreachable (a dead member of the balanced
-    /// connection, a leader election), bounded by the request timeout and by `deadline` (the
-    /// caller's wait). Each attempt gets a third of the request timeout, so a member that
-    /// hangs is skipped. Every request dlock sends is safe to repeat (create-or-reuse, guarded
-    /// delete, reads, watches; a repeated lease grant leaves at most an unused lease that
-    /// expires). A request cut by the timeout or the deadline gets [`Error::Unavailable`]:
-    /// etcd did not answer in time.
+    /// Runs one request, retrying it while etcd is unreachable (a dead or hung member, a leader
+    /// election), bounded by the request timeout and by `deadline` (the caller's wait). Each
+    /// attempt goes to the preferred member and is capped by [`Etcd::attempt_cap`]; a member
+    /// that fails or hangs is skipped, so the next attempt goes to another member. Every
+    /// request dlock sends is safe to repeat (create-or-reuse, guarded delete, reads, watches;
+    /// a repeated lease grant leaves at most an unused lease that expires). A request cut by
+    /// the timeout or the deadline gets [`Error::Unavailable`]: etcd did not answer in time.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         what: &str,
@@ -74,7 +83,7 @@ impl Etcd {
         mut op: F,
     ) -> Result<T, Error>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(&Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let started = Instant::now();
@@ -82,15 +91,36 @@ impl Etcd {
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        let per_attempt = (self.request_timeout / 3).max(Duration::from_millis(100));
         let mut backoff = Duration::from_millis(5);
         loop {
             self.counters.add_requests(1);
-            let attempt_until = until.min(Instant::now() + per_attempt);
-            let err = match tokio::time::timeout_at(attempt_until, op()).await {
+            let attempt_until = until.min(Instant::now() + self.attempt_cap);
+            let member = self.members.preferred();
+            let attempt = async {
+                let client = self.members.client(member).await?;
+                op(&client).await
+            };
+            let err = match tokio::time::timeout_at(attempt_until, attempt).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => errors::map(what, e),
-                Err(_) => errors::no_reply(what, started.elapsed()),
+                Ok(Err(e)) => {
+                    if errors::is_stale_auth(&e) {
+                        // Credentials refused now is final; a refresh without reply is retried.
+                        if let Err(refused) = self.refresh_auth(member, until).await {
+                            if !refused.is_retryable() {
+                                return Err(refused);
+                            }
+                        }
+                    }
+                    let err = errors::map(what, e);
+                    if err.kind() == dlock_core::ErrorKind::Unavailable {
+                        self.members.skip(member);
+                    }
+                    err
+                }
+                Err(_) => {
+                    self.members.skip(member);
+                    errors::no_reply(what, started.elapsed())
+                }
             };
             let now = Instant::now();
             if err.kind() != dlock_core::ErrorKind::Unavailable || now + backoff >= until {
@@ -99,6 +129,32 @@ impl Etcd {
             tracing::debug!(error = %err, retry_in = ?backoff, "etcd request failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// Gets a new auth token for `member` (ours expired, or the auth store changed), by
+    /// `until`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when etcd refuses our credentials now (e.g. the password changed);
+    /// [`Error::Unavailable`] when it does not answer in time.
+    pub(crate) async fn refresh_auth(&self, member: usize, until: Instant) -> Result<(), Error> {
+        if !self.authenticates {
+            return Ok(());
+        }
+        self.counters.add_requests(1);
+        let started = Instant::now();
+        let refresh = async {
+            let client = self.members.client(member).await?;
+            client.refresh_token().await
+        };
+        match tokio::time::timeout_at(until, refresh).await {
+            Ok(Ok(())) => {
+                tracing::debug!("auth token refreshed");
+                Ok(())
+            }
+            Ok(Err(e)) => Err(errors::map("auth token refresh", e)),
+            Err(_) => Err(errors::no_reply("auth token refresh", started.elapsed())),
         }
     }
 
@@ -130,10 +186,9 @@ impl Etcd {
                 TxnOp::get(range, Some(newest_two)),
             ])
             .or_else([TxnOp::get(key, None)]);
-        let kv = self.client.kv_client();
         let reply = self
-            .call(WHAT, deadline, || {
-                let (mut kv, txn) = (kv.clone(), txn.clone());
+            .call(WHAT, deadline, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
                 async move {
                     match kv.txn(txn).await {
                         Ok(resp) => Ok(Some(resp)),
@@ -217,10 +272,9 @@ impl Etcd {
             TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(range, Some(below_us)),
         ]);
-        let kv = self.client.kv_client();
         let resp = self
-            .call(WHAT, deadline, || {
-                let (mut kv, txn) = (kv.clone(), txn.clone());
+            .call(WHAT, deadline, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
                 async move { kv.txn(txn).await }
             })
             .await?;
@@ -252,10 +306,9 @@ impl Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);
-        let kv = self.client.kv_client();
         let resp = self
-            .call("guarded delete", deadline, || {
-                let (mut kv, txn) = (kv.clone(), txn.clone());
+            .call("guarded delete", deadline, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
                 async move { kv.txn(txn).await }
             })
             .await?;
@@ -266,10 +319,9 @@ impl Etcd {
     /// lost and our revision is unknown; the caller owns the key's slot, so no other user of
     /// the key exists). Returns whether it deleted something.
     pub(crate) async fn delete_unknown(&self, key: &str) -> Result<bool, Error> {
-        let kv = self.client.kv_client();
         let resp = self
-            .call("read before delete", None, || {
-                let mut kv = kv.clone();
+            .call("read before delete", None, |c| {
+                let mut kv = c.kv_client();
                 async move { kv.get(key, Some(GetOptions::new().with_keys_only())).await }
             })
             .await?;
@@ -284,9 +336,8 @@ impl Etcd {
 
     /// Revokes a session lease; a lease that is already gone counts as revoked.
     pub(crate) async fn revoke(&self, lease: i64) -> Result<(), Error> {
-        let leases = self.client.lease_client();
-        self.call("lease revoke", None, || {
-            let mut leases = leases.clone();
+        self.call("lease revoke", None, |c| {
+            let mut leases = c.lease_client();
             async move {
                 match leases.revoke(lease).await {
                     Ok(_) => Ok(()),

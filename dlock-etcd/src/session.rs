@@ -7,7 +7,7 @@
 //! internal lease (the "sentinel"), so it is kept alive while the locker only waits, and its
 //! deadline is the deadline of every lock of the session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,13 +18,19 @@ use tokio::time::Instant;
 
 use crate::errors;
 use crate::ops::Etcd;
-use crate::slots::SlotGuard;
+use crate::reconcile::{Listing, confirm_gone, delete_orphans};
+use crate::slots::{SlotGuard, Slots};
+
+/// How long a round waits for the session's key listing after the keep-alive reply (at least;
+/// as long as the keep-alive took, when that was longer).
+const LISTING_GRACE: Duration = Duration::from_millis(100);
 
 /// The keep-alive stream of one session lease.
 pub(crate) struct KeepAlive {
     pub(crate) id: i64,
     etcd: Etcd,
-    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// The open stream and the member it runs on.
+    stream: tokio::sync::Mutex<Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>>,
 }
 
 impl KeepAlive {
@@ -36,8 +42,11 @@ impl KeepAlive {
         }
     }
 
-    /// Sends one keep-alive and waits for its reply: `Ok(true)` when the lease was extended,
-    /// `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not found").
+    /// Sends one keep-alive and waits for its reply (at most `timeout`): `Ok(true)` when the
+    /// lease was extended, `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not
+    /// found"). The stream runs on the preferred member; a stream on a member that is no
+    /// longer preferred is dropped and opened again. A member that fails or does not answer in
+    /// time is skipped.
     ///
     /// # Cancel safety
     /// The stream is taken out while a request is in flight and put back only after its reply
@@ -45,34 +54,41 @@ impl KeepAlive {
     /// call opens a fresh stream.
     async fn once(&self, timeout: Duration) -> Result<bool, Error> {
         const WHAT: &str = "lease keep-alive";
+        let members = &self.etcd.members;
         let mut slot = self.stream.lock().await;
-        let taken = slot.take();
+        let preferred = members.preferred();
+        let taken = slot.take().filter(|(member, ..)| *member == preferred);
+        let member = preferred;
         let started = Instant::now();
+        let failed = |e: etcd_client::Error| {
+            let stale_auth = errors::is_stale_auth(&e);
+            (errors::map(WHAT, e), stale_auth)
+        };
         let attempt = async {
             match taken {
                 None => {
                     // Opening the stream sends the first keep-alive and reads its reply.
-                    let mut leases = self.etcd.client.lease_client();
+                    let client = members.client(member).await.map_err(failed)?;
+                    let mut leases = client.lease_client();
                     match leases.keep_alive(self.id).await {
-                        Ok(pair) => Ok((true, Some(pair))),
+                        Ok((keeper, stream)) => Ok((true, Some((member, keeper, stream)))),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
-                        Err(e) => Err(errors::map(WHAT, e)),
+                        Err(e) => Err(failed(e)),
                     }
                 }
-                Some((mut keeper, mut stream)) => {
-                    keeper
-                        .keep_alive()
-                        .await
-                        .map_err(|e| errors::map(WHAT, e))?;
+                Some((_, mut keeper, mut stream)) => {
+                    keeper.keep_alive().await.map_err(failed)?;
                     match stream.message().await {
-                        Ok(Some(reply)) if reply.ttl() > 0 => Ok((true, Some((keeper, stream)))),
+                        Ok(Some(reply)) if reply.ttl() > 0 => {
+                            Ok((true, Some((member, keeper, stream))))
+                        }
                         Ok(Some(_)) => Ok((false, None)),
-                        Ok(None) => Err(Error::unavailable(
-                            "lease keep-alive: stream closed by etcd",
-                            None,
+                        Ok(None) => Err((
+                            Error::unavailable("lease keep-alive: stream closed by etcd", None),
+                            false,
                         )),
                         Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
-                        Err(e) => Err(errors::map(WHAT, e)),
+                        Err(e) => Err(failed(e)),
                     }
                 }
             }
@@ -82,9 +98,35 @@ impl KeepAlive {
                 *slot = pair;
                 Ok(alive)
             }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(errors::no_reply(WHAT, started.elapsed())),
+            Ok(Err((e, stale_auth))) => {
+                if stale_auth {
+                    // The next attempt opens a new stream with a new token.
+                    self.etcd.refresh_auth(member, started + timeout).await?;
+                } else if e.kind() == dlock_core::ErrorKind::Unavailable {
+                    members.skip(member);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                members.skip(member);
+                Err(errors::no_reply(WHAT, started.elapsed()))
+            }
         }
+    }
+
+    /// One keep-alive, tried on each member in turn: every attempt but the last is capped so
+    /// that a member that hangs cannot eat the round; the last may take the request timeout.
+    async fn renew(&self) -> Result<bool, Error> {
+        let tries = self.etcd.members.len().max(1);
+        for _ in 1..tries {
+            match self.once(self.etcd.attempt_cap).await {
+                Ok(alive) => return Ok(alive),
+                Err(e) => {
+                    tracing::debug!(lease = format_args!("{:x}", self.id), error = %e, "keep-alive attempt failed; trying another member");
+                }
+            }
+        }
+        self.once(self.etcd.request_timeout).await
     }
 }
 
@@ -163,6 +205,20 @@ impl LockEntry {
 /// The renewal backend of one locker.
 pub(crate) struct Backend {
     pub(crate) etcd: Etcd,
+    /// The locker's key slots: a key whose slot is free is owned by nobody.
+    pub(crate) slots: Slots,
+    /// The locker's key prefix (only keys under it are reconciled).
+    pub(crate) prefix: String,
+}
+
+/// What one session's keep-alive round found.
+enum Round {
+    /// Extended; the session's keys, when they were listed in time.
+    Alive(Option<HashSet<String>>),
+    /// etcd says the lease is gone.
+    Gone,
+    /// No answer this round (one session of several failed).
+    Undecided,
 }
 
 #[async_trait]
@@ -178,30 +234,62 @@ impl RenewBackend for Backend {
                 sessions.push(Arc::clone(ka));
             }
         }
-        let mut alive: HashMap<i64, bool> = HashMap::with_capacity(sessions.len());
+        let several = sessions.len() > 1;
+        let mut rounds: HashMap<i64, Round> = HashMap::with_capacity(sessions.len());
         for ka in sessions {
-            let ok = ka.once(self.etcd.request_timeout).await?;
-            if !ok {
-                tracing::warn!(
-                    lease = format_args!("{:x}", ka.id),
-                    "etcd says the session lease is gone"
-                );
-            }
-            alive.insert(ka.id, ok);
-        }
-        Ok(entries
-            .iter()
-            .map(|e| {
-                if alive.get(&e.lease_id()).copied().unwrap_or(false) {
-                    Renewal::Extended
-                } else {
-                    Renewal::Lost(LossReason::SessionEnded(format!(
-                        "etcd lease {:x} expired or was revoked",
-                        e.lease_id()
-                    )))
+            // The session's keys are listed beside the keep-alive, on the same connection.
+            let listing = Listing::start(&self.etcd, ka.id);
+            let started = Instant::now();
+            let round = match ka.renew().await {
+                Ok(true) => {
+                    let grace = started.elapsed().max(LISTING_GRACE);
+                    Round::Alive(listing.within(grace).await)
                 }
-            })
-            .collect())
+                Ok(false) => {
+                    tracing::warn!(
+                        lease = format_args!("{:x}", ka.id),
+                        "etcd says the session lease is gone"
+                    );
+                    Round::Gone
+                }
+                Err(e) if several => {
+                    tracing::debug!(lease = format_args!("{:x}", ka.id), error = %e, "keep-alive failed; retrying this session");
+                    Round::Undecided
+                }
+                Err(e) => return Err(e),
+            };
+            rounds.insert(ka.id, round);
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let id = e.lease_id();
+            out.push(match rounds.get(&id) {
+                Some(Round::Alive(listed)) => match (&**e, listed) {
+                    (Entry::Lock(lock), Some(keys)) if !keys.contains(&lock.key) => {
+                        if confirm_gone(&self.etcd, &lock.key, lock.rev, id).await {
+                            tracing::warn!(key = %lock.key, "a held lock's key was deleted at the server");
+                            Renewal::Lost(LossReason::Gone(format!(
+                                "etcd key {} was deleted",
+                                lock.key
+                            )))
+                        } else {
+                            Renewal::Extended
+                        }
+                    }
+                    _ => Renewal::Extended,
+                },
+                Some(Round::Undecided) => Renewal::Retry,
+                Some(Round::Gone) | None => Renewal::Lost(LossReason::SessionEnded(format!(
+                    "etcd lease {id:x} expired or was revoked"
+                ))),
+            });
+        }
+        for (id, round) in rounds {
+            if let Round::Alive(Some(keys)) = round {
+                delete_orphans(&self.etcd, &self.slots, &self.prefix, id, keys);
+            }
+        }
+        Ok(out)
     }
 
     async fn release(&self, entry: &Entry) -> Result<(), Error> {

@@ -13,8 +13,8 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 type Map = HashMap<String, Arc<AsyncMutex<()>>>;
 
-/// The slots of one locker, by etcd key.
-#[derive(Default)]
+/// The slots of one locker, by etcd key. Clones share the slots.
+#[derive(Default, Clone)]
 pub(crate) struct Slots {
     map: Arc<Mutex<Map>>,
 }

@@ -167,3 +167,75 @@ fn dlock_holds_then_etcdctl_waits() {
         again.release().await.expect("release");
     });
 }
+
+/// The layout people use with etcd: `etcdctl lock /locks/orders/42` (Go:
+/// `concurrency.NewMutex(s, "/locks/orders/42")`), met by a locker with the prefix `/locks`
+/// and raw names, in both orders.
+#[test]
+fn etcdctl_and_dlock_meet_on_a_slash_prefixed_raw_name() {
+    let cluster = support::single();
+    let endpoint = cluster.endpoints()[0].clone();
+    support::runtime().block_on(async {
+        let locker = support::builder(cluster.endpoints(), "/locks")
+            .raw_names(true)
+            .build()
+            .await
+            .expect("a leading '/' and raw names are accepted");
+        let name = LockName::new("orders/42").expect("valid");
+        assert_eq!(locker.etcd_mutex_name(&name), "/locks/orders/42");
+
+        // etcdctl first: dlock waits, then is granted behind it.
+        let ctl = Etcdctl::lock(&endpoint, "/locks/orders/42");
+        let key = ctl
+            .granted_key(Duration::from_secs(10))
+            .expect("etcdctl got the free lock");
+        assert!(key.starts_with("/locks/orders/42/"), "etcdctl key {key}");
+        let etcdctl_rev = create_revision(&locker, &key).await;
+        assert!(
+            locker
+                .try_acquire(&name)
+                .await
+                .expect("try_acquire")
+                .is_none(),
+            "dlock got a lock etcdctl holds"
+        );
+        let (l2, n2) = (locker.clone(), name.clone());
+        let waiter = tokio::spawn(async move {
+            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15)))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiter.is_finished(),
+            "granted while etcdctl holds the lock"
+        );
+        ctl.interrupt();
+        let lease = waiter
+            .await
+            .expect("task")
+            .expect("granted after etcdctl unlocked");
+        assert!(lease.token().get() > etcdctl_rev as u64);
+        let session = locker.session_lease().await.expect("a session");
+        let ours = format!("/locks/orders/42/{session:x}");
+        assert_eq!(
+            create_revision(&locker, &ours).await as u64,
+            lease.token().get(),
+            "our key is where etcd's Mutex puts it"
+        );
+
+        // dlock first: etcdctl waits until dlock releases.
+        let ctl = Etcdctl::lock(&endpoint, "/locks/orders/42");
+        assert_eq!(
+            ctl.granted_key(Duration::from_secs(2)),
+            None,
+            "etcdctl got a lock dlock holds"
+        );
+        let token = lease.token();
+        lease.release().await.expect("release");
+        let key = ctl
+            .granted_key(Duration::from_secs(10))
+            .expect("etcdctl granted after dlock released");
+        assert!(create_revision(&locker, &key).await as u64 > token.get());
+        ctl.interrupt();
+    });
+}

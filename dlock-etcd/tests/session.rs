@@ -106,9 +106,11 @@ fn many_locks_share_one_keep_alive_per_round() {
             served.abs_diff(rounds) <= 1,
             "etcd served {served} keep-alives for {rounds} renewal rounds of 50 locks"
         );
-        assert_eq!(
-            after.requests, before.requests,
-            "holding must not send per-lock requests"
+        // Besides the keep-alive, each round lists the session's keys once (reconciliation).
+        let requests = after.requests - before.requests;
+        assert!(
+            requests <= rounds + 1,
+            "holding must not send per-lock requests: {requests} requests in {rounds} rounds"
         );
         assert!(leases.iter().all(|l| l.check().is_ok()));
         for l in leases {

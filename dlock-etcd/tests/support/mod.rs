@@ -56,3 +56,107 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A one-member etcd started by the test itself, with flags the harness does not set (e.g.
+/// `--auth-token-ttl`, or etcd's default timing). Killed on drop.
+pub struct PrivateEtcd {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    /// The client URL.
+    pub endpoint: String,
+}
+
+impl Drop for PrivateEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl PrivateEtcd {
+    /// Starts etcd with `extra` flags (and no others beyond addresses, data dir and logging;
+    /// no heartbeat or election flags unless given) and waits until it serves.
+    pub fn start(extra: &[&str]) -> PrivateEtcd {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-etcd-private-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (client, peer) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = std::process::Command::new("etcd")
+            .current_dir(&dir)
+            .args(["--name", "p", "--data-dir", "data"])
+            .args(["--listen-client-urls", &endpoint])
+            .args(["--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("p={peer_url}")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .args(["--log-level", "error"])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.join("etcd.log"))
+                    .map(std::process::Stdio::from)
+                    .unwrap_or_else(|_| std::process::Stdio::null()),
+            )
+            .spawn()
+            .expect("start etcd");
+        let server = PrivateEtcd {
+            child,
+            dir,
+            endpoint,
+        };
+        for _ in 0..150 {
+            if server.etcdctl_ok(&["endpoint", "health"]) {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("a private etcd ({extra:?}) did not become healthy");
+    }
+
+    /// What etcd logged so far (at the `--log-level` given, `error` by default).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+    }
+
+    fn etcdctl_ok(&self, args: &[&str]) -> bool {
+        std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint])
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// Runs `etcdctl` against this server; panics when it fails.
+    pub fn etcdctl(&self, args: &[&str]) {
+        let out = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoint])
+            .args(args)
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! Authentication that keeps working: an expired auth token (etcd's `--auth-token-ttl`) is
+//! refreshed and the request retried, and such failures are retryable.
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, LockName, Locker};
+use support::PrivateEtcd;
+
+#[test]
+fn expired_auth_token_is_refreshed() {
+    let server = PrivateEtcd::start(&[
+        "--auth-token-ttl",
+        "2",
+        "--heartbeat-interval",
+        "50",
+        "--election-timeout",
+        "500",
+    ]);
+    server.etcdctl(&["user", "add", "root", "--new-user-password=s3cret"]);
+    server.etcdctl(&["auth", "enable"]);
+    support::runtime().block_on(async {
+        let ns = support::namespace("auth-refresh");
+        // A 9 s TTL: keep-alive rounds every 3 s, so the 2 s token expires between them.
+        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+            .ttl(Duration::from_secs(9))
+            .user("root", "s3cret")
+            .build()
+            .await
+            .expect("authenticated locker");
+        let a = LockName::new("a").expect("valid");
+        let b = LockName::new("b").expect("valid");
+        let first = locker
+            .acquire(&a, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire with a fresh token");
+        // etcd drops a simple token after 2 s without use (checked every second).
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let second = locker
+            .acquire(&b, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire after the token expired");
+        // Renewal goes on across further expiries (rounds every 3 s; two more rounds).
+        tokio::time::sleep(Duration::from_millis(6500)).await;
+        first.check().expect("renewed across token expiry");
+        second.check().expect("renewed across token expiry");
+        let stats = locker.stats();
+        assert_eq!(stats.losses, 0, "{stats:?}");
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        first
+            .release()
+            .await
+            .expect("release after the token expired");
+        second.release().await.expect("release");
+        let again = locker
+            .try_acquire(&a)
+            .await
+            .expect("try_acquire")
+            .expect("free again");
+        again.release().await.expect("release");
+    });
+}

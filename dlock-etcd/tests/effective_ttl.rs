@@ -1,0 +1,48 @@
+//! etcd raises a lease's TTL to its minimum (1.5 × the election timeout, rounded up to whole
+//! seconds): `ttl()` and `capabilities()` report what the server granted.
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, LockName, Locker};
+use support::PrivateEtcd;
+
+#[test]
+fn ttl_reports_the_server_granted_ttl() {
+    // Election timeout 2 s: etcd's minimum lease TTL is 3 s.
+    let server = PrivateEtcd::start(&["--heartbeat-interval", "100", "--election-timeout", "2000"]);
+    support::runtime().block_on(async {
+        let ns = support::namespace("effective-ttl");
+        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+            .ttl(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("locker");
+        let name = LockName::new("t").expect("valid");
+        let lease = locker
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        let id = locker.session_lease().await.expect("a session");
+        let mut c = locker.client().clone();
+        let granted = c
+            .lease_time_to_live(id, None)
+            .await
+            .expect("time to live")
+            .granted_ttl();
+        assert_eq!(granted, 3, "etcd's minimum TTL under this election timeout");
+        assert_eq!(
+            locker.ttl(),
+            Duration::from_secs(3),
+            "ttl() must report the granted TTL"
+        );
+        assert_eq!(
+            locker.capabilities().crash_release_within,
+            Duration::from_secs(3)
+        );
+        // Deadlines stay within what was asked (never later than the server's TTL).
+        assert!(lease.deadline() <= tokio::time::Instant::now() + Duration::from_secs(1));
+        lease.release().await.expect("release");
+    });
+}

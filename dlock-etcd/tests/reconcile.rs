@@ -1,0 +1,99 @@
+//! The session's keys are reconciled with what the locker owns, every keep-alive round: a key
+//! attached to the session that no acquire or lease owns (an enqueue whose outcome was unknown
+//! and that applied after its cleanup read) is deleted, and a held key deleted at the server
+//! (by hand) makes that lease lost.
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
+use dlock_etcd::etcd_client::PutOptions;
+
+#[test]
+fn orphan_queue_key_of_the_session_is_deleted() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("orphan");
+        let a = support::locker(&cluster, &ns).await;
+        let b = support::locker(&cluster, &ns).await;
+        // A live session for `a` (the lock itself is released at once).
+        let warm = LockName::new("warm").expect("valid");
+        a.acquire(&warm, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let session = a.session_lease().await.expect("a live session");
+
+        // The end state of an enqueue that applied after its acquire gave up and its cleanup
+        // read found nothing: `a`'s key in the range, on `a`'s live session, owned by nobody.
+        let name = LockName::new("orders/42").expect("valid");
+        let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
+        let mut c = a.client().clone();
+        c.put(
+            orphan.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(session)),
+        )
+        .await
+        .expect("put the orphan key");
+
+        // `b` must get the lock once `a` reconciled its session (a round is TTL/3).
+        let lease = b
+            .acquire(&name, AcquireOptions::wait(a.ttl() * 3))
+            .await
+            .expect("the orphan key must not block other contenders");
+        assert!(
+            c.get(orphan.as_str(), None)
+                .await
+                .expect("read")
+                .kvs()
+                .is_empty(),
+            "the orphan key is still there"
+        );
+        assert_eq!(
+            a.session_lease().await,
+            Some(session),
+            "reconciling must not end the session"
+        );
+        lease.release().await.expect("release");
+    });
+}
+
+#[test]
+fn holder_key_deleted_by_hand_loses_the_lease() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("deleted-by-hand");
+        let a = support::locker(&cluster, &ns).await;
+        let name = LockName::new("h").expect("valid");
+        let other = LockName::new("other").expect("valid");
+        let held = a
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        let kept = a
+            .acquire(&other, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        let session = a.session_lease().await.expect("a live session");
+        let key = format!("{}/{session:x}", a.etcd_mutex_name(&name));
+        let mut c = a.client().clone();
+        let deleted = c.delete(key.as_str(), None).await.expect("delete by hand");
+        assert_eq!(deleted.deleted(), 1, "the holder's key {key}");
+
+        // Noticed at the next keep-alive round (TTL/3), well within a TTL.
+        let reason = tokio::time::timeout(a.ttl() + Duration::from_millis(500), held.lost())
+            .await
+            .expect("the deleted key's lease must be lost");
+        assert!(matches!(reason, LossReason::Gone(_)), "{reason:?}");
+        // The session and its other locks are not affected.
+        tokio::time::sleep(a.ttl()).await;
+        kept.check()
+            .expect("the other lock of the session is still held");
+        assert_eq!(a.session_lease().await, Some(session));
+        kept.release().await.expect("release");
+    });
+}
