@@ -134,6 +134,17 @@ pub trait TestBackend: Send + Sync + 'static {
     /// The backend's error.
     async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error>;
 
+    /// Breaks only the current holder's entry of `name` at the server (delete its key or
+    /// node), leaving anything it shares with the holder's other leases alone (an etcd session
+    /// lease carries every lock of its locker: revoking it would break them all). By default
+    /// [`break_holder`](TestBackend::break_holder).
+    ///
+    /// # Errors
+    /// The backend's error.
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        self.break_holder(namespace, name).await
+    }
+
     /// Environment variables that make a child process (the crash-test holder) reach the same
     /// servers through the `external` provider.
     fn child_env(&self) -> Vec<(String, String)>;

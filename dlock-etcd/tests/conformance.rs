@@ -124,6 +124,29 @@ impl TestBackend for EtcdBackend {
         Ok(())
     }
 
+    /// Deletes only the holder's key: its session lease carries the locker's other locks.
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        let mut c = self.raw().await?;
+        let range = format!("{namespace}/{}/", name.encoded());
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = c
+            .get(range, Some(first))
+            .await
+            .map_err(|e| etcd_error("read the holder", e))?;
+        let Some(holder) = resp.kvs().first() else {
+            return Err(Error::NotHeld {
+                name: name.to_string(),
+            });
+        };
+        c.delete(holder.key(), None)
+            .await
+            .map_err(|e| etcd_error("delete the holder's key", e))?;
+        Ok(())
+    }
+
     /// `LeaseTimeToLive` of the holder's lease: whole seconds, rounded down.
     async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
         let mut c = self.raw().await?;

@@ -17,7 +17,8 @@ const PARALLEL: usize = 32;
 /// Scheduling allowance on top of TTL + slack.
 const SCHED: Duration = Duration::from_millis(250);
 
-/// 1,000 leases on one locker; one is broken at the server: it is lost within TTL + slack,
+/// 1,000 leases on one locker; one is broken at the server (its entry deleted,
+/// [`TestBackend::break_entry`](crate::TestBackend::break_entry)): it is lost within TTL + slack,
 /// and all the others stay held (not lost, and a contender cannot take a sample of them).
 pub(crate) async fn many_leases_break(ctx: &Ctx) -> Result<(), Verdict> {
     let ttl = ctx.ttl();
@@ -54,7 +55,7 @@ pub(crate) async fn many_leases_break(ctx: &Ctx) -> Result<(), Verdict> {
     let victim = LEASES / 2;
     let lost = leases[victim].lost();
     let broke = Instant::now();
-    ctx.backend().break_holder(ctx.ns(), &names[victim]).await?;
+    ctx.backend().break_entry(ctx.ns(), &names[victim]).await?;
     let bound = ttl + slack + SCHED;
     let reason = within(bound, lost).await.ok_or_else(|| {
         Verdict::Fail(format!(
