@@ -91,9 +91,11 @@ pub struct Options {
     pub soak: Option<std::time::Duration>,
     /// The soak's seed (random when absent).
     pub seed: Option<u64>,
+    /// Judge the rows already written to this directory instead of running the suite.
+    pub from: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--soak DURATION (10m, 90s) [--seed N]]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///
@@ -125,6 +127,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 );
             }
             "--json" => opts.json = Some(PathBuf::from(value()?)),
+            "--from" => opts.from = Some(PathBuf::from(value()?)),
             "--soak" => opts.soak = Some(soak::parse_duration(&value()?)?),
             "--seed" => {
                 let v = value()?;
@@ -380,6 +383,26 @@ pub fn render(backends: &[&'static str], not_enrolled: &[&'static str], report: 
     };
     section("FAILURES", "fail", &mut out);
     section("skips", "skip", &mut out);
+    let parts: Vec<String> = report
+        .rows
+        .iter()
+        .flat_map(|r| {
+            let head = format!("  {}::{}", field(r, "backend"), field(r, "scenario"));
+            r.get("figures")
+                .and_then(|f| f.get("skipped_parts"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(move |p| format!("{head}: {p}"))
+        })
+        .collect();
+    if !parts.is_empty() {
+        out.push_str(&format!(
+            "\nskipped parts (the rest of the scenario ran):\n{}\n",
+            parts.join("\n")
+        ));
+    }
     let figs: Vec<String> = report
         .rows
         .iter()
@@ -430,6 +453,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         opts.backends.iter().partition(|b| enrolled(&root, b));
     if let Some(duration) = opts.soak {
         return soak::run(&root, &enrolled_backends, duration, opts.seed);
+    }
+    if let Some(dir) = &opts.from {
+        return judge(
+            &root,
+            dir,
+            &enrolled_backends,
+            &not_enrolled,
+            opts.json.as_deref(),
+            Vec::new(),
+        );
     }
     let report_dir = std::env::temp_dir().join(format!("dlock-conform-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&report_dir);

@@ -18,6 +18,7 @@ commands:
                        a 1-minute fault soak and a quick bench run
   conform [--backend memory,redis,...] [--json FILE] [--soak 10m [--seed N]]
                        run the conformance scenarios against real servers and print the table
+                       (--from DIR: judge rows a run wrote to $DLOCK_REPORT_DIR=DIR instead)
   bench [--quick] [--backend ...] [--json FILE]
                        dlock vs the raw server floor vs peer libraries, in one run
   servers              check (and where possible install) the server binaries the suite needs
@@ -27,6 +28,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
+        Some("conform")
+            if args
+                .iter()
+                .any(|a| a == "--from" || a.starts_with("--from=")) =>
+        {
+            conform::run(&args[1..])
+        }
         Some("conform") => install::ensure_servers().and_then(|()| conform::run(&args[1..])),
         Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
