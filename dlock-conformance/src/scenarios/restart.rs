@@ -77,15 +77,16 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
         .map_err(|e| Verdict::Fail(format!("no grant on a free name after the restart: {e}")))?;
     let mut after = vec![spare_after.token()];
     spare_after.release().await?;
-    // Leases that survived the restart (the servers kept them) are released after 2 × TTL so
-    // the contenders can finish; their holders still believe in them until then.
+    // After 2 × TTL every holder releases, as a user does on loss: leases that survived the
+    // restart (the servers kept them) are still believed in until then, and a lost lease whose
+    // session survived would otherwise keep its entry until the Lease is dropped.
     tokio::time::sleep(ttl * 2).await;
     let mut survived = 0;
     for h in &held {
         if h.lease.check().is_ok() {
             survived += 1;
-            let _ = h.lease.releaser().release().await;
         }
+        let _ = h.lease.releaser().release().await;
     }
     ctx.figure("leases_survived_restart", survived);
     let mut violations = Vec::new();
