@@ -112,6 +112,9 @@ pub(crate) async fn slow_grant(ctx: &Ctx) -> Result<(), Verdict> {
         .acquire(&name("slow-grant-warm-up")?, AcquireOptions::wait(ttl))
         .await?;
     warm.release().await?;
+    // Let the renewal round the warm-up lease scheduled pass first: a round right after the
+    // slow grant would re-arm the server's TTL and hide a grant that did not.
+    tokio::time::sleep(ttl / 2).await;
     let delay = REQUEST_TIMEOUT * 2;
     let before = upstream_bytes(&proxies);
     proxies
@@ -131,7 +134,11 @@ pub(crate) async fn slow_grant(ctx: &Ctx) -> Result<(), Verdict> {
         })
         .await;
         ensure!(sent.is_some(), "the acquire sent nothing within 5 s");
-        tokio::time::sleep(REQUEST_TIMEOUT + REQUEST_TIMEOUT / 2).await;
+        // What the server holds while the replies are on their way (a figure for diagnosis).
+        tokio::time::sleep(REQUEST_TIMEOUT / 6).await;
+        let during = ctx.backend().server_expiry(ctx.ns(), &lock).await;
+        ctx.figure("server_expiry_during_delay", format!("{during:?}"));
+        tokio::time::sleep(REQUEST_TIMEOUT + REQUEST_TIMEOUT / 2 - REQUEST_TIMEOUT / 6).await;
         proxies.iter().for_each(|p| p.set(Mode::Pass));
     }
     let lease = match within(ttl * 5, acquire).await {
@@ -146,6 +153,10 @@ pub(crate) async fn slow_grant(ctx: &Ctx) -> Result<(), Verdict> {
     };
     ctx.figure_ms("acquire_ms", began.elapsed());
     let mut violations = Vec::new();
+    ctx.figure_ms(
+        "lease_remaining_at_grant_ms",
+        lease.deadline().saturating_duration_since(Instant::now()),
+    );
     if let Some(v) = expiry_violation(ctx, &lock, lease.deadline()).await? {
         violations.push(format!("right after the grant: {v}"));
     }
