@@ -26,7 +26,8 @@ struct Held {
 /// Every held lease is lost no later than its deadline; on servers that keep their data no
 /// one is granted a lock while its holder still believes it holds it (a Redis without
 /// persistence loses the locks: that restart is a forced break of every held lease, overlap
-/// allowed); and every token granted after the restart is above every token granted before.
+/// allowed); and on every name, every token granted after the restart is above every token
+/// granted before (tokens fence one lock: they are compared per name).
 pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
     let p = private(ctx).await?;
     let ttl = ctx.ttl();
@@ -34,12 +35,13 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
     ctx.figure("restart_keeps_locks", keeps);
     let probe = p.client(ctx).await?;
     let caps = probe.capabilities();
-    let mut before: Vec<FencingToken> = Vec::new();
+    // (name, token) of every grant, before and after the restart.
+    let mut before: Vec<(String, FencingToken)> = Vec::new();
     // A few grants and releases first, so the counters have moved.
     let spare = name("restart-spare")?;
     for _ in 0..3 {
         let l = probe.acquire(&spare, AcquireOptions::wait(ttl)).await?;
-        before.push(l.token());
+        before.push((spare.to_string(), l.token()));
         l.release().await?;
     }
     let holders = p.clients(ctx, HELD).await?;
@@ -48,7 +50,7 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
     for (i, h) in holders.iter().enumerate() {
         let lock = name(&format!("restart-{i}"))?;
         let lease = h.acquire(&lock, AcquireOptions::wait(ttl)).await?;
-        before.push(lease.token());
+        before.push((lock.to_string(), lease.token()));
         let lost = lease.lost();
         let lost_at = tokio::spawn(async move {
             lost.await;
@@ -75,7 +77,7 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
         .acquire(&spare, AcquireOptions::wait(ttl * 4))
         .await
         .map_err(|e| Verdict::Fail(format!("no grant on a free name after the restart: {e}")))?;
-    let mut after = vec![spare_after.token()];
+    let mut after = vec![(spare.to_string(), spare_after.token())];
     spare_after.release().await?;
     // After 2 × TTL every holder releases, as a user does on loss: leases that survived the
     // restart (the servers kept them) are still believed in until then, and a lost lease whose
@@ -101,7 +103,7 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
                 "the contender for restart-{i} never got the lock after the restart: {e}"
             ))
         })?;
-        after.push(got.token());
+        after.push((format!("restart-{i}"), got.token()));
         let deadline = h.lease.deadline();
         // The holder's belief ends at its lost() or its deadline, whichever came first.
         let lost = if h.lost_at.is_finished() {
@@ -127,22 +129,20 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
         }
         got.release().await?;
     }
-    let max_before = before.iter().max().copied();
-    let min_after = after.iter().min().copied();
-    ctx.figure(
-        "tokens_before",
-        before.iter().map(ToString::to_string).collect::<Vec<_>>(),
-    );
-    ctx.figure(
-        "tokens_after",
-        after.iter().map(ToString::to_string).collect::<Vec<_>>(),
-    );
+    let show = |v: &[(String, FencingToken)]| {
+        v.iter()
+            .map(|(n, t)| format!("{n}={t}"))
+            .collect::<Vec<_>>()
+    };
+    ctx.figure("tokens_before", show(&before));
+    ctx.figure("tokens_after", show(&after));
     match caps.fencing {
         FencingStrength::Linearizable => {
-            if let (Some(b), Some(a)) = (max_before, min_after) {
-                if a <= b {
+            for (n, a) in &after {
+                let b = before.iter().filter(|(m, _)| m == n).map(|(_, t)| *t).max();
+                if let Some(b) = b.filter(|b| a <= b) {
                     violations.push(format!(
-                        "a token granted after the restart ({a}) is not above every token granted before ({b}): before {before:?}, after {after:?}"
+                        "{n}: a token granted after the restart ({a}) is not above the token granted before it ({b})"
                     ));
                 }
             }
