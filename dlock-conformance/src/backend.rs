@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Error, LockName, Locker};
+use dlock_core::{Capabilities, Error, FencingStrength, LockName, Locker};
 
 use crate::servers::{Cluster, ServerKind};
 
@@ -20,6 +20,9 @@ pub struct ClientOptions {
     /// When set, the client must reach every server node through these addresses instead of
     /// the nodes' own (index i = node i): a fault proxy sits there.
     pub via: Option<Vec<std::net::SocketAddr>>,
+    /// When set, the client's per-request timeout (backends that have one apply it; the slow
+    /// reply scenarios delay replies past it).
+    pub request_timeout: Option<Duration>,
 }
 
 impl ClientOptions {
@@ -29,7 +32,14 @@ impl ClientOptions {
             namespace: namespace.into(),
             ttl,
             via: None,
+            request_timeout: None,
         }
+    }
+
+    /// Use this per-request timeout.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
     }
 
     /// Connect through the given proxy addresses (one per node).
@@ -37,6 +47,62 @@ impl ClientOptions {
         self.via = Some(addrs);
         self
     }
+}
+
+/// The capabilities an enrolment declares it must have: the fixed table in its
+/// `tests/conformance.rs`, handed to [`conformance_tests!`](crate::conformance_tests). Every
+/// scenario first checks that a client reports exactly these, so a skip gated on a capability
+/// is decided by this committed table, not by the backend's own `capabilities()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    /// [`Capabilities::fair`].
+    pub fair: bool,
+    /// [`Capabilities::herd_free`].
+    pub herd_free: bool,
+    /// [`Capabilities::fencing`].
+    pub fencing: FencingStrength,
+}
+
+impl Declared {
+    /// How `caps` differ from the declaration (empty when they match).
+    pub fn mismatches(&self, caps: &Capabilities) -> Vec<String> {
+        let mut out = Vec::new();
+        if caps.fair != self.fair {
+            out.push(format!("fair = {} (declared {})", caps.fair, self.fair));
+        }
+        if caps.herd_free != self.herd_free {
+            out.push(format!(
+                "herd_free = {} (declared {})",
+                caps.herd_free, self.herd_free
+            ));
+        }
+        if caps.fencing != self.fencing {
+            out.push(format!(
+                "fencing = {:?} (declared {:?})",
+                caps.fencing, self.fencing
+            ));
+        }
+        out
+    }
+}
+
+/// When the server will expire the current holder's entry, as read at the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerExpiry {
+    /// The entry expires between `remaining` and `remaining + resolution` after the read
+    /// returned (etcd reports whole seconds: resolution 1 s; Redis `PTTL`: 1 ms).
+    Remaining {
+        /// The remaining time the server reported.
+        remaining: Duration,
+        /// How much later than `remaining` the real expiry may be.
+        resolution: Duration,
+    },
+    /// The entry never expires by itself (no TTL set): a defect for a lease.
+    Never,
+    /// Nobody holds the lock at the server.
+    NoHolder,
+    /// The backend cannot read it; the reason is allowlisted as a skipped part.
+    Unreadable(String),
 }
 
 /// One backend topology under test (e.g. "redis", "redlock", "etcd-cluster", "memory").
@@ -67,6 +133,17 @@ pub trait TestBackend: Send + Sync + 'static {
     /// # Errors
     /// The backend's error.
     async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error>;
+
+    /// Breaks only the current holder's entry of `name` at the server (delete its key or
+    /// node), leaving anything it shares with the holder's other leases alone (an etcd session
+    /// lease carries every lock of its locker: revoking it would break them all). By default
+    /// [`break_holder`](TestBackend::break_holder).
+    ///
+    /// # Errors
+    /// The backend's error.
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        self.break_holder(namespace, name).await
+    }
 
     /// Environment variables that make a child process (the crash-test holder) reach the same
     /// servers through the `external` provider.
@@ -102,4 +179,80 @@ pub trait TestBackend: Send + Sync + 'static {
         let (kind, _) = self.topology()?;
         crate::servers::stats::requests(kind, &self.node_addrs())
     }
+
+    /// When the server expires the current holder of `name` under `namespace` (Redis `PTTL`
+    /// of the lock key, etcd `LeaseTimeToLive` of the holder's lease; for Redlock the moment a
+    /// majority of nodes is free). [`ServerExpiry::Unreadable`] by default: the scenarios then
+    /// run only their client-side checks and report the skipped part.
+    ///
+    /// # Errors
+    /// The backend's error when the server cannot be read.
+    async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
+        let _ = (namespace, name);
+        Ok(ServerExpiry::Unreadable(
+            "the backend does not read the holder's expiry at the server (TestBackend::server_expiry)".into(),
+        ))
+    }
+
+    /// Whether the servers keep held locks across a restart of every node (`true` by default:
+    /// etcd and ZooKeeper keep their data dirs). A Redis without persistence returns `false`:
+    /// a restart then counts as a forced break of every held lease.
+    fn restart_keeps_locks(&self) -> bool {
+        true
+    }
+
+    /// Wake signals the servers have sent so far, summed over the nodes: Redis `PUBLISH`
+    /// calls, etcd watch events sent, ZooKeeper watch notifications. Read with blocking I/O.
+    ///
+    /// # Errors
+    /// Why it cannot be read (the default: the backend does not count them).
+    fn wake_signals(&self) -> Result<u64, String> {
+        Err(
+            "the backend does not count wake signals at the server (TestBackend::wake_signals)"
+                .into(),
+        )
+    }
+}
+
+/// Sends `request` to `addr` over a plain TCP connection and reads the reply until the server
+/// closes it (or 2 s pass): for the servers' text stats (`INFO` + `QUIT`, HTTP/1.0 `/metrics`,
+/// ZooKeeper `mntr`). `None` when the server does not answer.
+pub fn read_text(addr: std::net::SocketAddr, request: &[u8]) -> Option<String> {
+    use std::io::{Read, Write};
+    let timeout = Duration::from_secs(2);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    s.write_all(request).ok()?;
+    let mut out = Vec::new();
+    match s.read_to_end(&mut out) {
+        Ok(_) => {}
+        Err(_) if !out.is_empty() => {}
+        Err(_) => return None,
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The sum of every line `<prefix><labels or space> <number>` in `text` (Prometheus samples,
+/// `mntr` and `INFO` lines); `None` when no line matches.
+pub fn sum_samples(text: &str, prefix: &str) -> Option<u64> {
+    let mut total = 0f64;
+    let mut seen = false;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(prefix) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ') || rest.starts_with('\t')) {
+            continue;
+        }
+        if let Some(v) = rest
+            .rsplit([' ', '\t'])
+            .next()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+        {
+            total += v;
+            seen = true;
+        }
+    }
+    seen.then_some(total as u64)
 }

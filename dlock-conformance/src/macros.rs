@@ -1,6 +1,7 @@
 //! The enrolment macro.
 
-/// Enrols a backend: expands to `mod $module { #[test] fn <scenario>() … }`, one test per
+/// Enrols a backend with the capabilities it must declare (`declared = Declared { … }`, the
+/// fixed table every scenario checks first): expands to `mod $module { #[test] fn <scenario>() … }`, one test per
 /// scenario of [`Scenario::ALL`](crate::Scenario::ALL), plus the ignored `__crash_holder`
 /// helper that the crash-release scenario runs in a child process.
 ///
@@ -9,7 +10,7 @@
 /// [`harness_unavailable`](crate::harness_unavailable) to skip when server binaries are missing.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($module:ident, $factory:expr) => {
+    ($module:ident, $factory:expr, declared = $declared:expr $(,)?) => {
         #[allow(non_snake_case)]
         mod $module {
             #[allow(unused_imports)]
@@ -17,6 +18,10 @@ macro_rules! conformance_tests {
 
             fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
                 $factory
+            }
+
+            fn __declared() -> $crate::Declared {
+                $declared
             }
 
             $crate::conformance_tests!(@tests $module;
@@ -43,6 +48,12 @@ macro_rules! conformance_tests {
                 name_isolation => NameIsolation,
                 bad_input => BadInput,
                 reentrancy => Reentrancy,
+                slow_grant => SlowGrant,
+                one_way_delay => OneWayDelay,
+                server_restart => ServerRestart,
+                cancel_mid_enqueue => CancelMidEnqueue,
+                leader_partition => LeaderPartition,
+                many_leases_break => ManyLeasesBreak,
             );
 
             #[test]
@@ -62,7 +73,7 @@ macro_rules! conformance_tests {
         $(
             #[test]
             fn $test() {
-                $crate::__run(stringify!($module), $crate::Scenario::$variant, __factory);
+                $crate::__run(stringify!($module), $crate::Scenario::$variant, __factory, __declared());
             }
         )*
 
@@ -78,6 +89,7 @@ macro_rules! conformance_tests {
                 );
             }
             assert_eq!(tests.len(), $crate::Scenario::ALL.len(), "a scenario is listed twice");
+            $crate::report::write_scenario_list(stringify!($module));
         }
     };
 }

@@ -73,3 +73,134 @@ impl Row {
         s
     }
 }
+
+/// The committed allowlist of skips, `dlock-conformance/skips.allow`, compiled into the suite.
+pub const ALLOWLIST: &str = include_str!("../skips.allow");
+
+/// The figure under which a scenario lists the parts it could not run (each a reason that must
+/// be allowlisted as `part: <reason>`).
+pub const SKIPPED_PARTS: &str = "skipped_parts";
+
+/// One permitted skip: `backend | scenario | reason` in the allowlist file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedSkip {
+    /// The backend's report name.
+    pub backend: String,
+    /// The scenario's name.
+    pub scenario: String,
+    /// The exact skip reason; `part: <reason>` for a part of a scenario that cannot run.
+    pub reason: String,
+}
+
+/// Parses allowlist text: one `backend | scenario | reason` per line; blank lines and lines
+/// starting with `#` are ignored.
+///
+/// # Errors
+/// The first malformed line, with its number.
+pub fn parse_allowlist(text: &str) -> Result<Vec<AllowedSkip>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(3, '|').map(str::trim);
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(b), Some(s), Some(r)) if !b.is_empty() && !s.is_empty() && !r.is_empty() => {
+                out.push(AllowedSkip {
+                    backend: b.into(),
+                    scenario: s.into(),
+                    reason: r.into(),
+                });
+            }
+            _ => {
+                return Err(format!(
+                    "skips.allow line {}: want `backend | scenario | reason`, got {line:?}",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Row {
+    /// The parts of the scenario that could not run (the [`SKIPPED_PARTS`] figure).
+    pub fn skipped_parts(&self) -> Vec<String> {
+        self.figures
+            .get(SKIPPED_PARTS)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every skip in the row (the whole scenario, or parts of it) that `allowed` does not
+    /// list, as `reason` / `part: reason`.
+    pub fn unlisted_skips(&self, allowed: &[AllowedSkip]) -> Vec<String> {
+        let listed = |reason: &str| {
+            allowed.iter().any(|a| {
+                a.backend == self.backend && a.scenario == self.scenario && a.reason == reason
+            })
+        };
+        let mut out = Vec::new();
+        if self.status == Status::Skip && !listed(&self.reason) {
+            out.push(self.reason.clone());
+        }
+        for part in self.skipped_parts() {
+            let part = format!("part: {part}");
+            if !listed(&part) {
+                out.push(part);
+            }
+        }
+        out
+    }
+
+    /// Turns every skip that the committed [`ALLOWLIST`] does not name into a failure.
+    pub fn enforce_allowlist(&mut self) {
+        let allowed = match parse_allowlist(ALLOWLIST) {
+            Ok(a) => a,
+            Err(e) => {
+                self.status = Status::Fail;
+                self.reason = e;
+                return;
+            }
+        };
+        let unlisted = self.unlisted_skips(&allowed);
+        if !unlisted.is_empty() {
+            let was = if self.status == Status::Skip {
+                "skipped"
+            } else {
+                "ran only in part"
+            };
+            self.status = Status::Fail;
+            self.reason = format!(
+                "{was} without a row in dlock-conformance/skips.allow: add `{} | {} | <reason>` only if this is meant: {}",
+                self.backend,
+                self.scenario,
+                unlisted.join("; ")
+            );
+        }
+    }
+}
+
+/// Writes `$DLOCK_REPORT_DIR/<backend>.scenarios` (one scenario name a line), so the report can
+/// tell a scenario whose test never ran from one that does not exist.
+pub fn write_scenario_list(module: &str) {
+    let Some(dir) = std::env::var_os(REPORT_DIR_VAR) else {
+        return;
+    };
+    let backend = module.replace('_', "-");
+    let text: String = crate::Scenario::ALL
+        .iter()
+        .map(|s| format!("{}\n", s.name()))
+        .collect();
+    let path = PathBuf::from(dir).join(format!("{backend}.scenarios"));
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("cannot write scenario list {}: {e}", path.display());
+    }
+}

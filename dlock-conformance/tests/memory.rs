@@ -2,12 +2,21 @@
 
 use std::sync::{Arc, OnceLock};
 
-use dlock_conformance::TestBackend;
 use dlock_conformance::memory::MemoryBackend;
+use dlock_conformance::{Declared, TestBackend};
+use dlock_core::FencingStrength;
 
 fn memory() -> Arc<dyn TestBackend> {
     static BACKEND: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
     Arc::clone(BACKEND.get_or_init(|| Arc::new(MemoryBackend::new())))
 }
 
-dlock_conformance::conformance_tests!(memory, memory());
+dlock_conformance::conformance_tests!(
+    memory,
+    memory(),
+    declared = Declared {
+        fair: true,
+        herd_free: true,
+        fencing: FencingStrength::Linearizable,
+    }
+);

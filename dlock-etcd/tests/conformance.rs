@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_conformance::{ClientOptions, TestBackend};
-use dlock_core::{Error, LockName, Locker};
+use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
+use dlock_core::{Error, FencingStrength, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
 
@@ -19,6 +19,24 @@ struct EtcdBackend {
 
 fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
     Error::backend(format!("{what}: {e}"), Some(Box::new(e) as _))
+}
+
+/// The holder's lease id (the key with the lowest create revision), or `None` without one.
+async fn holder_lease(
+    c: &mut etcd_client::Client,
+    namespace: &str,
+    name: &LockName,
+) -> Result<Option<i64>, Error> {
+    let range = format!("{namespace}/{}/", name.encoded());
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let resp = c
+        .get(range, Some(first))
+        .await
+        .map_err(|e| etcd_error("read the holder", e))?;
+    Ok(resp.kvs().first().map(|kv| kv.lease()))
 }
 
 impl EtcdBackend {
@@ -50,7 +68,7 @@ impl TestBackend for EtcdBackend {
             .endpoints(endpoints)
             .ttl(opts.ttl)
             .prefix(opts.namespace.clone())
-            .request_timeout(Duration::from_secs(2))
+            .request_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(2)))
             .build()
             .await?;
         Ok(Arc::new(locker))
@@ -106,6 +124,70 @@ impl TestBackend for EtcdBackend {
         Ok(())
     }
 
+    /// Deletes only the holder's key: its session lease carries the locker's other locks.
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+        let mut c = self.raw().await?;
+        let range = format!("{namespace}/{}/", name.encoded());
+        let first = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = c
+            .get(range, Some(first))
+            .await
+            .map_err(|e| etcd_error("read the holder", e))?;
+        let Some(holder) = resp.kvs().first() else {
+            return Err(Error::NotHeld {
+                name: name.to_string(),
+            });
+        };
+        c.delete(holder.key(), None)
+            .await
+            .map_err(|e| etcd_error("delete the holder's key", e))?;
+        Ok(())
+    }
+
+    /// `LeaseTimeToLive` of the holder's lease: whole seconds, rounded down.
+    async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
+        let mut c = self.raw().await?;
+        let Some(lease) = holder_lease(&mut c, namespace, name).await? else {
+            return Ok(ServerExpiry::NoHolder);
+        };
+        if lease == 0 {
+            return Ok(ServerExpiry::Never);
+        }
+        let ttl = c
+            .lease_time_to_live(lease, None)
+            .await
+            .map_err(|e| etcd_error("read the holder's lease TTL", e))?
+            .ttl();
+        Ok(if ttl < 0 {
+            ServerExpiry::NoHolder
+        } else {
+            ServerExpiry::Remaining {
+                remaining: Duration::from_secs(ttl as u64),
+                resolution: Duration::from_secs(1),
+            }
+        })
+    }
+
+    /// Watch events sent by the members (`etcd_debugging_mvcc_events_total` in `/metrics`).
+    fn wake_signals(&self) -> Result<u64, String> {
+        let mut total = 0;
+        for addr in self.cluster.addrs() {
+            let text = dlock_conformance::read_text(
+                addr,
+                b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+            )
+            .ok_or_else(|| format!("etcd at {addr} did not answer /metrics"))?;
+            total += dlock_conformance::sum_samples(&text, "etcd_debugging_mvcc_events_total")
+                .ok_or_else(|| {
+                    format!("etcd at {addr} reports no etcd_debugging_mvcc_events_total")
+                })?;
+        }
+        Ok(total)
+    }
+
     fn child_env(&self) -> Vec<(String, String)> {
         self.cluster.external_env()
     }
@@ -142,5 +224,12 @@ fn etcd_cluster() -> Arc<dyn TestBackend> {
     Arc::clone(B.get_or_init(|| backend(3, "etcd-cluster")))
 }
 
-dlock_conformance::conformance_tests!(etcd, etcd());
-dlock_conformance::conformance_tests!(etcd_cluster, etcd_cluster());
+/// A queue with one watcher per release; tokens from the store revision.
+const ETCD: Declared = Declared {
+    fair: true,
+    herd_free: true,
+    fencing: FencingStrength::Linearizable,
+};
+
+dlock_conformance::conformance_tests!(etcd, etcd(), declared = ETCD);
+dlock_conformance::conformance_tests!(etcd_cluster, etcd_cluster(), declared = ETCD);

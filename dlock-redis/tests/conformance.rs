@@ -1,12 +1,14 @@
 //! The shared conformance suite against real Redis servers: `redis` (one node, fair mode),
-//! `redlock` (five nodes) and `redlock_degraded` (five nodes, two of them killed).
+//! `redis_spin` (one node, spin mode), `redlock` (five nodes) and `redlock_degraded` (five
+//! nodes, two of them killed). Each declares the capabilities it must report.
 
 mod support;
 
 use std::sync::{Arc, OnceLock};
 
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::{Declared, TestBackend};
+use dlock_core::FencingStrength;
 use support::{ClusterRef, Kind, RedisBackend};
 
 fn shared(nodes: usize) -> Arc<Cluster> {
@@ -20,6 +22,18 @@ fn redis() -> Arc<dyn TestBackend> {
         Arc::new(RedisBackend::new(
             "redis",
             Kind::Single,
+            ClusterRef::Shared(shared(1)),
+        ))
+    }))
+}
+
+/// The single node in spin mode (`fair(false)`): no queue, waiters retry.
+fn redis_spin() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        Arc::new(RedisBackend::new(
+            "redis-spin",
+            Kind::Spin,
             ClusterRef::Shared(shared(1)),
         ))
     }))
@@ -59,6 +73,26 @@ fn redlock_degraded() -> Arc<dyn TestBackend> {
     }))
 }
 
-dlock_conformance::conformance_tests!(redis, redis());
-dlock_conformance::conformance_tests!(redlock, redlock());
-dlock_conformance::conformance_tests!(redlock_degraded, redlock_degraded());
+/// Fair mode: a queue with one wake-up per release; one counter per lock.
+const FAIR: Declared = Declared {
+    fair: true,
+    herd_free: true,
+    fencing: FencingStrength::Linearizable,
+};
+/// Spin mode: no queue; the same counter.
+const SPIN: Declared = Declared {
+    fair: false,
+    herd_free: false,
+    fencing: FencingStrength::Linearizable,
+};
+/// Redlock: no queue; tokens monotonic under the algorithm's assumptions only.
+const REDLOCK: Declared = Declared {
+    fair: false,
+    herd_free: false,
+    fencing: FencingStrength::Assumed,
+};
+
+dlock_conformance::conformance_tests!(redis, redis(), declared = FAIR);
+dlock_conformance::conformance_tests!(redis_spin, redis_spin(), declared = SPIN);
+dlock_conformance::conformance_tests!(redlock, redlock(), declared = REDLOCK);
+dlock_conformance::conformance_tests!(redlock_degraded, redlock_degraded(), declared = REDLOCK);

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_conformance::{ClientOptions, TestBackend};
-use dlock_core::{Error, LockName, Locker};
+use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
+use dlock_core::{Error, FencingStrength, LockName, Locker};
 use dlock_zk::{DEFAULT_ROOT, ZkLocker};
 use zookeeper_client as zkc;
 
@@ -114,6 +114,39 @@ impl TestBackend for ZkBackend {
         }
     }
 
+    /// A session's remaining time is known to the server only: no client request reads it.
+    async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
+        let _ = (namespace, name);
+        Ok(ServerExpiry::Unreadable(
+            "ZooKeeper exposes no request that reads another session's remaining time".into(),
+        ))
+    }
+
+    /// Watch notifications sent: the `zk_sum_node_*_watch_count` summaries of `mntr`.
+    fn wake_signals(&self) -> Result<u64, String> {
+        let mut total = 0;
+        for addr in self.cluster.addrs() {
+            let text = dlock_conformance::read_text(addr, b"mntr")
+                .ok_or_else(|| format!("zookeeper at {addr} did not answer mntr"))?;
+            let mut seen = false;
+            for kind in ["created", "deleted", "changed", "children"] {
+                if let Some(n) = dlock_conformance::sum_samples(
+                    &text,
+                    &format!("zk_sum_node_{kind}_watch_count"),
+                ) {
+                    total += n;
+                    seen = true;
+                }
+            }
+            if !seen {
+                return Err(format!(
+                    "zookeeper at {addr} reports no zk_sum_node_*_watch_count in mntr"
+                ));
+            }
+        }
+        Ok(total)
+    }
+
     fn child_env(&self) -> Vec<(String, String)> {
         self.cluster.external_env()
     }
@@ -159,5 +192,12 @@ fn zk_cluster() -> Arc<dyn TestBackend> {
     }))
 }
 
-dlock_conformance::conformance_tests!(zk, zk());
-dlock_conformance::conformance_tests!(zk_cluster, zk_cluster());
+/// Curator's recipe: a queue with one watcher per release; tokens from the zxid.
+const ZK: Declared = Declared {
+    fair: true,
+    herd_free: true,
+    fencing: FencingStrength::Linearizable,
+};
+
+dlock_conformance::conformance_tests!(zk, zk(), declared = ZK);
+dlock_conformance::conformance_tests!(zk_cluster, zk_cluster(), declared = ZK);

@@ -23,7 +23,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 8] = [
+pub const BACKENDS: [Backend; 9] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -35,6 +35,12 @@ pub const BACKENDS: [Backend; 8] = [
         krate: "dlock-redis",
         target: "conformance",
         module: "redis",
+    },
+    Backend {
+        name: "redis-spin",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redis_spin",
     },
     Backend {
         name: "redlock",
@@ -85,9 +91,11 @@ pub struct Options {
     pub soak: Option<std::time::Duration>,
     /// The soak's seed (random when absent).
     pub seed: Option<u64>,
+    /// Judge the rows already written to this directory instead of running the suite.
+    pub from: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--soak DURATION (10m, 90s) [--seed N]]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///
@@ -119,6 +127,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
                 );
             }
             "--json" => opts.json = Some(PathBuf::from(value()?)),
+            "--from" => opts.from = Some(PathBuf::from(value()?)),
             "--soak" => opts.soak = Some(soak::parse_duration(&value()?)?),
             "--seed" => {
                 let v = value()?;
@@ -225,12 +234,24 @@ pub fn read_rows(dir: &Path) -> Result<(Vec<Value>, Vec<String>), String> {
 
 /// Builds the report for `backends` (the enrolled ones) from `rows`: every failed row and every
 /// missing (backend, scenario) pair is a failure. The scenario set is the union over backends.
+#[cfg(test)]
 pub fn build_report(backends: &[&'static str], rows: Vec<Value>) -> Report {
+    build_report_with(backends, rows, &BTreeSet::new())
+}
+
+/// [`build_report`] where `expected` names scenarios that must have a row for every backend
+/// even if no backend wrote one (the suite's own scenario list).
+pub fn build_report_with(
+    backends: &[&'static str],
+    rows: Vec<Value>,
+    expected: &BTreeSet<String>,
+) -> Report {
     let mut report = Report::default();
-    let scenarios: BTreeSet<String> = rows
+    let mut scenarios: BTreeSet<String> = rows
         .iter()
         .map(|r| field(r, "scenario").to_string())
         .collect();
+    scenarios.extend(expected.iter().cloned());
     for b in backends {
         let mine: Vec<&Value> = rows.iter().filter(|r| field(r, "backend") == *b).collect();
         if mine.is_empty() {
@@ -362,6 +383,26 @@ pub fn render(backends: &[&'static str], not_enrolled: &[&'static str], report: 
     };
     section("FAILURES", "fail", &mut out);
     section("skips", "skip", &mut out);
+    let parts: Vec<String> = report
+        .rows
+        .iter()
+        .flat_map(|r| {
+            let head = format!("  {}::{}", field(r, "backend"), field(r, "scenario"));
+            r.get("figures")
+                .and_then(|f| f.get("skipped_parts"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(move |p| format!("{head}: {p}"))
+        })
+        .collect();
+    if !parts.is_empty() {
+        out.push_str(&format!(
+            "\nskipped parts (the rest of the scenario ran):\n{}\n",
+            parts.join("\n")
+        ));
+    }
     let figs: Vec<String> = report
         .rows
         .iter()
@@ -413,6 +454,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(duration) = opts.soak {
         return soak::run(&root, &enrolled_backends, duration, opts.seed);
     }
+    if let Some(dir) = &opts.from {
+        return judge(
+            &root,
+            dir,
+            &enrolled_backends,
+            &not_enrolled,
+            opts.json.as_deref(),
+            Vec::new(),
+        );
+    }
     let report_dir = std::env::temp_dir().join(format!("dlock-conform-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&report_dir);
     std::fs::create_dir_all(&report_dir)
@@ -443,14 +494,74 @@ pub fn run(args: &[String]) -> Result<(), String> {
             Err(e) => crate_failures.push(format!("cannot run cargo for {krate}: {e}")),
         }
     }
-    let (rows, bad) = read_rows(&report_dir)?;
+    let judged = judge(
+        &root,
+        &report_dir,
+        &enrolled_backends,
+        &not_enrolled,
+        opts.json.as_deref(),
+        crate_failures,
+    );
     let _ = std::fs::remove_dir_all(&report_dir);
-    let names: Vec<&'static str> = enrolled_backends.iter().map(|b| b.name).collect();
+    judged
+}
+
+/// The scenario lists the suite wrote (`<backend>.scenarios`), merged.
+fn read_scenario_lists(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "scenarios") {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            out.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(String::from),
+            );
+        }
+    }
+    out
+}
+
+/// Judges the rows the suite wrote to `dir` for `backends`: builds the report (failed and
+/// missing rows fail), applies the committed skip allowlist, prints the table, writes the JSON
+/// rows to `json` when given. `cargo xtask conform` and `cargo xtask test` both end here, so CI
+/// sees the same table.
+///
+/// `run_failures` are the cargo runs that failed; they are reported when no row explains them.
+///
+/// # Errors
+/// The failures, one a line.
+pub fn judge(
+    root: &Path,
+    dir: &Path,
+    backends: &[Backend],
+    not_enrolled: &[Backend],
+    json: Option<&Path>,
+    run_failures: Vec<String>,
+) -> Result<(), String> {
+    let (rows, bad) = read_rows(dir)?;
+    let expected = read_scenario_lists(dir);
+    let names: Vec<&'static str> = backends.iter().map(|b| b.name).collect();
     let skipped_names: Vec<&'static str> = not_enrolled.iter().map(|b| b.name).collect();
-    let mut report = build_report(&names, rows);
+    let mut report = build_report_with(&names, rows, &expected);
     report.failures.extend(bad);
+    match crate::allowlist::load(root) {
+        Ok(allowed) => {
+            report
+                .failures
+                .extend(crate::allowlist::check(&names, &report.rows, &allowed))
+        }
+        Err(e) => report.failures.push(e),
+    }
     println!("\n{}", render(&names, &skipped_names, &report));
-    if let Some(path) = &opts.json {
+    if let Some(path) = json {
         let text = serde_json::to_string_pretty(&Value::Array(report.rows.clone()))
             .map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -464,8 +575,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err("no selected backend is enrolled".into());
     }
     // A crate whose run failed without any failed row explains nothing: report it.
-    if report.failures.is_empty() && !crate_failures.is_empty() {
-        report.failures.extend(crate_failures);
+    if report.failures.is_empty() && !run_failures.is_empty() {
+        report.failures.extend(run_failures);
     }
     if report.failures.is_empty() {
         println!("conform: every scenario passed or was skipped with a reason");
@@ -574,6 +685,17 @@ mod tests {
         assert!(missing.rows.iter().any(|r| field(r, "backend") == "redis"
             && field(r, "scenario") == "b"
             && field(r, "status") == "fail"));
+
+        let expected: BTreeSet<String> = ["a".to_string(), "never_ran".to_string()].into();
+        let unrun = build_report_with(&["memory"], vec![row("memory", "a", "pass")], &expected);
+        assert!(
+            unrun
+                .failures
+                .iter()
+                .any(|f| f.contains("memory::never_ran: no row")),
+            "a scenario no backend ran is a missing row: {:?}",
+            unrun.failures
+        );
 
         let absent = build_report(&["memory", "zk"], vec![row("memory", "a", "pass")]);
         assert!(

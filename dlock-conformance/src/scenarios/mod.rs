@@ -4,12 +4,18 @@
 
 mod basic;
 mod crash;
+mod enqueue;
 mod exclusion;
+mod herd;
 pub(crate) mod holder;
 mod lease;
+mod many;
 mod network;
 mod nodes;
+mod private;
 mod queue;
+mod restart;
+mod slow;
 pub(crate) mod util;
 pub(crate) mod workload;
 
@@ -20,7 +26,7 @@ use dlock_core::{Capabilities, Locker};
 use serde_json::{Map, Value};
 
 use crate::report::{Row, Status};
-use crate::{ClientOptions, TestBackend};
+use crate::{ClientOptions, Declared, TestBackend};
 
 pub use holder::{CRASH_HOLDER_VAR, crash_holder_main};
 pub use workload::Fencing;
@@ -81,11 +87,31 @@ pub enum Scenario {
     BadInput,
     /// The core re-entrancy wrapper over the backend.
     Reentrancy,
+    /// Replies (server→client only) delayed past the request timeout during acquire, then
+    /// renewal stopped: nobody else is granted before the lease's deadline, and the server's
+    /// expiry of the holder is never earlier than that deadline.
+    SlowGrant,
+    /// Renewal replies delayed (requests not): over many renewals the server's expiry is never
+    /// earlier than the lease's deadline, and nobody else is granted.
+    OneWayDelay,
+    /// Every server node restarted (Redis without persistence: a forced break; etcd and
+    /// ZooKeeper keep their data): no grant while a lease is still believed held (Redis
+    /// excepted), and every token after the restart is above every token before.
+    ServerRestart,
+    /// Acquires dropped while their enqueue request is at the server and its reply is held:
+    /// nothing of theirs stays on the server, and the next contender is granted promptly.
+    CancelMidEnqueue,
+    /// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires
+    /// before anyone else is granted.
+    LeaderPartition,
+    /// 1,000 leases on one locker, one broken at the server: it is lost within TTL + slack,
+    /// the others stay held.
+    ManyLeasesBreak,
 }
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 23] = [
+    pub const ALL: [Scenario; 29] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -109,6 +135,12 @@ impl Scenario {
         Scenario::NameIsolation,
         Scenario::BadInput,
         Scenario::Reentrancy,
+        Scenario::SlowGrant,
+        Scenario::OneWayDelay,
+        Scenario::ServerRestart,
+        Scenario::CancelMidEnqueue,
+        Scenario::LeaderPartition,
+        Scenario::ManyLeasesBreak,
     ];
 
     /// The scenario's name (also its test function's name).
@@ -137,6 +169,12 @@ impl Scenario {
             Scenario::NameIsolation => "name_isolation",
             Scenario::BadInput => "bad_input",
             Scenario::Reentrancy => "reentrancy",
+            Scenario::SlowGrant => "slow_grant",
+            Scenario::OneWayDelay => "one_way_delay",
+            Scenario::ServerRestart => "server_restart",
+            Scenario::CancelMidEnqueue => "cancel_mid_enqueue",
+            Scenario::LeaderPartition => "leader_partition",
+            Scenario::ManyLeasesBreak => "many_leases_break",
         }
     }
 
@@ -298,6 +336,21 @@ impl Ctx {
         Ok(self.client().await?.capabilities())
     }
 
+    /// Records that a part of the scenario could not run, with the reason (listed under the
+    /// `skipped_parts` figure; the committed allowlist must name it as `part: <reason>`).
+    pub fn skip_part(&self, reason: impl Into<String>) {
+        let mut figures = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let parts = figures
+            .entry(crate::report::SKIPPED_PARTS)
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = parts {
+            let reason = Value::String(reason.into());
+            if !a.contains(&reason) {
+                a.push(reason);
+            }
+        }
+    }
+
     fn take_figures(&self) -> Map<String, Value> {
         std::mem::take(&mut *self.figures.lock().unwrap_or_else(|p| p.into_inner()))
     }
@@ -312,7 +365,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::WaitTimeout => basic::wait_timeout(ctx).await,
         Scenario::Cancel => queue::cancel(ctx).await,
         Scenario::Fifo => queue::fifo(ctx).await,
-        Scenario::Herd => queue::herd(ctx).await,
+        Scenario::Herd => herd::herd(ctx).await,
         Scenario::Renewal => lease::renewal(ctx).await,
         Scenario::LostBeforeStolen => lease::lost_before_stolen(ctx).await,
         Scenario::LossTrials => lease::loss_trials(ctx).await,
@@ -328,6 +381,12 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::NameIsolation => basic::name_isolation(ctx).await,
         Scenario::BadInput => basic::bad_input(ctx).await,
         Scenario::Reentrancy => basic::reentrancy(ctx).await,
+        Scenario::SlowGrant => slow::slow_grant(ctx).await,
+        Scenario::OneWayDelay => slow::one_way_delay(ctx).await,
+        Scenario::ServerRestart => restart::server_restart(ctx).await,
+        Scenario::CancelMidEnqueue => enqueue::cancel_mid_enqueue(ctx).await,
+        Scenario::LeaderPartition => restart::leader_partition(ctx).await,
+        Scenario::ManyLeasesBreak => many::many_leases_break(ctx).await,
     }
 }
 
@@ -349,6 +408,18 @@ pub fn run_control(
     module: &str,
     scenario: Scenario,
     fencing: Fencing,
+) -> Row {
+    run_with(backend, module, scenario, fencing, None)
+}
+
+/// [`run_control`] that first checks a fresh client's capabilities against the enrolment's
+/// `declared` table (a mismatch fails the row before the scenario runs).
+pub fn run_with(
+    backend: Arc<dyn TestBackend>,
+    module: &str,
+    scenario: Scenario,
+    fencing: Fencing,
+    declared: Option<Declared>,
 ) -> Row {
     let name = backend.name().to_string();
     let mut ctx = Ctx::new(backend, module, scenario);
@@ -373,6 +444,9 @@ pub fn run_control(
     let c = Arc::clone(&ctx);
     let outcome = runtime.block_on(async move {
         let task = tokio::spawn(async move {
+            if let Some(declared) = declared {
+                check_declared(&c, &declared).await?;
+            }
             let result = dispatch(&c).await;
             if result.is_ok() {
                 audit(&c).await
@@ -398,6 +472,18 @@ pub fn run_control(
         Err(Verdict::Fail(reason)) => row(&name, scenario, Status::Fail, reason, figures),
         Err(Verdict::Skip(reason)) => row(&name, scenario, Status::Skip, reason, figures),
     }
+}
+
+/// A fresh client reports exactly the capabilities the enrolment declared.
+async fn check_declared(ctx: &Ctx, declared: &Declared) -> Result<(), Verdict> {
+    let caps = ctx.capabilities().await?;
+    let wrong = declared.mismatches(&caps);
+    ensure!(
+        wrong.is_empty(),
+        "the backend's capabilities differ from the table its enrolment declares: {}",
+        wrong.join(", ")
+    );
+    Ok(())
 }
 
 /// Every scenario leaves nothing behind once its leases are released or expired.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_conformance::{ClientOptions, TestBackend};
+use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Error, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
@@ -16,6 +16,8 @@ use dlock_redis::{RedisLocker, RedlockLocker};
 pub enum Kind {
     /// `RedisLocker` on node 0 (fair mode).
     Single,
+    /// `RedisLocker` on node 0 in spin mode (`fair(false)`).
+    Spin,
     /// `RedlockLocker` over every node.
     Redlock,
 }
@@ -62,10 +64,22 @@ impl RedisBackend {
     fn audit_urls(&self) -> Vec<String> {
         let all = self.cluster.get().endpoints();
         match self.kind {
-            Kind::Single => all.into_iter().take(1).collect(),
+            Kind::Single | Kind::Spin => all.into_iter().take(1).collect(),
             Kind::Redlock => all,
         }
     }
+
+    /// The lock key of `name` under `namespace`.
+    fn key(namespace: &str, name: &LockName) -> String {
+        format!("{namespace}/dlock:{{{}}}", name.as_str())
+    }
+}
+
+/// `PTTL` of `key` on one server.
+async fn pttl(url: &str, key: &str) -> Result<i64, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    redis::cmd("PTTL").arg(key).query_async(&mut conn).await
 }
 
 fn backend_err(e: &redis::RedisError) -> Error {
@@ -143,7 +157,7 @@ impl TestBackend for RedisBackend {
 
     fn node_addrs(&self) -> Vec<SocketAddr> {
         match self.kind {
-            Kind::Single => self.cluster.get().addrs().into_iter().take(1).collect(),
+            Kind::Single | Kind::Spin => self.cluster.get().addrs().into_iter().take(1).collect(),
             Kind::Redlock => self.cluster.get().addrs(),
         }
     }
@@ -151,16 +165,19 @@ impl TestBackend for RedisBackend {
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         let urls = self.urls(opts.via.as_deref());
         match self.kind {
-            Kind::Single => {
+            Kind::Single | Kind::Spin => {
                 let url = urls.into_iter().next().unwrap_or_default();
-                Ok(Arc::new(
-                    RedisLocker::builder()
-                        .url(url)
-                        .ttl(opts.ttl)
-                        .namespace(&opts.namespace)
-                        .build()?,
-                ))
+                let mut b = RedisLocker::builder()
+                    .url(url)
+                    .ttl(opts.ttl)
+                    .namespace(&opts.namespace)
+                    .fair(self.kind == Kind::Single);
+                if let Some(t) = opts.request_timeout {
+                    b = b.request_timeout(t);
+                }
+                Ok(Arc::new(b.build()?))
             }
+            // Redlock's per-node timeout derives from the TTL; it has no request timeout knob.
             Kind::Redlock => Ok(Arc::new(
                 RedlockLocker::builder()
                     .nodes(urls)
@@ -217,6 +234,68 @@ impl TestBackend for RedisBackend {
                 .map_err(|e| backend_err(&e))?;
         }
         Ok(())
+    }
+
+    /// `PTTL` of the lock key. For Redlock: the moment a majority of the reachable nodes no
+    /// longer hold the key (the earliest anyone else could be granted).
+    async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
+        let key = Self::key(namespace, name);
+        let urls = self.audit_urls();
+        let mut remaining = Vec::with_capacity(urls.len());
+        for (i, url) in urls.iter().enumerate() {
+            let node = self.cluster.get().node(i);
+            if !node.is_running() && !self.cluster.get().is_external() {
+                continue;
+            }
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(2), pttl(url, &key)).await;
+            match read {
+                Ok(Ok(-2)) => remaining.push(Some(0)),
+                Ok(Ok(ms)) if ms < 0 => remaining.push(None),
+                Ok(Ok(ms)) => remaining.push(Some(ms as u64)),
+                Ok(Err(e)) if e.is_io_error() || e.is_connection_refusal() => {}
+                Ok(Err(e)) => return Err(backend_err(&e)),
+                Err(_) => {}
+            }
+        }
+        let need = match self.kind {
+            Kind::Single | Kind::Spin => 1,
+            Kind::Redlock => urls.len() / 2 + 1,
+        };
+        // `None` (no TTL) sorts last: such a node is never free.
+        remaining.sort_by_key(|r| r.unwrap_or(u64::MAX));
+        Ok(match remaining.get(need - 1) {
+            None | Some(None) => ServerExpiry::Never,
+            Some(Some(0)) => ServerExpiry::NoHolder,
+            Some(Some(ms)) => ServerExpiry::Remaining {
+                remaining: std::time::Duration::from_millis(*ms),
+                resolution: std::time::Duration::from_millis(1),
+            },
+        })
+    }
+
+    /// The test servers run without persistence: a restart loses every lock.
+    fn restart_keeps_locks(&self) -> bool {
+        false
+    }
+
+    /// `PUBLISH` calls (also from scripts) over the audited nodes, from `INFO commandstats`.
+    fn wake_signals(&self) -> Result<u64, String> {
+        let mut total = 0;
+        for addr in self.node_addrs() {
+            let info = dlock_conformance::read_text(addr, b"INFO commandstats\r\nQUIT\r\n")
+                .ok_or_else(|| format!("redis at {addr} did not answer INFO"))?;
+            total += info
+                .lines()
+                .find_map(|l| l.strip_prefix("cmdstat_publish:"))
+                .and_then(|rest| {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix("calls="))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+        }
+        Ok(total)
     }
 
     fn child_env(&self) -> Vec<(String, String)> {

@@ -1,0 +1,93 @@
+//! The new scenarios' checks can fail: run against deliberately broken memory lockers.
+
+use std::sync::Arc;
+
+use dlock_conformance::memory::MemoryBackend;
+use dlock_conformance::scenarios::{Fencing, run_control};
+use dlock_conformance::{Scenario, Status, TestBackend};
+use dlock_core::memory::Defect;
+
+fn broken(defect: Defect) -> Arc<dyn TestBackend> {
+    Arc::new(MemoryBackend::with_defect(defect))
+}
+
+/// A server that expires the holder before the client's deadline is caught by `slow_grant`:
+/// the contender is granted before the lease's deadline.
+#[test]
+fn slow_grant_catches_early_expiry() {
+    let row = run_control(
+        broken(Defect::EarlyExpiry),
+        "memory_earlyexpiry",
+        Scenario::SlowGrant,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Fail, "{}", row.summary());
+    assert!(
+        row.reason
+            .contains("BEFORE the slow-granted lease's deadline"),
+        "{}",
+        row.summary()
+    );
+}
+
+/// The correct memory backend passes the same run (so the control fails for the defect).
+#[test]
+fn slow_grant_passes_on_the_reference() {
+    let row = run_control(
+        Arc::new(MemoryBackend::new()),
+        "memory",
+        Scenario::SlowGrant,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}
+
+/// A backend whose capabilities differ from its enrolment's declared table fails every
+/// scenario before it runs (WakeAll reports herd_free = false).
+#[test]
+fn capabilities_must_match_the_declared_table() {
+    use dlock_conformance::Declared;
+    use dlock_conformance::scenarios::run_with;
+    use dlock_core::FencingStrength;
+    let declared = Declared {
+        fair: true,
+        herd_free: true,
+        fencing: FencingStrength::Linearizable,
+    };
+    let row = run_with(
+        broken(Defect::WakeAll),
+        "memory_wakeall",
+        Scenario::BadInput,
+        Fencing::On,
+        Some(declared),
+    );
+    assert_eq!(row.status, Status::Fail, "{}", row.summary());
+    assert!(
+        row.reason.contains("herd_free = false"),
+        "{}",
+        row.summary()
+    );
+}
+
+/// A skip the allowlist does not name becomes a failure; a listed one stays a skip.
+#[test]
+fn unlisted_skips_fail() {
+    use dlock_conformance::Row;
+    let skip = |backend: &str, reason: &str| Row {
+        backend: backend.into(),
+        scenario: "short_blip".into(),
+        status: Status::Skip,
+        reason: reason.into(),
+        figures: Default::default(),
+    };
+    let mut listed = skip(
+        "memory",
+        "in-process backend: there is no client↔server connection to fault",
+    );
+    listed.enforce_allowlist();
+    assert_eq!(listed.status, Status::Skip, "{}", listed.summary());
+    let mut unlisted = skip("redis", "no reason anyone agreed to");
+    unlisted.enforce_allowlist();
+    assert_eq!(unlisted.status, Status::Fail, "{}", unlisted.summary());
+    assert!(unlisted.reason.contains("skips.allow"));
+}
