@@ -1,6 +1,6 @@
 //! One ZooKeeper session of a locker, its renewal backend and its state watcher.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -9,14 +9,10 @@ use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriv
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::batches::{REQUEST_BUDGET, split};
 use crate::config::Config;
 use crate::errors::{map, session_ended, transient};
 use crate::paths::{connect_hosts, is_ours, parent_of};
-
-/// The most lock nodes one renewal request reads back (rotating through the held set). The
-/// request proves the session alive whatever the count; reading nodes back also detects a
-/// lock node deleted by an operator.
-const RENEW_WINDOW: usize = 64;
 
 /// One held lock node, as the renewal driver keeps it.
 #[derive(Debug)]
@@ -69,7 +65,8 @@ impl Session {
             client: client.clone(),
             session_id: id,
             counters: Arc::clone(&counters),
-            cursor: AtomicUsize::new(0),
+            // The client prepends the chroot to every path; the connect string bounds it.
+            chroot_len: cfg.connect.len(),
             ended: Arc::clone(&ended),
             no_multi_read: AtomicBool::new(false),
             timeout,
@@ -407,47 +404,94 @@ async fn delete_path(
     }
 }
 
-/// Renews every lease of one session with ONE request per period.
+/// Renews every lease of one session with one round trip per period.
 pub(crate) struct SessionBackend {
     client: zk::Client,
     session_id: i64,
     counters: Arc<Counters>,
-    cursor: AtomicUsize,
+    /// An upper bound on the chroot the client prepends to every path (request sizing).
+    chroot_len: usize,
     ended: Arc<AtomicBool>,
     no_multi_read: AtomicBool,
     /// The negotiated session timeout: how long a release retries.
     timeout: Duration,
 }
 
+/// One node's read back: its stat, or why it could not be read.
+type NodeRead = Result<zk::Stat, zk::Error>;
+
 impl SessionBackend {
-    /// Reads the stats of the windowed entries in ONE multi-read request.
-    async fn read_many(
-        &self,
-        entries: &[Arc<NodeEntry>],
-        window: &[usize],
-    ) -> Result<Vec<Result<zk::Stat, zk::Error>>, zk::Error> {
-        let mut reader = self.client.new_multi_reader();
-        for &i in window {
-            reader.add_get_data(&entries[i].path)?;
+    /// Sends the multi-reads of every entry's stat at once (requests sized by
+    /// [`split`]), then waits for all of them. Every request is written to the connection
+    /// before this awaits anything, right behind the caller's `sync`.
+    fn read_all<'a>(
+        &'a self,
+        entries: &'a [Arc<NodeEntry>],
+    ) -> Result<impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + 'a, zk::Error>
+    {
+        let ranges = split(
+            entries.iter().map(|e| e.path.as_str()),
+            self.chroot_len,
+            REQUEST_BUDGET,
+        );
+        self.counters
+            .add_requests(u64::try_from(ranges.len()).unwrap_or(u64::MAX));
+        let mut sent = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let mut reader = self.client.new_multi_reader();
+            for entry in &entries[range.clone()] {
+                reader.add_get_data(&entry.path)?;
+            }
+            // `commit` writes the request now; its future only waits for the reply.
+            sent.push((range.len(), reader.commit()));
         }
-        let results = reader.commit().await?;
-        Ok(results
-            .into_iter()
-            .map(|r| match r {
-                zk::MultiReadResult::Data { stat, .. } => Ok(stat),
-                zk::MultiReadResult::Error { err } => Err(err),
-                _ => Err(zk::Error::UnexpectedError(
-                    "unexpected multi-read result".into(),
-                )),
-            })
-            .collect())
+        Ok(async move {
+            let mut out = Vec::with_capacity(entries.len());
+            for (expected, reply) in sent {
+                let results = reply.await?;
+                if results.len() != expected {
+                    return Err(zk::Error::UnexpectedError(format!(
+                        "{} multi-read results for {expected} reads",
+                        results.len()
+                    )));
+                }
+                out.extend(results.into_iter().map(|r| match r {
+                    zk::MultiReadResult::Data { stat, .. } => Ok(stat),
+                    zk::MultiReadResult::Error { err } => Err(err),
+                    _ => Err(zk::Error::UnexpectedError(
+                        "unexpected multi-read result".into(),
+                    )),
+                }));
+            }
+            Ok(out)
+        })
     }
 
-    /// Reads one entry's stat (servers without multi-read).
-    async fn read_one(&self, path: &str) -> Result<Vec<Result<zk::Stat, zk::Error>>, zk::Error> {
-        match self.client.check_stat(path).await? {
-            Some(stat) => Ok(vec![Ok(stat)]),
-            None => Ok(vec![Err(zk::Error::NoNode)]),
+    /// Sends one plain read of each entry's stat at once (servers without multi-read), then
+    /// waits for all of them.
+    fn read_each<'a>(
+        &'a self,
+        entries: &'a [Arc<NodeEntry>],
+    ) -> impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + 'a {
+        self.counters
+            .add_requests(u64::try_from(entries.len()).unwrap_or(u64::MAX));
+        // `check_stat` writes its request when called; the loop only collects the replies.
+        let sent: Vec<_> = entries
+            .iter()
+            .map(|e| self.client.check_stat(&e.path))
+            .collect();
+        async move {
+            let mut out = Vec::with_capacity(sent.len());
+            for reply in sent {
+                out.push(match reply.await {
+                    Ok(Some(stat)) => Ok(stat),
+                    Ok(None) => Err(zk::Error::NoNode),
+                    // A failure of the session itself fails the whole round.
+                    Err(e) if session_ended(&e) || transient(&e) => return Err(e),
+                    Err(e) => Err(e),
+                });
+            }
+            Ok(out)
         }
     }
 }
@@ -456,34 +500,31 @@ impl SessionBackend {
 impl RenewBackend for SessionBackend {
     type Entry = NodeEntry;
 
-    /// A `sync` (answered by the leader) followed by one multi-read of (up to
-    /// [`RENEW_WINDOW`]) held nodes (one plain read of one node on servers before 3.6). Their
+    /// A `sync` (answered by the leader) followed by reads of EVERY held node: multi-reads of
+    /// at most [`REQUEST_BUDGET`] bytes each (one plain read per node on servers before 3.6),
+    /// all sent right behind the sync, so one round trip whatever the number of leases. Their
     /// success proves the session was alive at the leader when the sync was sent, so no other
     /// session can be granted these locks before send time + the driver's TTL
-    /// ([`proof_ttl`]). Nodes read back missing or owned
-    /// by another session are lost; a session that ended loses everything.
+    /// ([`proof_ttl`]). Nodes read back missing or owned by another session are lost in this
+    /// very round; a session that ended loses everything.
     async fn renew(&self, entries: &[Arc<NodeEntry>]) -> Result<Vec<Renewal>, Error> {
         let n = entries.len();
-        let mut out = vec![Renewal::Extended; n];
         if n == 0 {
-            return Ok(out);
+            return Ok(Vec::new());
         }
         let single = self.no_multi_read.load(Ordering::Relaxed);
-        let width = if single { 1 } else { n.min(RENEW_WINDOW) };
-        let start = self.cursor.fetch_add(width, Ordering::Relaxed) % n;
-        let window: Vec<usize> = (0..width).map(|i| (start + i) % n).collect();
         // Route the proof through the leader: a follower cut from its leader keeps answering
         // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
-        // sent first and the read right behind it (ZooKeeper answers a session's requests in
-        // order, and a follower holds the read until the sync is done): one round trip.
-        let parent = parent_of(&entries[window[0]].path).to_owned();
-        self.counters.add_requests(2);
+        // sent first and the reads right behind it (ZooKeeper answers a session's requests in
+        // order, and a follower holds the reads until the sync is done): one round trip.
+        let parent = parent_of(&entries[0].path).to_owned();
+        self.counters.add_requests(1);
         let synced = self.client.sync(&parent);
         let read = async {
             if single {
-                self.read_one(&entries[window[0]].path).await
+                self.read_each(entries).await
             } else {
-                self.read_many(entries, &window).await
+                self.read_all(entries)?.await
             }
         };
         let (synced, read) = tokio::join!(synced, read);
@@ -502,26 +543,23 @@ impl RenewBackend for SessionBackend {
                 return Ok(vec![Renewal::Lost(reason); n]);
             }
             Err(e @ (zk::Error::Unimplemented | zk::Error::MarshallingError)) if !single => {
-                // Servers before 3.6 have no multi-read: renew with one plain read from now on.
+                // Servers before 3.6 have no multi-read: renew with plain reads from now on.
                 tracing::info!(error = %e, "the server has no multi-read; renewing with single reads");
                 self.no_multi_read.store(true, Ordering::Relaxed);
                 return Err(map("renewal (multi-read unsupported)", e));
             }
             Err(e) => return Err(map("renewal", e)),
         };
-        if stats.len() != window.len() {
+        if stats.len() != n {
             return Err(Error::backend(
-                format!(
-                    "ZooKeeper renewal: {} results for {} reads",
-                    stats.len(),
-                    window.len()
-                ),
+                format!("ZooKeeper renewal: {} results for {n} reads", stats.len()),
                 None,
             ));
         }
-        for (&i, stat) in window.iter().zip(stats) {
-            let entry = &entries[i];
-            out[i] = match stat {
+        Ok(entries
+            .iter()
+            .zip(stats)
+            .map(|(entry, stat)| match stat {
                 Ok(stat)
                     if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid =>
                 {
@@ -537,9 +575,8 @@ impl RenewBackend for SessionBackend {
                 ))),
                 // The session answered, which is what the deadline rests on.
                 Err(_) => Renewal::Extended,
-            };
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// Deletes the lease's node (by its unique path, so a retry never deletes anyone else's).
