@@ -15,10 +15,10 @@ use support::{contenders, eventually, locker, namespace, raw, shared};
 const TTL: Duration = Duration::from_secs(2);
 
 /// Renewal reads back every held node each round: nodes deleted at the server among 1,000
-/// leases are all lost within two renewal rounds (counted, not timed), the other leases stay
+/// leases are all lost within three renewal rounds (counted, not timed), the other leases stay
 /// held, and a round stays a `sync` plus one multi-read (one round trip).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleted_nodes_among_many_leases_are_lost_within_two_rounds() {
+async fn deleted_nodes_among_many_leases_are_lost_within_three_rounds() {
     use futures::StreamExt;
     const LEASES: usize = 1000;
     let Some(c) = shared(1) else { return };
@@ -44,7 +44,8 @@ async fn deleted_nodes_among_many_leases_are_lost_within_two_rounds() {
     assert!(eventually(TTL * 5, || async { l.stats().renewals >= r + 2 }).await);
     assert!(leases.iter().all(|x| !x.is_lost()));
 
-    // Spread over the whole set: a partial window per round cannot reach them all in two.
+    // Spread over the whole set: a partial window per round (64 of 1,000) cannot reach them
+    // all in three rounds.
     let victims = [0, LEASES / 4, LEASES / 2, LEASES * 3 / 4, LEASES - 1];
     let z = raw(connect).await;
     for &v in &victims {
@@ -58,7 +59,8 @@ async fn deleted_nodes_among_many_leases_are_lost_within_two_rounds() {
     let before = l.stats();
     assert!(
         eventually(TTL * 5, || async {
-            l.stats().renewals >= before.renewals + 2
+            // Three: rounds may overlap, and one or two in flight may predate the deletions.
+            l.stats().renewals >= before.renewals + 3
         })
         .await,
         "{:?}",
@@ -68,7 +70,7 @@ async fn deleted_nodes_among_many_leases_are_lost_within_two_rounds() {
     for &v in &victims {
         assert!(
             leases[v].is_lost(),
-            "m{v}: its node was deleted two rounds ago but the lease is still held"
+            "m{v}: its node was deleted three rounds ago but the lease is still held"
         );
         let reason = leases[v].check().unwrap_err();
         assert!(
@@ -81,7 +83,9 @@ async fn deleted_nodes_among_many_leases_are_lost_within_two_rounds() {
         .collect();
     assert!(kept.is_empty(), "other leases lost: {kept:?}");
     // One round = a sync and one multi-read (a round in flight at either end adds one).
-    let rounds = after.renewals - before.renewals;
+    // Failed rounds (timed out under load) send requests too.
+    let rounds =
+        (after.renewals - before.renewals) + (after.renewal_failures - before.renewal_failures);
     let requests = after.requests - before.requests;
     assert!(
         requests <= 2 * (rounds + 1),
