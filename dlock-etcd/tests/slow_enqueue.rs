@@ -96,6 +96,40 @@ fn late_enqueue_replies_are_retried_and_reuse_our_key() {
 }
 
 #[test]
+fn late_session_grant_reply_is_retried_within_the_wait() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("late-session-grant");
+        let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
+        let a = support::builder(vec![format!("http://{}", proxy.addr())], &ns)
+            .request_timeout(REQUEST_TIMEOUT)
+            .build()
+            .await
+            .expect("build the locker");
+        let name = LockName::new("late-session").expect("valid");
+
+        // No session yet: the first request of the acquire is the lease grant, and its reply
+        // comes after the client gave up on it (the lease it granted is never used; it
+        // expires).
+        proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
+        let n = name.clone();
+        let a2 = a.clone();
+        let acquire = tokio::spawn(async move {
+            a2.acquire(&n, AcquireOptions::wait(Duration::from_secs(8)))
+                .await
+        });
+        tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
+        proxy.set(Mode::Pass);
+        let lease = acquire
+            .await
+            .expect("the acquire task")
+            .expect("a lease grant without a reply in time is sent again within the wait");
+        lease.check().expect("held");
+        lease.release().await.expect("release");
+    });
+}
+
+#[test]
 fn wait_ending_while_enqueue_replies_are_late_leaves_nothing() {
     let cluster = support::single();
     support::runtime().block_on(async {
