@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Error, FencingToken, Lease, LockName, LossReason};
+use dlock_core::{Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
 use crate::errors;
@@ -70,7 +70,64 @@ impl Drop for Pending {
     }
 }
 
+/// The first pause before a request without a reply in time is sent again within the wait.
+const FIRST_RETRY: Duration = Duration::from_millis(20);
+/// The longest such pause.
+const MAX_RETRY: Duration = Duration::from_millis(500);
+
+/// Whether a failed request of an acquire is sent again: etcd did not answer (`Unavailable`,
+/// the outcome is unknown), the acquire waits (not a `try_acquire`) with a bounded wait, and
+/// the wait has room for the pause and another attempt. An acquire without a bounded wait
+/// gives up after one request timeout, as before.
+fn retry_within(e: &Error, deadline: Option<Instant>, try_only: bool, pause: Duration) -> bool {
+    e.kind() == ErrorKind::Unavailable
+        && !try_only
+        && deadline.is_some_and(|d| Instant::now() + pause < d)
+}
+
 impl EtcdLocker {
+    /// Sends the enqueue transaction, and sends it again while etcd does not answer and the
+    /// wait lasts (see [`retry_within`]). Repeating it is safe and resolves an earlier attempt
+    /// whose outcome is unknown: the key is `<range>/<session lease>`, so an attempt that
+    /// applied left exactly our key, which the next one finds and keeps (etcd's Mutex does the
+    /// same). The grant's deadline never counts from these requests but from the session's
+    /// last acknowledged keep-alive, which the key's expiry (the lease's) is never earlier
+    /// than. `None`: the session ended meanwhile.
+    ///
+    /// # Errors
+    /// The last error when it is not retried; the caller's `Pending` then deletes the key
+    /// in the background (and the keep-alive round deletes it if an attempt applies later).
+    async fn enqueue_within(
+        &self,
+        name: &LockName,
+        range: &str,
+        key: &str,
+        session: &Session,
+        deadline: Option<Instant>,
+        try_only: bool,
+    ) -> Result<Option<Enqueue>, Error> {
+        let etcd = &self.inner.etcd;
+        let mut backoff = FIRST_RETRY;
+        loop {
+            let e = match etcd.enqueue(range, key, session.id(), deadline).await {
+                Ok(enqueued) => return Ok(Some(enqueued)),
+                Err(e) => e,
+            };
+            if !retry_within(&e, deadline, try_only, backoff) {
+                return Err(e);
+            }
+            tracing::debug!(lock = %name, %key, error = %e, retry_in = ?backoff, "enqueue outcome unknown; sending it again on the same key");
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                _ = session.ended() => return Ok(None),
+            }
+            if !session.is_live() {
+                return Ok(None);
+            }
+            backoff = (backoff * 2).min(MAX_RETRY);
+        }
+    }
+
     pub(crate) async fn lock(
         &self,
         name: &LockName,
@@ -81,8 +138,20 @@ impl EtcdLocker {
         let deadline = wait.map(|w| started + w);
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let mut counted_wait = false;
+        let mut backoff = FIRST_RETRY;
         loop {
-            let session = self.session(deadline).await?;
+            let session = match self.session(deadline).await {
+                Ok(session) => session,
+                // A lease grant without a reply in time: grant again while the wait lasts (a
+                // grant that applied late leaves an unused lease, which expires).
+                Err(e) if retry_within(&e, deadline, try_only, backoff) => {
+                    tracing::debug!(lock = %name, error = %e, retry_in = ?backoff, "session lease grant failed; retrying within the wait");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RETRY);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let key = keys::contender_key(&range, session.id());
             let slot = if try_only {
                 match self.inner.slots.try_lock(&key) {
@@ -145,13 +214,16 @@ impl EtcdLocker {
         counted_wait: &mut bool,
     ) -> Result<Attempt, Error> {
         let inner = &self.inner;
-        let etcd = &inner.etcd;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
-        let enq = match etcd
-            .enqueue(range, &pending.key, session.id(), deadline)
+        let Some(enqueued) = self
+            .enqueue_within(name, range, &pending.key, &session, deadline, try_only)
             .await?
-        {
+        else {
+            // The session ended while etcd did not answer: queue again on a new one.
+            return Ok(Attempt::Requeue);
+        };
+        let enq = match enqueued {
             Enqueue::Queued(enq) => enq,
             Enqueue::SessionGone => {
                 // etcd dropped the session lease (revoked, or expired before a keep-alive
