@@ -135,6 +135,33 @@ impl EtcdLocker {
         try_only: bool,
     ) -> Result<Option<Lease>, Error> {
         let started = Instant::now();
+        let result = self.lock_until(name, wait, try_only, started).await;
+        match (result, wait) {
+            // The wait ended while a request was out, but etcd had been answering through the
+            // second half of the wait: the wait ran out, etcd did not. `Unavailable` is kept
+            // for a wait that ends while etcd is out of reach for much of it.
+            (Err(e), Some(w))
+                if e.kind() == ErrorKind::Unavailable
+                    && started.elapsed() >= w
+                    && self.inner.etcd.replied_since(started + w / 2) =>
+            {
+                tracing::debug!(lock = %name, error = %e, "the wait ended with a request out");
+                Err(Error::Timeout {
+                    waited: started.elapsed(),
+                })
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// [`EtcdLocker::lock`] for an acquire that started at `started`.
+    async fn lock_until(
+        &self,
+        name: &LockName,
+        wait: Option<Duration>,
+        try_only: bool,
+        started: Instant,
+    ) -> Result<Option<Lease>, Error> {
         let deadline = wait.map(|w| started + w);
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let mut counted_wait = false;

@@ -100,6 +100,7 @@ impl EtcdLocker {
             attempt_cap,
             counters,
             authenticates,
+            last_reply: Arc::default(),
         };
         let slots = Slots::default();
         let asked_secs = cfg.ttl.as_secs();

@@ -28,6 +28,9 @@ pub(crate) struct Etcd {
     pub(crate) counters: Arc<Counters>,
     /// Whether the client authenticates (user and password): a stale token is refreshed.
     pub(crate) authenticates: bool,
+    /// When a request last got a reply from etcd (tells a wait that ended while etcd was
+    /// answering from one cut short by an outage).
+    pub(crate) last_reply: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 /// What the enqueue transaction found.
@@ -69,13 +72,28 @@ pub(crate) enum Recheck {
 }
 
 impl Etcd {
+    /// Notes that etcd answered a request just now.
+    fn replied(&self) {
+        *self.last_reply.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether etcd answered some request of this locker at or after `since`.
+    pub(crate) fn replied_since(&self, since: Instant) -> bool {
+        self.last_reply
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at >= since)
+    }
+
     /// Runs one request, retrying it while etcd is unreachable (a dead or hung member, a leader
     /// election), bounded by the request timeout and by `deadline` (the caller's wait). Each
-    /// attempt goes to the preferred member and is capped by [`Etcd::attempt_cap`]; a member
-    /// that fails or hangs is skipped, so the next attempt goes to another member. Every
-    /// request dlock sends is safe to repeat (create-or-reuse, guarded delete, reads, watches;
-    /// a repeated lease grant leaves at most an unused lease that expires). A request cut by
-    /// the timeout or the deadline gets [`Error::Unavailable`]: etcd did not answer in time.
+    /// attempt goes to the preferred member. An attempt still unanswered after
+    /// [`Etcd::attempt_cap`] is not abandoned: the member is skipped and the same request is
+    /// sent to the next member as well, and the first reply wins — so a member that hangs
+    /// costs one cap, while a reply that is merely slow still counts. Every request dlock
+    /// sends is safe to repeat (create-or-reuse, guarded delete, reads, watches; a repeated
+    /// lease grant leaves at most an unused lease that expires). A request cut by the timeout
+    /// or the deadline gets [`Error::Unavailable`]: etcd did not answer in time.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         what: &str,
@@ -86,49 +104,88 @@ impl Etcd {
         F: FnMut(&Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        use futures::StreamExt;
+        use futures::stream::FuturesUnordered;
+
         let started = Instant::now();
         let mut until = started + self.request_timeout;
         if let Some(d) = deadline {
             until = until.min(d);
         }
+        let members = self.members.len().max(1);
         let mut backoff = Duration::from_millis(5);
-        loop {
+        // Attempts run side by side, each calling `op` once its member's client is ready.
+        let op = std::sync::Mutex::new(&mut op);
+        let op = &op;
+        let attempt = |member: usize| async move {
+            let client = self.members.client(member).await?;
+            let fut = {
+                let mut op = op.lock().unwrap_or_else(|p| p.into_inner());
+                (*op)(&client)
+            };
+            fut.await
+        };
+        let mut in_flight = FuturesUnordered::new();
+        let launch = |in_flight: &mut FuturesUnordered<_>| -> usize {
             self.counters.add_requests(1);
-            let attempt_until = until.min(Instant::now() + self.attempt_cap);
             let member = self.members.preferred();
-            let attempt = async {
-                let client = self.members.client(member).await?;
-                op(&client).await
-            };
-            let err = match tokio::time::timeout_at(attempt_until, attempt).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => {
-                    if errors::is_stale_auth(&e) {
-                        // Credentials refused now is final; a refresh without reply is retried.
-                        if let Err(refused) = self.refresh_auth(member, until).await {
-                            if !refused.is_retryable() {
-                                return Err(refused);
-                            }
-                        }
-                    }
-                    let err = errors::map(what, e);
-                    if err.kind() == dlock_core::ErrorKind::Unavailable {
-                        self.members.skip(member);
-                    }
-                    err
+            let fut = attempt(member);
+            in_flight.push(async move { (member, fut.await) });
+            member
+        };
+        let mut newest = launch(&mut in_flight);
+        let mut hedge_at = Instant::now() + self.attempt_cap;
+        let mut last_err: Option<Error> = None;
+        loop {
+            // Hedge only onto another member, and never more attempts than members.
+            let may_hedge = members > 1 && in_flight.len() < members;
+            let next = tokio::select! {
+                next = in_flight.next(), if !in_flight.is_empty() => next,
+                () = tokio::time::sleep_until(hedge_at), if may_hedge && hedge_at < until => {
+                    self.members.skip(newest);
+                    tracing::debug!(what, "etcd member slow to answer; sending the request to the next one too");
+                    newest = launch(&mut in_flight);
+                    hedge_at = Instant::now() + self.attempt_cap;
+                    continue;
                 }
-                Err(_) => {
-                    self.members.skip(member);
-                    errors::no_reply(what, started.elapsed())
+                () = tokio::time::sleep_until(until) => {
+                    return Err(last_err.unwrap_or_else(|| errors::no_reply(what, started.elapsed())));
                 }
             };
-            let now = Instant::now();
-            if err.kind() != dlock_core::ErrorKind::Unavailable || now + backoff >= until {
+            let Some((member, result)) = next else {
+                continue;
+            };
+            let e = match result {
+                Ok(v) => {
+                    self.replied();
+                    return Ok(v);
+                }
+                Err(e) => e,
+            };
+            if errors::is_stale_auth(&e) {
+                // Credentials refused now is final; a refresh without reply is retried.
+                if let Err(refused) = self.refresh_auth(member, until).await {
+                    if !refused.is_retryable() {
+                        return Err(refused);
+                    }
+                }
+            }
+            let err = errors::map(what, e);
+            if err.kind() != dlock_core::ErrorKind::Unavailable {
                 return Err(err);
             }
-            tracing::debug!(error = %err, retry_in = ?backoff, "etcd request failed; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(100));
+            self.members.skip(member);
+            if in_flight.is_empty() {
+                if Instant::now() + backoff >= until {
+                    return Err(err);
+                }
+                tracing::debug!(error = %err, retry_in = ?backoff, "etcd request failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                newest = launch(&mut in_flight);
+                hedge_at = Instant::now() + self.attempt_cap;
+            }
+            last_err = Some(err);
         }
     }
 
