@@ -360,3 +360,157 @@ fn failures_name_server_port_and_step() {
     }
     node.restart().unwrap_or_else(|e| panic!("{e}"));
 }
+
+fn start_partitionable_or_skip(kind: ServerKind, n: usize) -> Option<Cluster> {
+    match Cluster::start_partitionable(kind, n) {
+        Ok(c) => Some(c),
+        Err(e) if e.may_skip() => {
+            println!("skip: {e}");
+            None
+        }
+        Err(e) => panic!("partitionable {kind}×{n} did not start: {e}"),
+    }
+}
+
+/// Polls `f` every 50 ms until it holds or `within` passes.
+fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last zxid the ZooKeeper server at `addr` applied (`Zxid:` of `srvr`).
+fn zk_zxid(addr: std::net::SocketAddr) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"srvr").ok()?;
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    let hex = reply.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Opens a ZooKeeper session at `addr` with a raw ConnectRequest (a transaction: the zxid
+/// moves on every member that hears from the leader) and waits for the server's reply.
+fn zk_open_session(addr: std::net::SocketAddr) {
+    use std::io::{Read, Write};
+    let mut req = Vec::new();
+    req.extend_from_slice(&0i32.to_be_bytes()); // protocol version
+    req.extend_from_slice(&0i64.to_be_bytes()); // last zxid seen
+    req.extend_from_slice(&4000i32.to_be_bytes()); // session timeout, ms
+    req.extend_from_slice(&0i64.to_be_bytes()); // session id: a new session
+    req.extend_from_slice(&16i32.to_be_bytes()); // password length
+    req.extend_from_slice(&[0u8; 16]);
+    req.push(0); // not read-only
+    let mut framed = (req.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&req);
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the leader");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    s.write_all(&framed).expect("send the connect request");
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .expect("the leader answers the connect request");
+}
+
+/// A ZooKeeper follower cut from its leader stops applying the leader's transactions while the
+/// other follower keeps up, and catches up once the links heal.
+#[test]
+fn zk_3_partition_cuts_and_heals_peer_links() {
+    assert!(
+        Cluster::start_partitionable(ServerKind::Redis, 3).is_err(),
+        "Redis nodes have no peer links to cut"
+    );
+    let Some(cluster) = start_partitionable_or_skip(ServerKind::Zk, 3) else {
+        return;
+    };
+    assert!(cluster.is_partitionable());
+    let leader = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (cut, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let addrs = cluster.addrs();
+    cluster.cut(cut, leader).expect("cut");
+    assert!(cluster.is_cut(cut, leader) && cluster.is_cut(leader, cut));
+    assert!(!cluster.is_cut(other, leader));
+    let before = zk_zxid(addrs[cut]).expect("the cut follower answers srvr");
+    zk_open_session(addrs[leader]);
+    let on_leader = zk_zxid(addrs[leader]).expect("the leader answers srvr");
+    assert!(on_leader > before, "opening a session is a transaction");
+    assert!(
+        eventually(Duration::from_secs(5), || zk_zxid(addrs[other])
+            >= Some(on_leader)),
+        "the follower that is not cut does not keep up:\n{}",
+        cluster.logs()
+    );
+    // The cut follower still serves (it waits 10 s for its leader) but applies nothing.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        local::zk_mode(addrs[cut]).as_deref(),
+        Some("follower"),
+        "the cut follower gave up on its leader early"
+    );
+    assert_eq!(
+        zk_zxid(addrs[cut]),
+        Some(before),
+        "the cut follower applied a transaction of the leader it was cut from"
+    );
+    cluster.heal_all().expect("heal");
+    assert!(!cluster.is_cut(cut, leader));
+    assert!(
+        eventually(Duration::from_secs(20), || zk_zxid(addrs[cut])
+            >= Some(on_leader)),
+        "the healed follower does not catch up:\n{}",
+        cluster.logs()
+    );
+}
+
+/// `etcdctl put` through `endpoint` with a short timeout; whether it succeeded.
+fn etcd_put(endpoint: &str, key: &str) -> bool {
+    std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--command-timeout=1500ms"])
+        .args(["put", key, "v"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// An etcd member cut from its leader cannot commit a write (its proposals go through the
+/// leader), while the leader and the other member can; once healed, it can again.
+#[test]
+fn etcd_3_partition_cuts_and_heals_peer_links() {
+    let Some(cluster) = start_partitionable_or_skip(ServerKind::Etcd, 3) else {
+        return;
+    };
+    let leader = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (cut, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let ends = cluster.endpoints();
+    assert!(etcd_put(&ends[cut], "before"), "a healthy member commits");
+    cluster.cut(cut, leader).expect("cut");
+    assert!(
+        !etcd_put(&ends[cut], "during"),
+        "a member cut from its leader committed a write:\n{}",
+        cluster.logs()
+    );
+    assert!(
+        etcd_put(&ends[leader], "leader"),
+        "the leader keeps its quorum"
+    );
+    assert!(etcd_put(&ends[other], "other"), "the other member keeps up");
+    cluster.heal_all().expect("heal");
+    assert!(
+        eventually(Duration::from_secs(20), || etcd_put(&ends[cut], "after")),
+        "the healed member cannot commit:\n{}",
+        cluster.logs()
+    );
+}

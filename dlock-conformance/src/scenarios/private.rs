@@ -30,17 +30,42 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Starts a private cluster of the backend's topology, or skips with the reason it cannot.
 pub(crate) async fn private(ctx: &Ctx) -> Result<Private, Verdict> {
+    start(ctx, false).await
+}
+
+/// As [`private`], with every peer link behind its own fault proxies
+/// ([`Cluster::start_partitionable`]).
+pub(crate) async fn private_partitionable(ctx: &Ctx) -> Result<Private, Verdict> {
+    start(ctx, true).await
+}
+
+async fn start(ctx: &Ctx, partitionable: bool) -> Result<Private, Verdict> {
     let Some((kind, n)) = ctx.backend().topology() else {
         return Err(Verdict::Skip(
             "in-process backend: there are no server nodes (TestBackend::topology)".into(),
         ));
     };
-    let cluster = match tokio::task::spawn_blocking(move || Cluster::start(kind, n)).await {
+    let started = tokio::task::spawn_blocking(move || {
+        if partitionable {
+            Cluster::start_partitionable(kind, n)
+        } else {
+            Cluster::start(kind, n)
+        }
+    })
+    .await;
+    let what = if partitionable { "partitionable " } else { "" };
+    let cluster = match started {
         Ok(Ok(c)) => Arc::new(c),
         Ok(Err(e)) if e.may_skip() => return Err(Verdict::Skip(e.to_string())),
+        Ok(Err(HarnessError::External(_))) if partitionable => {
+            return Err(Verdict::Skip(
+                "the servers are external (DLOCK_* variables): their peer links cannot be cut"
+                    .into(),
+            ));
+        }
         Ok(Err(e)) => {
             return Err(Verdict::Fail(format!(
-                "cannot start a private {kind} × {n} cluster: {e}"
+                "cannot start a private {what}{kind} × {n} cluster: {e}"
             )));
         }
         Err(e) => return Err(Verdict::Fail(format!("cluster start panicked: {e}"))),
@@ -61,12 +86,18 @@ pub(crate) async fn private(ctx: &Ctx) -> Result<Private, Verdict> {
 impl Private {
     /// A client of the private cluster in the scenario's namespace.
     pub(crate) async fn client(&self, ctx: &Ctx) -> Result<Arc<dyn Locker>, Verdict> {
-        self.backend
-            .client(ClientOptions::new(ctx.ns(), ctx.ttl()))
+        self.client_with(ClientOptions::new(ctx.ns(), ctx.ttl()))
             .await
-            .map_err(|e| {
-                Verdict::Fail(format!("cannot build a client on the private cluster: {e}"))
-            })
+    }
+
+    /// A client of the private cluster with explicit options.
+    pub(crate) async fn client_with(
+        &self,
+        opts: ClientOptions,
+    ) -> Result<Arc<dyn Locker>, Verdict> {
+        self.backend.client(opts).await.map_err(|e| {
+            Verdict::Fail(format!("cannot build a client on the private cluster: {e}"))
+        })
     }
 
     /// `n` clients of the private cluster.

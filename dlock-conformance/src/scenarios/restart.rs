@@ -3,13 +3,17 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FencingStrength, FencingToken, Lease};
+use std::sync::Arc;
+
+use dlock_core::{AcquireOptions, FencingStrength, FencingToken, Lease, LossReason};
 use tokio::time::Instant;
 
-use super::private::private;
+use super::private::{blocking, private, private_partitionable};
 use super::util::{name, within};
 use super::{Ctx, Verdict, ensure};
-use crate::servers::ServerKind;
+use crate::ClientOptions;
+use crate::history::{Event, History, Kind};
+use crate::servers::{READY_TIMEOUT, ServerKind, local};
 
 /// Scheduling allowance on top of a deadline when checking that `lost()` fired in time.
 const SCHED: Duration = Duration::from_millis(250);
@@ -158,8 +162,16 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
 }
 
 /// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires before
-/// anyone else is granted. Needs the peer links of one server cut, which the harness cannot do
-/// yet: every topology skips with the reason.
+/// anyone else is granted.
+///
+/// A private cluster whose peer links go through fault proxies
+/// ([`Cluster::start_partitionable`](crate::servers::Cluster::start_partitionable)). The
+/// holder's client reaches one follower only; after a few renewals every peer link between
+/// that follower and the leader is cut (the follower keeps its other peer and its clients; a
+/// ZooKeeper follower keeps answering reads for 10 s). A contender on the leader then acquires
+/// the same name. Judged against the promise: the contender's grant must not arrive before the
+/// holder's latest promised `deadline()`, and the holder's `lost()` must fire, no later than
+/// that deadline (plus scheduling slack).
 pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
     let Some((kind, n)) = ctx.backend().topology() else {
         return Err(Verdict::Skip(
@@ -177,7 +189,126 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
             "Redlock has no leader: its nodes are independent (node faults are minority_nodes_down)".into(),
         ));
     }
-    Err(Verdict::Skip(
-        "the harness cannot cut one server from the leader: it needs each node's peer port behind a fault proxy (or each node in its own network namespace) in servers/local.rs".into(),
-    ))
+    let p = private_partitionable(ctx).await?;
+    let ttl = ctx.ttl();
+    let c = Arc::clone(&p.cluster);
+    let leader = blocking("find the leader", move || c.wait_leader(READY_TIMEOUT)).await?;
+    let follower = (leader + 1) % n;
+    ctx.figure("leader", leader);
+    ctx.figure("holder_server", follower);
+    let addrs = p.cluster.addrs();
+    let holder = p
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[follower]]))
+        .await?;
+    let contender = p
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[leader]]))
+        .await?;
+    let slack = contender.capabilities().crash_release_slack;
+    let lock = name("partitioned")?;
+    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
+    let history = History::new();
+    history.grant_until(0, lease.token(), lease.deadline().into_std());
+    // A few renewals on a healthy cluster, so the cut hits a lease in its steady state.
+    tokio::time::sleep(ttl).await;
+    ensure!(
+        lease.check().is_ok(),
+        "the lease was lost on a healthy cluster, before the cut"
+    );
+    history.promise(0, lease.token(), lease.deadline().into_std());
+    let lost = lease.lost();
+    let cut = Instant::now();
+    p.cluster
+        .cut(follower, leader)
+        .map_err(|e| Verdict::Fail(format!("cannot cut the holder's server: {e}")))?;
+    let lost_at = tokio::spawn(async move {
+        let reason = lost.await;
+        (Instant::now(), reason)
+    });
+    let l2 = lock.clone();
+    let stolen_at = tokio::spawn(async move {
+        let got = contender.acquire(&l2, AcquireOptions::wait(ttl * 6)).await;
+        (Instant::now(), got)
+    });
+    let stolen = within(ttl * 8, stolen_at).await;
+    // Whether the holder's server still took itself for a member of the leader's cluster when
+    // the contender's acquire returned (ZooKeeper: `Mode: follower`; a stale follower is the
+    // hard case).
+    if kind == ServerKind::Zk {
+        let at = addrs[follower];
+        let mode = blocking("read the holder's server mode", move || {
+            Ok(local::zk_mode(at))
+        })
+        .await?;
+        ctx.figure(
+            "holder_server_mode_at_grant",
+            mode.unwrap_or_else(|| "not serving".into()),
+        );
+    }
+    let lost = within(ttl * 2, lost_at).await;
+    // The latest promise: a lost lease keeps the last deadline it had.
+    let promised = lease.deadline();
+    history.promise(0, lease.token(), promised.into_std());
+    let healed = p.cluster.heal_all();
+    let Some(Ok((stolen_t, got))) = stolen else {
+        return Err(Verdict::Fail(
+            "the contender's acquire on the leader never returned".into(),
+        ));
+    };
+    let got = got.map_err(|e| {
+        Verdict::Fail(format!(
+            "the contender on the leader never got the lock after the holder's server was cut from the leader: {e}"
+        ))
+    })?;
+    history.push(Event {
+        client: 1,
+        kind: Kind::Grant,
+        token: got.token(),
+        at: stolen_t.into_std(),
+        until: Some(got.deadline().into_std()),
+    });
+    let promise_margin_ms = (stolen_t.saturating_duration_since(promised).as_secs_f64()
+        - promised.saturating_duration_since(stolen_t).as_secs_f64())
+        * 1e3;
+    ctx.figure_ms(
+        "contender_after_cut_ms",
+        stolen_t.saturating_duration_since(cut),
+    );
+    ctx.figure("promise_margin_ms", (promise_margin_ms * 1e3).round() / 1e3);
+    ctx.figure_ms(
+        "deadline_after_cut_ms",
+        promised.saturating_duration_since(cut),
+    );
+    got.release().await?;
+    if let Err(v) = history.promise_violations() {
+        return Err(Verdict::Fail(format!(
+            "promise violation: the contender on the leader was granted BEFORE the deadline the holder (on a server cut from the leader) had been promised: {}",
+            v.first
+        )));
+    }
+    let Some(Ok((lost_t, reason))) = lost else {
+        return Err(Verdict::Fail(format!(
+            "the holder's lost() never fired after its server was cut from the leader (its deadline is {:?} after the cut)",
+            promised.saturating_duration_since(cut)
+        )));
+    };
+    ctx.figure_ms("lost_after_cut_ms", lost_t.saturating_duration_since(cut));
+    ctx.figure("loss_reason", reason.to_string());
+    ensure!(
+        reason != LossReason::Released,
+        "lost() reported a release, not a loss"
+    );
+    ensure!(
+        lost_t <= promised + SCHED,
+        "lost() fired {:?} after the lease's deadline",
+        lost_t - promised
+    );
+    ensure!(
+        stolen_t.saturating_duration_since(cut) <= ttl * 2 + slack + SCHED,
+        "the contender on the leader waited {:?} after the cut (TTL {ttl:?}, slack {slack:?})",
+        stolen_t.saturating_duration_since(cut)
+    );
+    healed.map_err(|e| Verdict::Fail(format!("cannot heal the peer links: {e}")))?;
+    drop(lease);
+    drop(p);
+    Ok(())
 }

@@ -57,12 +57,35 @@ pub(crate) fn ports_per_node(kind: ServerKind) -> usize {
 
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// How the nodes of a cluster reach their peers.
+pub(crate) enum Peers {
+    /// On each other's own peer ports.
+    Direct,
+    /// ZooKeeper: `dial[from][to]` = the (quorum, election) ports `from` dials for `to`.
+    Zk {
+        /// The ports per ordered pair (ignored on the diagonal).
+        dial: Vec<Vec<Vec<u16>>>,
+    },
+    /// etcd: member `i` advertises `advertise[i]` as its peer port (it listens on its own).
+    Etcd {
+        /// The advertised peer port per member.
+        advertise: Vec<u16>,
+    },
+}
+
+/// Ticks a ZooKeeper follower of a partitionable ensemble waits for its leader before it gives
+/// up on it (10 s at a 100 ms tick), as with common settings (syncLimit 5 × tickTime 2 s):
+/// longer than the sessions the tests use, so a follower cut from its leader keeps serving its
+/// clients' reads and pings while the leader expires their sessions.
+pub(crate) const PARTITION_SYNC_LIMIT: u32 = 100;
+
 /// How to launch every node of a `kind` cluster with the given ports (`ports_per_node` each),
 /// data under `dir`. Writes config files.
 pub(crate) fn launches(
     kind: ServerKind,
     dir: &Path,
     ports: &[Vec<u16>],
+    peers: &Peers,
 ) -> Result<Vec<Launch>, HarnessError> {
     let n = ports.len();
     let mut out = Vec::with_capacity(n);
@@ -102,16 +125,19 @@ pub(crate) fn launches(
                 std::process::id(),
                 CLUSTER_SEQ.fetch_add(1, Ordering::Relaxed)
             );
-            let initial = ports
-                .iter()
-                .enumerate()
-                .map(|(i, p)| format!("n{i}=http://127.0.0.1:{}", p[1]))
+            let advertised = |i: usize| match peers {
+                Peers::Etcd { advertise } => advertise[i],
+                _ => ports[i][1],
+            };
+            let initial = (0..n)
+                .map(|i| format!("n{i}=http://127.0.0.1:{}", advertised(i)))
                 .collect::<Vec<_>>()
                 .join(",");
             for (i, p) in ports.iter().enumerate() {
                 let data = dir.join(format!("etcd{i}"));
                 let client = format!("http://127.0.0.1:{}", p[0]);
                 let peer = format!("http://127.0.0.1:{}", p[1]);
+                let advertise = format!("http://127.0.0.1:{}", advertised(i));
                 let mut args: Vec<String> = [
                     "--name",
                     &format!("n{i}"),
@@ -124,7 +150,7 @@ pub(crate) fn launches(
                     "--listen-peer-urls",
                     &peer,
                     "--initial-advertise-peer-urls",
-                    &peer,
+                    &advertise,
                     "--initial-cluster",
                     &initial,
                     "--initial-cluster-state",
@@ -162,8 +188,12 @@ pub(crate) fn launches(
                 let node_dir = dir.join(format!("zk{i}"));
                 let data = node_dir.join("data");
                 mkdir(&data)?;
+                let sync_limit = match peers {
+                    Peers::Zk { .. } => PARTITION_SYNC_LIMIT,
+                    _ => 20,
+                };
                 let mut cfg = format!(
-                    "tickTime=100\ninitLimit=50\nsyncLimit=20\ndataDir={}\nclientPort={}\n\
+                    "tickTime=100\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\nclientPort={}\n\
                      clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nminSessionTimeout=200\n\
                      maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
                      forceSync={}\n",
@@ -173,7 +203,11 @@ pub(crate) fn launches(
                 );
                 if n > 1 {
                     for (j, q) in ports.iter().enumerate() {
-                        cfg.push_str(&format!("server.{}=127.0.0.1:{}:{}\n", j + 1, q[1], q[2]));
+                        let (quorum, election) = match peers {
+                            Peers::Zk { dial } if i != j => (dial[i][j][0], dial[i][j][1]),
+                            _ => (q[1], q[2]),
+                        };
+                        cfg.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1));
                     }
                     write(&data.join("myid"), &format!("{}\n", i + 1))?;
                 }

@@ -10,11 +10,15 @@
 //!   lie outside the kernel's ephemeral range in blocks owned by one process at a time, and
 //!   stay reserved for the cluster's whole life, so a killed node restarts on its own ports
 //!   however many test processes and threads start servers meanwhile (see `ports.rs`).
+//! - **partitionable** ([`Cluster::start_partitionable`], local only): a private etcd or
+//!   ZooKeeper cluster whose peer links go through fault proxies, one set per ordered pair of
+//!   nodes, so [`Cluster::cut`] silences the links between two nodes while clients stay
+//!   connected (see `partition.rs`).
+//! - **containers** (cargo feature `containers`): image and port configuration for
+//!   testcontainers, in the `containers` module when the feature is on.
 //!
 //! Every [`HarnessError`] names the server (kind, node, endpoint, every port) and the step
 //! (start, restart, pause, …) that failed.
-//! - **containers** (cargo feature `containers`): image and port configuration for
-//!   testcontainers, in the `containers` module when the feature is on.
 //!
 //! ```no_run
 //! use dlock_conformance::servers::{Cluster, ServerKind};
@@ -26,6 +30,7 @@
 mod external;
 pub mod local;
 mod node;
+mod partition;
 mod ports;
 pub(crate) mod process;
 pub mod stats;
@@ -169,6 +174,8 @@ pub struct Cluster {
     dir: Option<tempfile::TempDir>,
     /// Held until the cluster is dropped (after its processes are killed).
     _ports: Option<ports::Reservation>,
+    /// The peer-link proxies of a partitionable cluster (dropped after the processes).
+    links: Option<partition::Links>,
 }
 
 impl fmt::Debug for Cluster {
@@ -256,13 +263,50 @@ impl Cluster {
                 external: true,
                 dir: None,
                 _ports: None,
+                links: None,
             });
         }
+        Cluster::start_retrying(kind, nodes, false)
+    }
+
+    /// Starts a private cluster of `kind` with `nodes` nodes whose peer links go through fault
+    /// proxies, one set per ordered pair of nodes, so that [`Cluster::cut`] can partition two
+    /// nodes while every client connection stays up. Blocks until every node is ready.
+    ///
+    /// ZooKeeper followers of such an ensemble wait 10 s for a silent leader before they give
+    /// up on it (`syncLimit` × `tickTime`, as with common settings), longer than the sessions
+    /// tests use: a follower cut from its leader keeps serving reads meanwhile. etcd members
+    /// advertise a router that sends each peer's connection through that pair's proxies (see
+    /// the `partition` module). Always local: the external provider's servers cannot be cut.
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] when an external provider is configured for `kind`,
+    /// [`HarnessError::Io`] for Redis (its nodes have no peer links) or fewer than 2 nodes;
+    /// otherwise as [`Cluster::start`].
+    pub fn start_partitionable(kind: ServerKind, nodes: usize) -> Result<Cluster, HarnessError> {
+        if kind == ServerKind::Redis || nodes < 2 {
+            return Err(HarnessError::Io(format!(
+                "a partitionable cluster needs etcd or ZooKeeper and at least 2 nodes, not {kind} × {nodes}"
+            )));
+        }
+        if external::addrs(kind, nodes)?.is_some() {
+            return Err(HarnessError::External(format!(
+                "put the peer links of the {kind} × {nodes} cluster behind fault proxies"
+            )));
+        }
+        Cluster::start_retrying(kind, nodes, true)
+    }
+
+    fn start_retrying(
+        kind: ServerKind,
+        nodes: usize,
+        partitionable: bool,
+    ) -> Result<Cluster, HarnessError> {
         local::check_installed(kind)?;
         const ATTEMPTS: usize = 3;
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match Cluster::start_local(kind, nodes) {
+            match Cluster::start_local(kind, nodes, partitionable) {
                 Ok(c) => return Ok(c),
                 // Reserved ports are not taken by other tests; a server that still fails to
                 // start (a slow host, a port some foreign program took) gets fresh ports.
@@ -277,7 +321,11 @@ impl Cluster {
         Err(last.unwrap_or_else(|| HarnessError::Io(format!("{kind}×{nodes} cluster start"))))
     }
 
-    fn start_local(kind: ServerKind, n: usize) -> Result<Cluster, HarnessError> {
+    fn start_local(
+        kind: ServerKind,
+        n: usize,
+        partitionable: bool,
+    ) -> Result<Cluster, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("dlock-{kind}-"))
             .tempdir()
@@ -291,10 +339,16 @@ impl Cluster {
             .chunks(per)
             .map(<[u16]>::to_vec)
             .collect();
-        let launches = local::launches(kind, dir.path(), &ports)?;
+        let (links, peers, pids) = if partitionable {
+            let (links, peers, pids) = partition_links(kind, &ports)?;
+            (Some(links), peers, pids)
+        } else {
+            (None, local::Peers::Direct, None)
+        };
+        let launches = local::launches(kind, dir.path(), &ports, &peers)?;
         let mut nodes = Vec::with_capacity(n);
         for (i, (launch, p)) in launches.into_iter().zip(ports).enumerate() {
-            nodes.push(Node::local(kind, i, p, launch)?);
+            nodes.push(Node::local(kind, i, p, launch, pids.clone())?);
         }
         let cluster = Cluster {
             kind,
@@ -302,6 +356,7 @@ impl Cluster {
             external: false,
             dir: Some(dir),
             _ports: Some(reservation),
+            links,
         };
         let until = Instant::now() + READY_TIMEOUT;
         for node in &cluster.nodes {
@@ -448,9 +503,136 @@ impl Cluster {
         }
     }
 
+    /// Whether the cluster was started by [`Cluster::start_partitionable`].
+    pub fn is_partitionable(&self) -> bool {
+        self.links.is_some()
+    }
+
+    fn links(&self, step: &str) -> Result<&partition::Links, HarnessError> {
+        self.links.as_ref().ok_or_else(|| {
+            HarnessError::Io(format!(
+                "{} cluster of {} nodes, step {step}: its peer links are not behind proxies (start it with Cluster::start_partitionable)",
+                self.kind,
+                self.len()
+            ))
+        })
+    }
+
+    fn check_pair(&self, a: usize, b: usize, step: &str) -> Result<(), HarnessError> {
+        if a == b || a >= self.len() || b >= self.len() {
+            return Err(HarnessError::Io(format!(
+                "{} cluster of {} nodes, step {step}: no peer link between nodes {a} and {b}",
+                self.kind,
+                self.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Cuts every peer link between nodes `a` and `b`, both directions (ZooKeeper: quorum and
+    /// election; etcd: every connection either member dialed to the other): connections stay
+    /// open and nothing passes, as in a silent network partition. Client connections are not
+    /// touched. Takes effect at once.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] when the cluster is not partitionable or `a`, `b` is not a pair
+    /// of distinct nodes.
+    pub fn cut(&self, a: usize, b: usize) -> Result<(), HarnessError> {
+        self.check_pair(a, b, "cut")?;
+        self.links("cut")?
+            .set_pair(a, b, crate::faults::Mode::Blackhole);
+        tracing::info!(kind = %self.kind, a, b, "peer links cut");
+        Ok(())
+    }
+
+    /// Cuts node `a` from every other node (see [`Cluster::cut`]).
+    ///
+    /// # Errors
+    /// As [`Cluster::cut`].
+    pub fn isolate(&self, a: usize) -> Result<(), HarnessError> {
+        for b in (0..self.len()).filter(|&b| b != a) {
+            self.cut(a, b)?;
+        }
+        Ok(())
+    }
+
+    /// Lets the peer links between `a` and `b` pass again (bytes held during the cut are
+    /// delivered, as TCP would retransmit them).
+    ///
+    /// # Errors
+    /// As [`Cluster::cut`].
+    pub fn heal(&self, a: usize, b: usize) -> Result<(), HarnessError> {
+        self.check_pair(a, b, "heal")?;
+        self.links("heal")?
+            .set_pair(a, b, crate::faults::Mode::Pass);
+        tracing::info!(kind = %self.kind, a, b, "peer links healed");
+        Ok(())
+    }
+
+    /// Lets every peer link pass again.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] when the cluster is not partitionable.
+    pub fn heal_all(&self) -> Result<(), HarnessError> {
+        self.links("heal every link")?;
+        for a in 0..self.len() {
+            for b in (a + 1)..self.len() {
+                self.heal(a, b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any peer link between `a` and `b` is cut right now (`false` when the cluster is
+    /// not partitionable).
+    pub fn is_cut(&self, a: usize, b: usize) -> bool {
+        self.check_pair(a, b, "is cut").is_ok()
+            && self.links.as_ref().is_some_and(|l| l.is_cut(a, b))
+    }
+
     /// The temp dir holding the nodes' data (local provider, private clusters).
     pub fn data_dir(&self) -> Option<PathBuf> {
         self.dir.as_ref().map(|d| d.path().to_path_buf())
+    }
+}
+
+/// The per-pair proxies of a partitionable cluster on `ports` (per node, as reserved), how the
+/// nodes reach their peers through them, and (etcd) the pid slots its routers read.
+fn partition_links(
+    kind: ServerKind,
+    ports: &[Vec<u16>],
+) -> Result<(partition::Links, local::Peers, Option<partition::Pids>), HarnessError> {
+    let n = ports.len();
+    match kind {
+        ServerKind::Zk => {
+            let links = partition::Links::start(n, |to| vec![ports[to][1], ports[to][2]])?;
+            let dial = (0..n)
+                .map(|from| (0..n).map(|to| links.dial_ports(from, to)).collect())
+                .collect();
+            Ok((links, local::Peers::Zk { dial }, None))
+        }
+        ServerKind::Etcd => {
+            let mut links = partition::Links::start(n, |to| vec![ports[to][1]])?;
+            let pids: partition::Pids = Arc::new(Mutex::new(vec![None; n]));
+            let mut advertise = Vec::with_capacity(n);
+            for (to, p) in ports.iter().enumerate() {
+                let via = (0..n)
+                    .map(|from| {
+                        links.links[from][to]
+                            .as_ref()
+                            .and_then(|l| l.proxies.first().map(crate::faults::Proxy::addr))
+                    })
+                    .collect();
+                let direct = SocketAddr::from(([127, 0, 0, 1], p[1]));
+                let router = partition::Router::start(to, via, direct, Arc::clone(&pids))?;
+                advertise.push(router.addr().port());
+                links.routers.push(router);
+            }
+            Ok((links, local::Peers::Etcd { advertise }, Some(pids)))
+        }
+        ServerKind::Redis => Err(HarnessError::Io(
+            "Redis nodes have no peer links to partition".into(),
+        )),
     }
 }
 

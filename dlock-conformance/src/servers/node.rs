@@ -23,6 +23,8 @@ pub struct Node {
     child: Mutex<Option<Child>>,
     paused: Mutex<bool>,
     log: Arc<Mutex<String>>,
+    /// Where the node's current pid is published (partitionable etcd: the routers read it).
+    pid_slot: Option<super::partition::Pids>,
 }
 
 impl std::fmt::Debug for Node {
@@ -54,6 +56,7 @@ impl Node {
             log: Arc::new(Mutex::new(String::from(
                 "(external server: no output captured)\n",
             ))),
+            pid_slot: None,
         }
     }
 
@@ -63,6 +66,7 @@ impl Node {
         index: usize,
         ports: Vec<u16>,
         launch: Launch,
+        pid_slot: Option<super::partition::Pids>,
     ) -> Result<Node, HarnessError> {
         let addr = SocketAddr::from(([127, 0, 0, 1], ports.first().copied().unwrap_or(0)));
         let node = Node {
@@ -75,6 +79,7 @@ impl Node {
             child: Mutex::new(None),
             paused: Mutex::new(false),
             log: Arc::new(Mutex::new(String::new())),
+            pid_slot,
         };
         node.spawn("start")?;
         Ok(node)
@@ -118,6 +123,7 @@ impl Node {
         if let Some(err) = child.stderr.take() {
             capture(err, Arc::clone(&self.log));
         }
+        self.publish_pid(Some(child.id()));
         *lock(&self.child) = Some(child);
         *lock(&self.paused) = false;
         Ok(())
@@ -221,7 +227,16 @@ impl Node {
             process::kill_and_reap(&mut child);
             append(&self.log, "---- killed ----\n");
         }
+        self.publish_pid(None);
         *lock(&self.paused) = false;
+    }
+
+    fn publish_pid(&self, pid: Option<u32>) {
+        if let Some(slot) = &self.pid_slot {
+            if let Some(p) = lock(slot).get_mut(self.index) {
+                *p = pid;
+            }
+        }
     }
 
     fn signal(&self, sig: i32, what: &str) -> Result<(), HarnessError> {
