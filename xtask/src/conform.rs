@@ -906,7 +906,7 @@ mod soak {
             println!("  {row}");
         }
         if failures.is_empty() {
-            println!("soak: no fenced-safety violation");
+            println!("soak: no violation (promise, belief, token, fenced safety)");
             Ok(())
         } else {
             Err(format!(
