@@ -1,7 +1,8 @@
-//! The `local` provider: the Debian-packaged binaries, on free loopback ports in temp dirs.
+//! The `local` provider: the Debian-packaged binaries, on reserved loopback ports (see
+//! `ports.rs`) in temp dirs.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -39,19 +40,6 @@ pub(crate) fn which(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
-}
-
-/// `n` distinct free loopback ports (all bound at once, then released).
-pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| HarnessError::Io(format!("cannot find a free port: {e}")))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| HarnessError::Io(format!("cannot find a free port: {e}")))
 }
 
 fn fsync() -> bool {

@@ -6,7 +6,13 @@
 //!   (comma-separated) name running servers; used when set and its node count matches. No
 //!   process is started and the fault methods return [`HarnessError::External`].
 //! - **local** (the default here): the Debian-packaged binaries as direct child processes on
-//!   free loopback ports, each in a temp dir; killed with their process group at teardown.
+//!   loopback ports, each in a temp dir; killed with their process group at teardown. Ports
+//!   lie outside the kernel's ephemeral range in blocks owned by one process at a time, and
+//!   stay reserved for the cluster's whole life, so a killed node restarts on its own ports
+//!   however many test processes and threads start servers meanwhile (see `ports.rs`).
+//!
+//! Every [`HarnessError`] names the server (kind, node, endpoint, every port) and the step
+//! (start, restart, pause, …) that failed.
 //! - **containers** (cargo feature `containers`): image and port configuration for
 //!   testcontainers, in the `containers` module when the feature is on.
 //!
@@ -20,6 +26,7 @@
 mod external;
 pub mod local;
 mod node;
+mod ports;
 pub(crate) mod process;
 pub mod stats;
 
@@ -137,6 +144,20 @@ impl fmt::Display for HarnessError {
 
 impl std::error::Error for HarnessError {}
 
+impl HarnessError {
+    /// The same error with `what` (the cluster and step it happened in) in front.
+    fn context(self, what: &str) -> HarnessError {
+        match self {
+            HarnessError::NotReady { what: inner, logs } => HarnessError::NotReady {
+                what: format!("{what}: {inner}"),
+                logs,
+            },
+            HarnessError::Io(why) => HarnessError::Io(format!("{what}: {why}")),
+            other => other,
+        }
+    }
+}
+
 /// How long a start or restart may take before it is reported as [`HarnessError::NotReady`].
 pub const READY_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -146,6 +167,8 @@ pub struct Cluster {
     nodes: Vec<Node>,
     external: bool,
     dir: Option<tempfile::TempDir>,
+    /// Held until the cluster is dropped (after its processes are killed).
+    _ports: Option<ports::Reservation>,
 }
 
 impl fmt::Debug for Cluster {
@@ -232,19 +255,26 @@ impl Cluster {
                 nodes,
                 external: true,
                 dir: None,
+                _ports: None,
             });
         }
         local::check_installed(kind)?;
+        const ATTEMPTS: usize = 3;
         let mut last = None;
-        for _attempt in 0..3 {
+        for attempt in 1..=ATTEMPTS {
             match Cluster::start_local(kind, nodes) {
                 Ok(c) => return Ok(c),
-                // A port taken between choosing and binding shows as a failed start: retry
-                // on fresh ports.
-                Err(e) => last = Some(e),
+                // Reserved ports are not taken by other tests; a server that still fails to
+                // start (a slow host, a port some foreign program took) gets fresh ports.
+                Err(e) => {
+                    tracing::warn!(%kind, nodes, attempt, "cluster start failed: {e}");
+                    last = Some(e.context(&format!(
+                        "{kind}×{nodes} cluster start, attempt {attempt} of {ATTEMPTS}"
+                    )));
+                }
             }
         }
-        Err(last.unwrap_or_else(|| HarnessError::Io("cluster start failed".into())))
+        Err(last.unwrap_or_else(|| HarnessError::Io(format!("{kind}×{nodes} cluster start"))))
     }
 
     fn start_local(kind: ServerKind, n: usize) -> Result<Cluster, HarnessError> {
@@ -255,21 +285,28 @@ impl Cluster {
         // Removed on drop; also at exit, for clusters kept in statics.
         process::register_dir(dir.path().to_path_buf());
         let per = local::ports_per_node(kind);
-        let flat = local::free_ports(per * n)?;
-        let ports: Vec<Vec<u16>> = flat.chunks(per).map(<[u16]>::to_vec).collect();
+        let reservation = ports::reserve(per * n)?;
+        let ports: Vec<Vec<u16>> = reservation
+            .ports()
+            .chunks(per)
+            .map(<[u16]>::to_vec)
+            .collect();
         let launches = local::launches(kind, dir.path(), &ports)?;
         let mut nodes = Vec::with_capacity(n);
-        for (i, (launch, p)) in launches.into_iter().zip(&ports).enumerate() {
-            let addr = SocketAddr::from(([127, 0, 0, 1], p[0]));
-            nodes.push(Node::local(kind, i, addr, launch)?);
+        for (i, (launch, p)) in launches.into_iter().zip(ports).enumerate() {
+            nodes.push(Node::local(kind, i, p, launch)?);
         }
         let cluster = Cluster {
             kind,
             nodes,
             external: false,
             dir: Some(dir),
+            _ports: Some(reservation),
         };
-        cluster.wait_ready(READY_TIMEOUT)?;
+        let until = Instant::now() + READY_TIMEOUT;
+        for node in &cluster.nodes {
+            node.wait_ready(until, "start")?;
+        }
         tracing::info!(%kind, nodes = n, endpoints = ?cluster.endpoints(), "cluster ready");
         Ok(cluster)
     }
@@ -281,7 +318,7 @@ impl Cluster {
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), HarnessError> {
         let until = Instant::now() + timeout;
         for node in &self.nodes {
-            node.wait_ready(until)?;
+            node.wait_ready(until, "wait ready")?;
         }
         Ok(())
     }
@@ -392,8 +429,18 @@ impl Cluster {
                 return Ok(i);
             }
             if Instant::now() >= until {
+                let nodes = self
+                    .nodes
+                    .iter()
+                    .map(Node::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 return Err(HarnessError::NotReady {
-                    what: format!("a {} leader", self.kind),
+                    what: format!(
+                        "{} cluster [{nodes}], step wait for a leader: none within {:.1} s",
+                        self.kind,
+                        timeout.as_secs_f64()
+                    ),
                     logs: self.logs(),
                 });
             }

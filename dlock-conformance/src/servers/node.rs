@@ -18,6 +18,7 @@ pub struct Node {
     index: usize,
     addr: SocketAddr,
     endpoint: String,
+    ports: Vec<u16>,
     launch: Option<Launch>,
     child: Mutex<Option<Child>>,
     paused: Mutex<bool>,
@@ -46,6 +47,7 @@ impl Node {
             index,
             addr,
             endpoint: kind.endpoint(addr),
+            ports: vec![addr.port()],
             launch: None,
             child: Mutex::new(None),
             paused: Mutex::new(false),
@@ -55,32 +57,56 @@ impl Node {
         }
     }
 
+    /// A node listening on `ports` (client port first) on 127.0.0.1, started now.
     pub(crate) fn local(
         kind: ServerKind,
         index: usize,
-        addr: SocketAddr,
+        ports: Vec<u16>,
         launch: Launch,
     ) -> Result<Node, HarnessError> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], ports.first().copied().unwrap_or(0)));
         let node = Node {
             kind,
             index,
             addr,
             endpoint: kind.endpoint(addr),
+            ports,
             launch: Some(launch),
             child: Mutex::new(None),
             paused: Mutex::new(false),
             log: Arc::new(Mutex::new(String::new())),
         };
-        node.spawn()?;
+        node.spawn("start")?;
         Ok(node)
     }
 
-    fn spawn(&self) -> Result<(), HarnessError> {
+    /// `redis node 0 (redis://127.0.0.1:P; ports P)`: which server, for error messages.
+    pub(crate) fn describe(&self) -> String {
+        let ports = self
+            .ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "{} node {} ({}; ports {ports})",
+            self.kind, self.index, self.endpoint
+        )
+    }
+
+    fn spawn(&self, step: &str) -> Result<(), HarnessError> {
         let Some(launch) = &self.launch else {
-            return Err(HarnessError::External("start a server".into()));
+            return Err(HarnessError::External(format!(
+                "{step} {}",
+                self.describe()
+            )));
         };
         let mut child = process::spawn(launch.clone()).map_err(|e| {
-            HarnessError::Io(format!("cannot start {}: {e}", launch.program.display()))
+            HarnessError::Io(format!(
+                "{}, step {step}: cannot spawn {}: {e}",
+                self.describe(),
+                launch.program.display()
+            ))
         })?;
         append(
             &self.log,
@@ -97,17 +123,21 @@ impl Node {
         Ok(())
     }
 
-    /// Waits until the node serves requests or `until` passes.
-    pub(crate) fn wait_ready(&self, until: Instant) -> Result<(), HarnessError> {
+    /// Waits until the node serves requests or `until` passes; `step` names what it waits
+    /// for in the error.
+    pub(crate) fn wait_ready(&self, until: Instant, step: &str) -> Result<(), HarnessError> {
+        let since = Instant::now();
         loop {
             if let Some(child) = lock(&self.child).as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
+                    let logs = self.logs();
                     return Err(HarnessError::NotReady {
                         what: format!(
-                            "{} node {} ({}) exited with {status}",
-                            self.kind, self.index, self.endpoint
+                            "{}, step {step}: exited with {status}{}",
+                            self.describe(),
+                            port_taken_hint(&logs)
                         ),
-                        logs: self.logs(),
+                        logs,
                     });
                 }
             }
@@ -115,9 +145,15 @@ impl Node {
                 return Ok(());
             }
             if Instant::now() >= until {
+                let logs = self.logs();
                 return Err(HarnessError::NotReady {
-                    what: format!("{} node {} ({})", self.kind, self.index, self.endpoint),
-                    logs: self.logs(),
+                    what: format!(
+                        "{}, step {step}: not serving after {:.1} s{}",
+                        self.describe(),
+                        since.elapsed().as_secs_f64(),
+                        port_taken_hint(&logs)
+                    ),
+                    logs,
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -137,6 +173,13 @@ impl Node {
     /// The node's client endpoint (see [`Cluster::endpoints`](super::Cluster::endpoints)).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Every port the node listens on, the client port first (etcd: client, peer; ZooKeeper:
+    /// client, quorum, election). Reserved for the cluster's whole life, so a restart finds
+    /// them free (see the `servers` module).
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
     }
 
     /// The server process id, when this harness runs it.
@@ -167,7 +210,7 @@ impl Node {
     /// [`HarnessError::External`] for an external node.
     pub fn kill(&self) -> Result<(), HarnessError> {
         if self.launch.is_none() {
-            return Err(HarnessError::External("kill a node".into()));
+            return Err(HarnessError::External(format!("kill {}", self.describe())));
         }
         self.kill_quietly();
         Ok(())
@@ -183,16 +226,20 @@ impl Node {
 
     fn signal(&self, sig: i32, what: &str) -> Result<(), HarnessError> {
         if self.launch.is_none() {
-            return Err(HarnessError::External(format!("{what} a node")));
+            return Err(HarnessError::External(format!(
+                "{what} {}",
+                self.describe()
+            )));
         }
         let pid = self.pid().ok_or_else(|| {
-            HarnessError::Io(format!(
-                "cannot {what} {} node {}: not running",
-                self.kind, self.index
-            ))
+            HarnessError::Io(format!("{}, step {what}: not running", self.describe()))
         })?;
-        process::signal(pid, sig)
-            .map_err(|e| HarnessError::Io(format!("cannot {what} pid {pid}: {e}")))
+        process::signal(pid, sig).map_err(|e| {
+            HarnessError::Io(format!(
+                "{}, step {what}: cannot signal pid {pid}: {e}",
+                self.describe()
+            ))
+        })
     }
 
     /// Freezes the node with SIGSTOP (a hung server: connections stay open, nothing answers).
@@ -232,7 +279,7 @@ impl Node {
     /// not come back within [`READY_TIMEOUT`].
     pub fn restart(&self) -> Result<(), HarnessError> {
         self.start_again()?;
-        self.wait_ready(Instant::now() + READY_TIMEOUT)
+        self.wait_ready(Instant::now() + READY_TIMEOUT, "restart")
     }
 
     /// As [`Node::restart`] without waiting until the node serves.
@@ -242,16 +289,28 @@ impl Node {
     /// spawned.
     pub fn start_again(&self) -> Result<(), HarnessError> {
         if self.launch.is_none() {
-            return Err(HarnessError::External("restart a node".into()));
+            return Err(HarnessError::External(format!(
+                "restart {}",
+                self.describe()
+            )));
         }
         self.kill_quietly();
-        self.spawn()
+        self.spawn("restart")
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill_quietly();
+    }
+}
+
+/// `, a port is taken (…)` when the server's output says it could not bind.
+fn port_taken_hint(logs: &str) -> &'static str {
+    if logs.to_ascii_lowercase().contains("address already in use") {
+        ", a port is taken (\"address already in use\" in its output)"
+    } else {
+        ""
     }
 }
 
