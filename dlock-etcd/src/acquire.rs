@@ -148,10 +148,14 @@ impl EtcdLocker {
         let etcd = &inner.etcd;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
-        let enq = match etcd
-            .enqueue(range, &pending.key, session.id(), deadline)
-            .await?
-        {
+        // No move to a new lease runs while we attach our key to the current one.
+        let moving = session.ka.moving.read().await;
+        let generation = session.ka.generation();
+        let enqueued = etcd
+            .enqueue(range, &pending.key, session.lease(), deadline)
+            .await;
+        drop(moving);
+        let enq = match enqueued? {
             Enqueue::Queued(enq) => enq,
             Enqueue::SessionGone => {
                 // etcd dropped the session lease (revoked, or expired before a keep-alive
@@ -161,12 +165,12 @@ impl EtcdLocker {
                 let id = session.id();
                 tracing::info!(
                     lock = %name,
-                    lease = format_args!("{id:x}"),
+                    lease = format_args!("{:x}", session.lease()),
                     "etcd no longer knows the session lease; queueing on a new session"
                 );
                 inner.driver.lose_where(
                     &LossReason::SessionEnded(format!("etcd lease {id:x} expired or was revoked")),
-                    |e| e.lease_id() == id,
+                    |e| e.session_id() == id,
                 );
                 return Ok(Attempt::Requeue);
             }
@@ -216,8 +220,14 @@ impl EtcdLocker {
             }
         }
         // We own the lock if our session is still alive: never grant on a dead lease (the
-        // grant could be stale).
+        // grant could be stale), nor on a key a move to a new lease found gone.
+        let ka = Arc::clone(&session.ka);
+        let moving = ka.moving.read().await;
         if !session.is_live() {
+            return Ok(Attempt::Requeue);
+        }
+        if ka.lost_since(&pending.key, generation) {
+            tracing::debug!(lock = %name, key = %pending.key, "our queue key was gone when the session moved to a new lease; queueing again");
             return Ok(Attempt::Requeue);
         }
         let start = session.last_ack_start();
@@ -227,6 +237,7 @@ impl EtcdLocker {
         let entry = Entry::Lock(LockEntry {
             key,
             rev,
+            generation,
             session,
             slot: Mutex::new(slot),
         });
@@ -235,6 +246,7 @@ impl EtcdLocker {
         let lease = inner
             .driver
             .register(name.clone(), FencingToken(token), start, entry);
+        drop(moving);
         inner.etcd.counters.add_grants(1);
         tracing::debug!(lock = %name, token, "lock granted");
         Ok(Attempt::Granted(lease))
