@@ -169,7 +169,10 @@ impl EtcdLocker {
                     "etcd no longer knows the session lease; queueing on a new session"
                 );
                 inner.driver.lose_where(
-                    &LossReason::SessionEnded(format!("etcd lease {id:x} expired or was revoked")),
+                    &LossReason::SessionEnded(format!(
+                        "etcd lease {:x} expired or was revoked",
+                        session.lease()
+                    )),
                     |e| e.session_id() == id,
                 );
                 return Ok(Attempt::Requeue);

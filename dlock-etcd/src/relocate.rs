@@ -42,16 +42,24 @@ use crate::slots::Slots;
 /// keys were lost.
 ///
 /// # Errors
-/// [`Error::Unavailable`] when the new lease could not be granted: the session stays on its
-/// lease, and the next round tries again.
+/// [`Error::Unavailable`] when the new lease could not be granted, or an enqueue on the old
+/// lease did not finish within one attempt: the session stays on its lease, and the next round
+/// tries again.
 pub(crate) async fn relocate(
     ka: &KeepAlive,
     slots: &Slots,
     held: &[(String, i64)],
     seen: u64,
 ) -> Result<usize, Error> {
-    let _moving = ka.moving.write().await;
     let etcd = &ka.etcd;
+    // An enqueue in flight (retrying through the election) must not hold up the renewal round
+    // for long: if it does not finish within one attempt, the next round moves.
+    let Ok(_moving) = tokio::time::timeout(etcd.attempt_cap, ka.moving.write()).await else {
+        return Err(Error::unavailable(
+            "an enqueue on the session lease is in flight",
+            None,
+        ));
+    };
     let old = ka.lease();
     let ttl = ka.ttl_secs;
     let granted = etcd
