@@ -105,12 +105,18 @@ impl EtcdLocker {
         session: &Session,
         deadline: Option<Instant>,
         try_only: bool,
-    ) -> Result<Option<Enqueue>, Error> {
+    ) -> Result<Option<(Enqueue, u64)>, Error> {
         let etcd = &self.inner.etcd;
         let mut backoff = FIRST_RETRY;
         loop {
-            let e = match etcd.enqueue(range, key, session.id(), deadline).await {
-                Ok(enqueued) => return Ok(Some(enqueued)),
+            // No move to a new lease runs while we attach our key to the current one; the
+            // generation tells the grant whether a move happened since.
+            let moving = session.ka.moving.read().await;
+            let generation = session.ka.generation();
+            let enqueued = etcd.enqueue(range, key, session.lease(), deadline).await;
+            drop(moving);
+            let e = match enqueued {
+                Ok(enqueued) => return Ok(Some((enqueued, generation))),
                 Err(e) => e,
             };
             if !retry_within(&e, deadline, try_only, backoff) {
@@ -243,7 +249,7 @@ impl EtcdLocker {
         let inner = &self.inner;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
-        let Some(enqueued) = self
+        let Some((enqueued, generation)) = self
             .enqueue_within(name, range, &pending.key, &session, deadline, try_only)
             .await?
         else {
@@ -260,12 +266,15 @@ impl EtcdLocker {
                 let id = session.id();
                 tracing::info!(
                     lock = %name,
-                    lease = format_args!("{id:x}"),
+                    lease = format_args!("{:x}", session.lease()),
                     "etcd no longer knows the session lease; queueing on a new session"
                 );
                 inner.driver.lose_where(
-                    &LossReason::SessionEnded(format!("etcd lease {id:x} expired or was revoked")),
-                    |e| e.lease_id() == id,
+                    &LossReason::SessionEnded(format!(
+                        "etcd lease {:x} expired or was revoked",
+                        session.lease()
+                    )),
+                    |e| e.session_id() == id,
                 );
                 return Ok(Attempt::Requeue);
             }
@@ -315,8 +324,14 @@ impl EtcdLocker {
             }
         }
         // We own the lock if our session is still alive: never grant on a dead lease (the
-        // grant could be stale).
+        // grant could be stale), nor on a key a move to a new lease found gone.
+        let ka = Arc::clone(&session.ka);
+        let moving = ka.moving.read().await;
         if !session.is_live() {
+            return Ok(Attempt::Requeue);
+        }
+        if ka.lost_since(&pending.key, generation) {
+            tracing::debug!(lock = %name, key = %pending.key, "our queue key was gone when the session moved to a new lease; queueing again");
             return Ok(Attempt::Requeue);
         }
         let start = session.last_ack_start();
@@ -326,6 +341,7 @@ impl EtcdLocker {
         let entry = Entry::Lock(LockEntry {
             key,
             rev,
+            generation,
             session,
             slot: Mutex::new(slot),
         });
@@ -334,6 +350,7 @@ impl EtcdLocker {
         let lease = inner
             .driver
             .register(name.clone(), FencingToken(token), start, entry);
+        drop(moving);
         inner.etcd.counters.add_grants(1);
         tracing::debug!(lock = %name, token, "lock granted");
         Ok(Attempt::Granted(lease))

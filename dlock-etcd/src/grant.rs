@@ -41,7 +41,7 @@ impl EtcdLocker {
             );
             inner.driver.lose_where(
                 &LossReason::SessionEnded(format!("etcd lease {id:x} ended")),
-                |e| e.lease_id() == id,
+                |e| e.session_id() == id,
             );
         }
         let start = Instant::now();
@@ -74,7 +74,10 @@ impl EtcdLocker {
             .granted_ttl_secs
             .store(granted.ttl().unsigned_abs(), Ordering::Relaxed);
         let id = granted.id();
-        let ka = Arc::new(KeepAlive::new(id, inner.etcd.clone()));
+        // The raft term the lease was granted in: a later term moves the session to a new
+        // lease (see relocate.rs).
+        let term = granted.header().map_or(0, |h| h.raft_term());
+        let ka = Arc::new(KeepAlive::new(id, term, ttl_secs, inner.etcd.clone()));
         // The sentinel: an internal lease that keeps the session renewed while we only wait.
         let sentinel_name =
             LockName::new("session").map_err(|e| errors::unexpected("session", e))?;
@@ -92,7 +95,7 @@ impl EtcdLocker {
             let reason = ended.await;
             if reason != LossReason::Released {
                 losses.fetch_add(1, Ordering::Relaxed);
-                driver.lose_where(&reason, |e| e.lease_id() == id);
+                driver.lose_where(&reason, |e| e.session_id() == id);
             }
         });
         tracing::debug!(

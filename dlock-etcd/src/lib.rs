@@ -10,6 +10,7 @@ mod locker;
 mod members;
 mod ops;
 mod reconcile;
+mod relocate;
 mod session;
 mod slots;
 mod wait;

@@ -152,7 +152,7 @@ impl EtcdLocker {
     /// The current session lease id, if a session is open and alive.
     pub async fn session_lease(&self) -> Option<i64> {
         let s = self.inner.session.lock().await;
-        s.as_ref().filter(|s| s.is_live()).map(|s| s.id())
+        s.as_ref().filter(|s| s.is_live()).map(|s| s.lease())
     }
 }
 

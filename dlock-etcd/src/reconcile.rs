@@ -20,8 +20,14 @@ use tokio::task::JoinHandle;
 use crate::ops::Etcd;
 use crate::slots::Slots;
 
+/// What a listing found: the lease's keys and the raft term of the member that answered.
+pub(crate) struct Listed {
+    pub(crate) keys: HashSet<String>,
+    pub(crate) term: Option<u64>,
+}
+
 /// The session's keys, being listed in the background; dropping it abandons the listing.
-pub(crate) struct Listing(JoinHandle<Result<HashSet<String>, Error>>);
+pub(crate) struct Listing(JoinHandle<Result<Listed, Error>>);
 
 impl Drop for Listing {
     fn drop(&mut self) {
@@ -44,17 +50,20 @@ impl Listing {
                     }
                 })
                 .await?;
-            Ok(resp
-                .keys()
-                .iter()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
-                .collect())
+            Ok(Listed {
+                keys: resp
+                    .keys()
+                    .iter()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect(),
+                term: resp.header().map(|h| h.raft_term()),
+            })
         }))
     }
 
     /// The listed keys if they arrive within `grace`; `None` when the listing failed or is
     /// late (this round is then not reconciled; the next one is).
-    pub(crate) async fn within(mut self, grace: Duration) -> Option<HashSet<String>> {
+    pub(crate) async fn within(mut self, grace: Duration) -> Option<Listed> {
         match tokio::time::timeout(grace, &mut self.0).await {
             Ok(Ok(Ok(keys))) => Some(keys),
             Ok(Ok(Err(e))) => {

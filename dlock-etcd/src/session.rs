@@ -8,6 +8,7 @@
 //! deadline is the deadline of every lock of the session.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,32 +20,105 @@ use tokio::time::Instant;
 use crate::errors;
 use crate::ops::Etcd;
 use crate::reconcile::{Listing, confirm_gone, delete_orphans};
+use crate::relocate::relocate;
 use crate::slots::{SlotGuard, Slots};
 
 /// How long a round waits for the session's key listing after the keep-alive reply (at least;
 /// as long as the keep-alive took, when that was longer).
 const LISTING_GRACE: Duration = Duration::from_millis(100);
 
-/// The keep-alive stream of one session lease.
+/// The keep-alive stream of one session, and the etcd lease the session currently runs on.
+///
+/// A session starts on one lease and may move to a new one when etcd's raft term changes (see
+/// `relocate.rs`): its identity ([`KeepAlive::id`], the first lease id, also the suffix of
+/// every key it creates) never changes, its current lease ([`KeepAlive::lease`]) may.
 pub(crate) struct KeepAlive {
+    /// The session's identity: its first lease id.
     pub(crate) id: i64,
-    etcd: Etcd,
+    /// The lease the session's keys are attached to now.
+    lease: AtomicI64,
+    /// The raft term the current lease was granted in (0: unknown).
+    term: AtomicU64,
+    /// The TTL the lease is asked with, in seconds.
+    pub(crate) ttl_secs: i64,
+    /// How many times the session moved to a new lease.
+    generation: AtomicU64,
+    /// Held for reading by whatever attaches a key to the current lease or grants on a key
+    /// (enqueue, grant); held for writing by a move to a new lease.
+    pub(crate) moving: tokio::sync::RwLock<()>,
+    /// Keys a move could not take along, with the generation that lost them.
+    lost_keys: Mutex<HashMap<String, u64>>,
+    pub(crate) etcd: Etcd,
     /// The open stream and the member it runs on.
     stream: tokio::sync::Mutex<Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>>,
 }
 
 impl KeepAlive {
-    pub(crate) fn new(id: i64, etcd: Etcd) -> Self {
+    pub(crate) fn new(id: i64, term: u64, ttl_secs: i64, etcd: Etcd) -> Self {
         KeepAlive {
             id,
+            lease: AtomicI64::new(id),
+            term: AtomicU64::new(term),
+            ttl_secs,
+            generation: AtomicU64::new(0),
+            moving: tokio::sync::RwLock::new(()),
+            lost_keys: Mutex::new(HashMap::new()),
             etcd,
             stream: tokio::sync::Mutex::new(None),
         }
     }
 
-    /// Sends one keep-alive and waits for its reply (at most `timeout`): `Ok(true)` when the
-    /// lease was extended, `Ok(false)` when etcd says the lease is gone (TTL ≤ 0 or "lease not
-    /// found"). The stream runs on the preferred member; a stream on a member that is no
+    /// The lease the session's keys are attached to now.
+    pub(crate) fn lease(&self) -> i64 {
+        self.lease.load(Ordering::Acquire)
+    }
+
+    /// The raft term the current lease was granted in (0: unknown).
+    pub(crate) fn term(&self) -> u64 {
+        self.term.load(Ordering::Acquire)
+    }
+
+    /// How many times the session moved to a new lease.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Records a term seen while the lease was unknown to have one.
+    pub(crate) fn learn_term(&self, term: u64) {
+        let _ = self
+            .term
+            .compare_exchange(0, term, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Switches to `lease` (granted in `term`) after a move that lost `lost` keys; the
+    /// caller holds [`KeepAlive::moving`] for writing. The keep-alive stream of the old lease
+    /// is dropped, so the next round opens one for the new lease.
+    pub(crate) async fn switch(&self, lease: i64, term: u64, lost: Vec<String>, live: &[String]) {
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        {
+            let mut map = self.lost_keys.lock().unwrap_or_else(|p| p.into_inner());
+            // Forget losses no acquire of this locker can still ask about.
+            map.retain(|k, _| live.contains(k));
+            for key in lost {
+                map.insert(key, generation);
+            }
+        }
+        self.lease.store(lease, Ordering::Release);
+        self.term.store(term, Ordering::Release);
+        *self.stream.lock().await = None;
+    }
+
+    /// Whether `key`, attached while the session was at generation `since`, was lost by a
+    /// move since.
+    pub(crate) fn lost_since(&self, key: &str, since: u64) -> bool {
+        let map = self.lost_keys.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).is_some_and(|&g| g > since)
+    }
+
+    /// Sends one keep-alive and waits for its reply (at most `timeout`): `Ok((true, term))`
+    /// when the lease was extended (`term`: the raft term in the reply's header, when the
+    /// reply was ours to read), `Ok((false, _))` when etcd says the lease is gone (TTL ≤ 0 or
+    /// "lease not found"). The stream runs on the preferred member; a stream on a member that is no
     /// longer preferred is dropped and opened again. A member that fails or does not answer in
     /// time is skipped.
     ///
@@ -52,7 +126,7 @@ impl KeepAlive {
     /// The stream is taken out while a request is in flight and put back only after its reply
     /// was read, so a cancelled call can never leave a stale reply for the next one: the next
     /// call opens a fresh stream.
-    async fn once(&self, timeout: Duration) -> Result<bool, Error> {
+    async fn once(&self, timeout: Duration) -> Result<(bool, Option<u64>), Error> {
         const WHAT: &str = "lease keep-alive";
         let members = &self.etcd.members;
         let mut slot = self.stream.lock().await;
@@ -70,9 +144,10 @@ impl KeepAlive {
                     // Opening the stream sends the first keep-alive and reads its reply.
                     let client = members.client(member).await.map_err(failed)?;
                     let mut leases = client.lease_client();
-                    match leases.keep_alive(self.id).await {
-                        Ok((keeper, stream)) => Ok((true, Some((member, keeper, stream)))),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
+                    match leases.keep_alive(self.lease()).await {
+                        // etcd-client reads the first reply itself: its term is not known.
+                        Ok((keeper, stream)) => Ok((true, None, Some((member, keeper, stream)))),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
                         Err(e) => Err(failed(e)),
                     }
                 }
@@ -80,23 +155,24 @@ impl KeepAlive {
                     keeper.keep_alive().await.map_err(failed)?;
                     match stream.message().await {
                         Ok(Some(reply)) if reply.ttl() > 0 => {
-                            Ok((true, Some((member, keeper, stream))))
+                            let term = reply.header().map(|h| h.raft_term());
+                            Ok((true, term, Some((member, keeper, stream))))
                         }
-                        Ok(Some(_)) => Ok((false, None)),
+                        Ok(Some(_)) => Ok((false, None, None)),
                         Ok(None) => Err((
                             Error::unavailable("lease keep-alive: stream closed by etcd", None),
                             false,
                         )),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None)),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
                         Err(e) => Err(failed(e)),
                     }
                 }
             }
         };
         match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((alive, pair))) => {
+            Ok(Ok((alive, term, pair))) => {
                 *slot = pair;
-                Ok(alive)
+                Ok((alive, term))
             }
             Ok(Err((e, stale_auth))) => {
                 if stale_auth {
@@ -116,13 +192,13 @@ impl KeepAlive {
 
     /// One keep-alive, tried on each member in turn: every attempt but the last is capped so
     /// that a member that hangs cannot eat the round; the last may take the request timeout.
-    async fn renew(&self) -> Result<bool, Error> {
+    async fn renew(&self) -> Result<(bool, Option<u64>), Error> {
         let tries = self.etcd.members.len().max(1);
         for _ in 1..tries {
             match self.once(self.etcd.attempt_cap).await {
                 Ok(alive) => return Ok(alive),
                 Err(e) => {
-                    tracing::debug!(lease = format_args!("{:x}", self.id), error = %e, "keep-alive attempt failed; trying another member");
+                    tracing::debug!(lease = format_args!("{:x}", self.lease()), error = %e, "keep-alive attempt failed; trying another member");
                 }
             }
         }
@@ -142,9 +218,14 @@ impl Session {
         Session { ka, sentinel, ttl }
     }
 
-    /// The session lease id.
+    /// The session's identity (its first lease id, the suffix of its keys).
     pub(crate) fn id(&self) -> i64 {
         self.ka.id
+    }
+
+    /// The lease the session's keys are attached to now.
+    pub(crate) fn lease(&self) -> i64 {
+        self.ka.lease()
     }
 
     /// Whether the lease is known alive now (not lost, deadline not passed).
@@ -182,8 +263,8 @@ impl Entry {
         }
     }
 
-    /// The session lease this entry belongs to.
-    pub(crate) fn lease_id(&self) -> i64 {
+    /// The session this entry belongs to (its identity, the session's first lease id).
+    pub(crate) fn session_id(&self) -> i64 {
         self.keep_alive().id
     }
 }
@@ -192,6 +273,8 @@ impl Entry {
 pub(crate) struct LockEntry {
     pub(crate) key: String,
     pub(crate) rev: i64,
+    /// The session's generation when the key was attached (a later move may lose it).
+    pub(crate) generation: u64,
     pub(crate) session: Arc<Session>,
     pub(crate) slot: Mutex<Option<SlotGuard>>,
 }
@@ -213,7 +296,8 @@ pub(crate) struct Backend {
 
 /// What one session's keep-alive round found.
 enum Round {
-    /// Extended; the session's keys, when they were listed in time.
+    /// Extended; the session's keys, when they were listed in time (and the session did not
+    /// move to a new lease this round).
     Alive(Option<HashSet<String>>),
     /// etcd says the lease is gone.
     Gone,
@@ -238,22 +322,43 @@ impl RenewBackend for Backend {
         let mut rounds: HashMap<i64, Round> = HashMap::with_capacity(sessions.len());
         for ka in sessions {
             // The session's keys are listed beside the keep-alive, on the same connection.
-            let listing = Listing::start(&self.etcd, ka.id);
+            let listing = Listing::start(&self.etcd, ka.lease());
             let started = Instant::now();
             let round = match ka.renew().await {
-                Ok(true) => {
+                Ok((true, ka_term)) => {
                     let grace = started.elapsed().max(LISTING_GRACE);
-                    Round::Alive(listing.within(grace).await)
+                    let listed = listing.within(grace).await;
+                    let seen = ka_term
+                        .into_iter()
+                        .chain(listed.as_ref().and_then(|l| l.term))
+                        .max();
+                    match seen {
+                        Some(term) if ka.term() == 0 => {
+                            ka.learn_term(term);
+                            Round::Alive(listed.map(|l| l.keys))
+                        }
+                        Some(term) if term > ka.term() => {
+                            // A new raft term: a leader of an older term may still revoke
+                            // our lease as expired (etcd-io/etcd#15247). Move to a lease it
+                            // never knew.
+                            let held = held_keys(entries, ka.id);
+                            if let Err(e) = relocate(&ka, &self.slots, &held, term).await {
+                                tracing::warn!(lease = format_args!("{:x}", ka.lease()), error = %e, "moving the session to a lease of the new raft term failed; retried next round");
+                            }
+                            Round::Alive(None)
+                        }
+                        _ => Round::Alive(listed.map(|l| l.keys)),
+                    }
                 }
-                Ok(false) => {
+                Ok((false, _)) => {
                     tracing::warn!(
-                        lease = format_args!("{:x}", ka.id),
+                        lease = format_args!("{:x}", ka.lease()),
                         "etcd says the session lease is gone"
                     );
                     Round::Gone
                 }
                 Err(e) if several => {
-                    tracing::debug!(lease = format_args!("{:x}", ka.id), error = %e, "keep-alive failed; retrying this session");
+                    tracing::debug!(lease = format_args!("{:x}", ka.lease()), error = %e, "keep-alive failed; retrying this session");
                     Round::Undecided
                 }
                 Err(e) => return Err(e),
@@ -262,11 +367,19 @@ impl RenewBackend for Backend {
         }
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
-            let id = e.lease_id();
+            let id = e.session_id();
+            let lease = e.keep_alive().lease();
             out.push(match rounds.get(&id) {
+                Some(Round::Alive(_))
+                    if matches!(&**e, Entry::Lock(lock) if lock.session.ka.lost_since(&lock.key, lock.generation)) =>
+                {
+                    Renewal::Lost(LossReason::Gone(format!(
+                        "etcd lease {lease:x}: the key was gone when the session moved to a lease of a new raft term"
+                    )))
+                }
                 Some(Round::Alive(listed)) => match (&**e, listed) {
                     (Entry::Lock(lock), Some(keys)) if !keys.contains(&lock.key) => {
-                        if confirm_gone(&self.etcd, &lock.key, lock.rev, id).await {
+                        if confirm_gone(&self.etcd, &lock.key, lock.rev, lease).await {
                             tracing::warn!(key = %lock.key, "a held lock's key was deleted at the server");
                             Renewal::Lost(LossReason::Gone(format!(
                                 "etcd key {} was deleted",
@@ -280,13 +393,19 @@ impl RenewBackend for Backend {
                 },
                 Some(Round::Undecided) => Renewal::Retry,
                 Some(Round::Gone) | None => Renewal::Lost(LossReason::SessionEnded(format!(
-                    "etcd lease {id:x} expired or was revoked"
+                    "etcd lease {lease:x} expired or was revoked"
                 ))),
             });
         }
         for (id, round) in rounds {
             if let Round::Alive(Some(keys)) = round {
-                delete_orphans(&self.etcd, &self.slots, &self.prefix, id, keys);
+                let lease = entries
+                    .iter()
+                    .find(|e| e.session_id() == id)
+                    .map(|e| e.keep_alive().lease());
+                if let Some(lease) = lease {
+                    delete_orphans(&self.etcd, &self.slots, &self.prefix, lease, keys);
+                }
             }
         }
         Ok(out)
@@ -294,7 +413,7 @@ impl RenewBackend for Backend {
 
     async fn release(&self, entry: &Entry) -> Result<(), Error> {
         match entry {
-            Entry::Session(ka) => self.etcd.revoke(ka.id).await,
+            Entry::Session(ka) => self.etcd.revoke(ka.lease()).await,
             Entry::Lock(lock) => match self.etcd.delete_guarded(&lock.key, lock.rev, None).await {
                 Ok(_) => {
                     drop(lock.take_slot());
@@ -316,6 +435,17 @@ impl RenewBackend for Backend {
             },
         }
     }
+}
+
+/// The keys and create revisions of the locks session `id` holds.
+fn held_keys(entries: &[Arc<Entry>], id: i64) -> Vec<(String, i64)> {
+    entries
+        .iter()
+        .filter_map(|e| match &**e {
+            Entry::Lock(lock) if lock.session.id() == id => Some((lock.key.clone(), lock.rev)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Deletes `key` (guarded by `rev` when known) in the background, retrying until it is gone

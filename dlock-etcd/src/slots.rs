@@ -63,6 +63,11 @@ impl Slots {
         forget_if_unused(&self.map, key)
     }
 
+    /// Every key with a slot entry (taken, or waited for).
+    pub(crate) fn keys(&self) -> Vec<String> {
+        Self::map(&self.map).keys().cloned().collect()
+    }
+
     /// How many keys have a slot entry (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {
