@@ -665,6 +665,18 @@ impl RenewBackend for SessionBackend {
 mod tests {
     use super::*;
 
+    /// A reply delayed 150 ms one way makes a ping's round trip, seen from the last reply, up
+    /// to about 300 ms on a loaded machine: the connection must not be declared dead for it
+    /// (`zk-cluster::one_way_delay` lost its 2 s lease at 300 ms; red before the fix).
+    #[test]
+    fn a_150ms_reply_delay_is_not_a_dead_connection() {
+        let ms = Duration::from_millis;
+        for ttl in [ms(1000), ms(2000), ms(3000)] {
+            assert!(connection_timeout(ttl) >= ms(500), "{ttl:?}");
+        }
+        assert_eq!(connection_timeout(ms(10_000)), ms(2500));
+    }
+
     /// The margin: half a server tick (tick = min(timeout/2, 2 s)) plus the client's ping
     /// interval (connection timeout / 8).
     #[test]
