@@ -43,7 +43,7 @@ impl Session {
     /// [`Error::Unavailable`] when no server answers within the client library's connect window
     /// (about the requested session timeout).
     pub(crate) async fn open(cfg: &Config, counters: Arc<Counters>) -> Result<Arc<Session>, Error> {
-        // Notice a dead connection (and give up on a hung reconnect attempt) after TTL/8 of
+        // Notice a dead connection (and give up on a hung reconnect attempt) after TTL/4 of
         // silence rather than the client's default 2/5: a lease's deadline leaves about 2/3 of
         // the TTL to reconnect and renew, and a short blip must not cost the lease. Idle
         // sessions ping every 3/8 of that to keep the connection provably alive.
@@ -69,6 +69,7 @@ impl Session {
             chroot_len: cfg.connect.len(),
             ended: Arc::clone(&ended),
             no_multi_read: AtomicBool::new(false),
+            turn: Arc::new(tokio::sync::Mutex::new(())),
             timeout,
         });
         let driver = RenewalDriver::new(backend, proof_ttl(timeout), Arc::clone(&counters));
@@ -139,9 +140,13 @@ impl Session {
     }
 }
 
-/// How long the client waits on a silent connection before it reconnects.
+/// How long the client waits on a silent connection before it reconnects: TTL/4, at least
+/// 500 ms. Shorter (TTL/8, 300 ms) declared healthy connections dead on a loaded machine and
+/// under a 150 ms reply delay — a reply, or the ping's reply, routinely took that long — and
+/// every such reconnect fails the round in flight; enough of them in a row cost the leases.
+/// TTL/4 still leaves well over half the proof's validity to reconnect and renew.
 fn connection_timeout(ttl: Duration) -> Duration {
-    (ttl / 8).max(Duration::from_millis(300))
+    (ttl / 4).max(Duration::from_millis(500))
 }
 
 /// ZooKeeper's default `tickTime`: the largest server tick assumed when the timeout allows it.
@@ -413,6 +418,8 @@ pub(crate) struct SessionBackend {
     chroot_len: usize,
     ended: Arc<AtomicBool>,
     no_multi_read: AtomicBool,
+    /// Held while a round's reads are outstanding (see [`SessionBackend::renew`]).
+    turn: Arc<tokio::sync::Mutex<()>>,
     /// The negotiated session timeout: how long a release retries.
     timeout: Duration,
 }
@@ -420,15 +427,39 @@ pub(crate) struct SessionBackend {
 /// One node's read back: its stat, or why it could not be read.
 type NodeRead = Result<zk::Stat, zk::Error>;
 
-impl SessionBackend {
-    /// Sends the multi-reads of every entry's stat at once (requests sized by
-    /// [`split`]), then waits for all of them. Every request is written to the connection
-    /// before this awaits anything, right behind the caller's `sync`.
-    fn read_all<'a>(
-        &'a self,
-        entries: &'a [Arc<NodeEntry>],
-    ) -> Result<impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + 'a, zk::Error>
+/// What one renewal round sends: a `sync` on `parent`, then reads of every entry.
+struct Reads {
+    client: zk::Client,
+    counters: Arc<Counters>,
+    chroot_len: usize,
+    single: bool,
+    parent: String,
+    entries: Vec<Arc<NodeEntry>>,
+}
+
+impl Reads {
+    /// Sends the sync and the reads (the sync first: ZooKeeper answers a session's requests in
+    /// order) and waits for every reply: the sync's outcome and the reads'.
+    async fn run(self) -> (Result<(), zk::Error>, Result<Vec<NodeRead>, zk::Error>) {
+        self.counters.add_requests(1);
+        let synced = self.client.sync(&self.parent);
+        let read = async {
+            if self.single {
+                self.read_each().await
+            } else {
+                self.read_all()?.await
+            }
+        };
+        tokio::join!(synced, read)
+    }
+
+    /// Sends the multi-reads of every entry's stat at once (requests sized by [`split`]),
+    /// then waits for all of them.
+    fn read_all(
+        &self,
+    ) -> Result<impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + '_, zk::Error>
     {
+        let entries = &self.entries;
         let ranges = split(
             entries.iter().map(|e| e.path.as_str()),
             self.chroot_len,
@@ -469,14 +500,14 @@ impl SessionBackend {
 
     /// Sends one plain read of each entry's stat at once (servers without multi-read), then
     /// waits for all of them.
-    fn read_each<'a>(
-        &'a self,
-        entries: &'a [Arc<NodeEntry>],
-    ) -> impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + 'a {
+    fn read_each(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + '_ {
         self.counters
-            .add_requests(u64::try_from(entries.len()).unwrap_or(u64::MAX));
+            .add_requests(u64::try_from(self.entries.len()).unwrap_or(u64::MAX));
         // `check_stat` writes its request when called; the loop only collects the replies.
-        let sent: Vec<_> = entries
+        let sent: Vec<_> = self
+            .entries
             .iter()
             .map(|e| self.client.check_stat(&e.path))
             .collect();
@@ -513,21 +544,41 @@ impl RenewBackend for SessionBackend {
             return Ok(Vec::new());
         }
         let single = self.no_multi_read.load(Ordering::Relaxed);
+        // One round's reads at a time: a round waits here for the previous one's replies.
+        // The reads run in a task of their own that holds the turn until every reply is in,
+        // even when the driver gives up on the round (its budget ran out): the server answers
+        // those reads anyway, and sending another full read of every node behind them would
+        // only lengthen the queue (on a loaded machine, rounds the driver abandoned piled up
+        // until no round finished within its budget and every lease was lost). Waiting for the
+        // turn only makes the proof older: the deadline counts from the round's start.
+        let turn = Arc::clone(&self.turn).lock_owned().await;
         // Route the proof through the leader: a follower cut from its leader keeps answering
         // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
         // sent first and the reads right behind it (ZooKeeper answers a session's requests in
         // order, and a follower holds the reads until the sync is done): one round trip.
-        let parent = parent_of(&entries[0].path).to_owned();
-        self.counters.add_requests(1);
-        let synced = self.client.sync(&parent);
-        let read = async {
-            if single {
-                self.read_each(entries).await
-            } else {
-                self.read_all(entries)?.await
+        let reads = Reads {
+            client: self.client.clone(),
+            counters: Arc::clone(&self.counters),
+            chroot_len: self.chroot_len,
+            single,
+            parent: parent_of(&entries[0].path).to_owned(),
+            entries: entries.to_vec(),
+        };
+        let (synced, read) = match tokio::spawn(async move {
+            let out = reads.run().await;
+            drop(turn);
+            out
+        })
+        .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return Err(Error::backend(
+                    format!("ZooKeeper renewal task failed: {e}"),
+                    None,
+                ));
             }
         };
-        let (synced, read) = tokio::join!(synced, read);
         let read = match synced {
             Ok(()) | Err(zk::Error::NoNode) => read,
             Err(e) => Err(e),
@@ -614,20 +665,32 @@ impl RenewBackend for SessionBackend {
 mod tests {
     use super::*;
 
+    /// A reply delayed 150 ms one way makes a ping's round trip, seen from the last reply, up
+    /// to about 300 ms on a loaded machine: the connection must not be declared dead for it
+    /// (`zk-cluster::one_way_delay` lost its 2 s lease at 300 ms; red before the fix).
+    #[test]
+    fn a_150ms_reply_delay_is_not_a_dead_connection() {
+        let ms = Duration::from_millis;
+        for ttl in [ms(1000), ms(2000), ms(3000)] {
+            assert!(connection_timeout(ttl) >= ms(500), "{ttl:?}");
+        }
+        assert_eq!(connection_timeout(ms(10_000)), ms(2500));
+    }
+
     /// The margin: half a server tick (tick = min(timeout/2, 2 s)) plus the client's ping
     /// interval (connection timeout / 8).
     #[test]
     fn proofs_count_on_the_timeout_less_a_server_tick_margin() {
         let ms = Duration::from_millis;
-        // 2 s: tick ≤ 1 s, margin 500 ms + 300/8 ms.
+        // 2 s: tick ≤ 1 s, margin 500 ms + 500/8 ms.
         assert_eq!(
             proof_ttl(ms(2000)),
-            ms(2000) - ms(500) - Duration::from_micros(37_500)
+            ms(2000) - ms(500) - Duration::from_micros(62_500)
         );
-        // 10 s: tick ≤ 2 s (the default), margin 1 s + 1250/8 ms.
+        // 10 s: tick ≤ 2 s (the default), margin 1 s + 2500/8 ms.
         assert_eq!(
             proof_ttl(ms(10_000)),
-            ms(10_000) - ms(1000) - Duration::from_micros(156_250)
+            ms(10_000) - ms(1000) - Duration::from_micros(312_500)
         );
         // Never more than the timeout, never negative.
         for t in [0, 1, 200, 4000, 40_000] {
