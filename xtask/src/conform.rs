@@ -239,8 +239,8 @@ pub fn build_report(backends: &[&'static str], rows: Vec<Value>) -> Report {
     build_report_with(backends, rows, &BTreeSet::new())
 }
 
-/// [`build_report`] where `expected` names scenarios that must have a row for every backend
-/// even if no backend wrote one (the suite's own scenario list).
+/// Builds the report for `backends` from `rows`, where `expected` names scenarios that must have
+/// a row for every backend even if no backend wrote one (the suite's own scenario list).
 pub fn build_report_with(
     backends: &[&'static str],
     rows: Vec<Value>,
