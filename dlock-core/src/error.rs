@@ -117,6 +117,9 @@ pub enum ErrorKind {
     Unavailable,
     /// The backend answered with an error or something unexpected.
     Backend,
+    /// The server refused our credentials or permissions; retrying cannot help until an
+    /// operator changes them.
+    AccessDenied,
 }
 
 /// The error type of every dlock operation.
@@ -173,6 +176,17 @@ pub enum Error {
         #[source]
         source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
     },
+    /// The server refused our credentials (a wrong password or user) or our permissions (an
+    /// ACL rule the locker needs is missing). Not retryable: it lasts until an operator changes
+    /// the credentials or the rules.
+    #[error("access denied: {message}")]
+    AccessDenied {
+        /// What was refused (never the password).
+        message: String,
+        /// The client library's error, when there is one.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The backend answered with an error or a reply dlock did not expect.
     #[error("backend error: {message}")]
     Backend {
@@ -203,6 +217,7 @@ impl Error {
             Error::QuorumNotReached { .. } => ErrorKind::QuorumNotReached,
             Error::Unavailable { .. } => ErrorKind::Unavailable,
             Error::Backend { .. } => ErrorKind::Backend,
+            Error::AccessDenied { .. } => ErrorKind::AccessDenied,
         }
     }
 
@@ -228,6 +243,14 @@ impl Error {
     /// An [`Error::Unavailable`] with the client library's error as its source.
     pub fn unavailable(message: impl Into<String>, source: impl Into<Option<BoxError>>) -> Self {
         Error::Unavailable {
+            message: message.into(),
+            source: source.into().map(Arc::from),
+        }
+    }
+
+    /// An [`Error::AccessDenied`] with the client library's error as its source.
+    pub fn access_denied(message: impl Into<String>, source: impl Into<Option<BoxError>>) -> Self {
+        Error::AccessDenied {
             message: message.into(),
             source: source.into().map(Arc::from),
         }

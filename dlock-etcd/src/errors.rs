@@ -33,9 +33,23 @@ pub(crate) fn is_stale_auth(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether etcd refused our user, password or role permissions for good (a stale token is
+/// not: see [`is_stale_auth`]).
+fn is_access_denied(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == Code::PermissionDenied
+                || s.message().contains("authentication failed")
+                || s.message().contains("user name is empty")
+                || s.message().contains("user name not found")
+        }
+        _ => false,
+    }
+}
+
 /// Converts an etcd-client error: transport trouble and a stale auth token (refreshed before
-/// the retry) are [`Error::Unavailable`], anything else the server answered is
-/// [`Error::Backend`].
+/// the retry) are [`Error::Unavailable`], refused credentials or permissions
+/// [`Error::AccessDenied`], anything else the server answered is [`Error::Backend`].
 pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
     let unavailable = match &e {
         etcd_client::Error::TransportError(_)
@@ -52,10 +66,13 @@ pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
         ),
         _ => false,
     } || is_stale_auth(&e);
+    let denied = !unavailable && is_access_denied(&e);
     let message = format!("{what}: {e}");
     let source: BoxError = Box::new(e);
     if unavailable {
         Error::unavailable(message, Some(source))
+    } else if denied {
+        Error::access_denied(message, Some(source))
     } else {
         Error::backend(message, Some(source))
     }
@@ -103,7 +120,13 @@ mod tests {
             status(Code::PermissionDenied, "etcdserver: permission denied"),
         ] {
             assert!(!is_stale_auth(&e), "{e}");
-            assert!(!map("x", e).is_retryable());
+            let mapped = map("x", e);
+            assert!(!mapped.is_retryable());
+            assert_eq!(
+                mapped.kind(),
+                dlock_core::ErrorKind::AccessDenied,
+                "{mapped}"
+            );
         }
     }
 }

@@ -133,7 +133,7 @@ fn user_and_password_are_passed_to_etcd() {
             .build()
             .await
             .expect_err("a wrong password must be rejected");
-        assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
         assert!(!err.is_retryable());
 
         let anonymous = support::builder(cluster.endpoints(), &ns)
@@ -144,6 +144,6 @@ fn user_and_password_are_passed_to_etcd() {
             .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
             .await
             .expect_err("anonymous access must be refused");
-        assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
     });
 }

@@ -166,25 +166,27 @@ pub(crate) fn is_not_master(e: &RedisError) -> bool {
 }
 
 /// Whether the server refused our credentials or our ACL permissions (`WRONGPASS`, `NOAUTH`,
-/// `NOPERM`): retrying cannot help until an operator changes them.
+/// `NOPERM`, or a command inside our script refused by ACL, which Redis reports as a script
+/// error "The user executing the script can't …"): retrying cannot help until an operator
+/// changes them.
 pub(crate) fn is_refused_access(e: &RedisError) -> bool {
     matches!(
         e.kind(),
         redis::ErrorKind::AuthenticationFailed
             | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
     ) || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+        || e.to_string()
+            .contains("The user executing the script can't")
 }
 
-/// Maps a client error: refused credentials or permissions are a (non-retryable) `Backend`
-/// error that says so; connection problems are `Unavailable` (retryable); everything else is
-/// a `Backend` error.
+/// Maps a client error: refused credentials or permissions are `AccessDenied` (not
+/// retryable); connection problems are `Unavailable` (retryable); everything else is a
+/// `Backend` error.
 pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     let source: dlock_core::BoxError = Box::new(e.clone());
     if is_refused_access(e) {
-        return Error::backend(
-            format!(
-                "{what} on {node}: access refused (credentials or ACL permissions; not retryable): {e}"
-            ),
+        return Error::access_denied(
+            format!("{what} on {node}: credentials or ACL permissions refused: {e}"),
             Some(source),
         );
     }

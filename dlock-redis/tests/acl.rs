@@ -80,7 +80,7 @@ async fn a_wrong_password_is_not_retryable() {
         .await
         .expect_err("a wrong password");
     assert!(!e.is_retryable(), "{e}");
-    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
     assert!(!format!("{e}").contains("not-the-password"), "{e}");
 }
 
@@ -104,7 +104,7 @@ async fn a_missing_permission_is_not_retryable() {
         .await
         .expect_err("no permission");
     assert!(!e.is_retryable(), "{e}");
-    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
 }
 
 /// Exactly the documented rules: uncontended and queued acquires, a handoff with notification,

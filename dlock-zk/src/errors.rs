@@ -42,6 +42,9 @@ pub(crate) fn map(what: &str, e: zk::Error) -> Error {
         | zk::Error::SessionExpired
         | zk::Error::ClientClosed
         | zk::Error::Custom(_) => Error::unavailable(message, Some(Box::new(e) as _)),
+        zk::Error::NoAuth | zk::Error::AuthFailed => {
+            Error::access_denied(message, Some(Box::new(e) as _))
+        }
         other => Error::backend(message, Some(Box::new(other) as _)),
     }
 }
