@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Capabilities, Error, FencingStrength, LockName, Locker};
+use dlock_core::{Capabilities, Error, FencingStrength, FencingToken, LockName, Locker};
 
 use crate::servers::{Cluster, ServerKind};
 
@@ -128,11 +128,18 @@ pub trait TestBackend: Send + Sync + 'static {
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error>;
 
     /// Breaks the current holder of `name` from the server side (delete its key or node, revoke
-    /// its lease), as an operator or a server fault would.
+    /// its lease), as an operator or a server fault would. Returns the fencing token of the
+    /// grant it broke, read in the same step as the break (a grant whose reply has not reached
+    /// its client yet included): the history checkers attribute the break to exactly that hold.
+    /// `None` when the backend cannot tell; the checkers then attribute it by timing.
     ///
     /// # Errors
-    /// The backend's error.
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error>;
+    /// The backend's error; [`Error::NotHeld`] when nobody held the lock.
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error>;
 
     /// Breaks only the current holder's entry of `name` at the server (delete its key or
     /// node), leaving anything it shares with the holder's other leases alone (an etcd session
@@ -142,7 +149,7 @@ pub trait TestBackend: Send + Sync + 'static {
     /// # Errors
     /// The backend's error.
     async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
-        self.break_holder(namespace, name).await
+        self.break_holder(namespace, name).await.map(|_| ())
     }
 
     /// Environment variables that make a child process (the crash-test holder) reach the same

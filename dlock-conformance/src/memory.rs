@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dlock_core::memory::Defect;
-use dlock_core::{Error, LockName, Locker, MemoryLocker, MemoryServer};
+use dlock_core::{Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
 
 use crate::{ClientOptions, TestBackend};
 
@@ -82,9 +82,12 @@ impl TestBackend for MemoryBackend {
         Ok(self.server(namespace).entries(""))
     }
 
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
-        self.server(namespace).expire_now(name);
-        Ok(())
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
+        Ok(self.server(namespace).expire_now(name))
     }
 
     fn child_env(&self) -> Vec<(String, String)> {

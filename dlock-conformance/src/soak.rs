@@ -265,10 +265,18 @@ async fn soak(
             _ => {
                 nemeses.breaks.fetch_add(1, Ordering::SeqCst);
                 let began = std::time::Instant::now();
-                let broke = backend.break_holder(ctx.ns(), &plan.lock).await;
-                load.history.forced_break(began, std::time::Instant::now());
-                if let Err(e) = broke {
-                    tracing::debug!(error = %e, "soak: break found no holder");
+                match backend.break_holder(ctx.ns(), &plan.lock).await {
+                    Ok(hit) => {
+                        load.history
+                            .forced_break_of(began, std::time::Instant::now(), hit);
+                    }
+                    // Nobody held the lock: nothing was broken.
+                    Err(dlock_core::Error::NotHeld { .. }) => {}
+                    // The break's outcome is unknown: attributed by timing.
+                    Err(e) => {
+                        tracing::debug!(error = %e, "soak: the break failed");
+                        load.history.forced_break(began, std::time::Instant::now());
+                    }
                 }
             }
         }
@@ -314,7 +322,8 @@ async fn soak(
         line.push_str(&format!(" {k}={v}"));
     }
     if let Err(Verdict::Fail(why)) = f.verdict("the soak's history") {
-        return Err(Verdict::Fail(format!("{why} ({line})")));
+        let dump = dump_history(&history, soak_plan.seed);
+        return Err(Verdict::Fail(format!("{why} ({line}); history: {dump}")));
     }
     if resource.value() != accepted_writes {
         return Err(Verdict::Fail(format!(
@@ -398,4 +407,37 @@ async fn promised(holder: &mut HolderProcess) -> Option<std::time::Instant> {
     holder.send("check").ok()?;
     let state = holder.expect("state", Duration::from_secs(10)).await?;
     field(&state, "deadline_ns").map(instant_of_mono)
+}
+
+/// Writes every event of a failed soak, one per line with times in ms from the first event, to
+/// a file in the temp dir; returns its path (or why it could not be written).
+fn dump_history(history: &History, seed: u64) -> String {
+    let events = history.events();
+    let Some(t0) = events.first().map(|e| e.at) else {
+        return "empty".into();
+    };
+    let ms = |t: std::time::Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e3;
+    let mut text = String::new();
+    for e in &events {
+        let who = if e.client == crate::history::BREAKER {
+            "breaker".to_string()
+        } else {
+            format!("client {}", e.client)
+        };
+        let until = e
+            .until
+            .map_or(String::new(), |u| format!(" until={:.1}", ms(u)));
+        text.push_str(&format!(
+            "{:10.1} {who} {:?} token={}{until}\n",
+            ms(e.at),
+            e.kind,
+            e.token.0
+        ));
+    }
+    let path =
+        std::env::temp_dir().join(format!("dlock-soak-{}-{seed}.history", std::process::id()));
+    match std::fs::write(&path, text) {
+        Ok(()) => path.display().to_string(),
+        Err(e) => format!("not written ({e})"),
+    }
 }

@@ -11,7 +11,8 @@ use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend, scenarios};
 use dlock_core::memory::Defect;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Lease, LockName, Locker, MemoryLocker, MemoryServer, Stats,
+    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, Locker, MemoryLocker,
+    MemoryServer, Stats,
 };
 
 fn run(backend: impl TestBackend, scenario: Scenario) -> Row {
@@ -209,8 +210,12 @@ impl TestBackend for SplitBrain {
     async fn leftovers(&self, _namespace: &str) -> Result<Vec<String>, Error> {
         Ok(Vec::new())
     }
-    async fn break_holder(&self, _namespace: &str, _name: &LockName) -> Result<(), Error> {
-        Ok(())
+    async fn break_holder(
+        &self,
+        _namespace: &str,
+        _name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
+        Ok(None)
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()
@@ -275,9 +280,13 @@ impl TestBackend for Wrapped {
         }
         Ok(left)
     }
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
         if self.twist == Twist::NeverBreak {
-            return Ok(());
+            return Ok(None);
         }
         self.inner.break_holder(namespace, name).await
     }
@@ -379,8 +388,12 @@ impl TestBackend for Pretend {
     async fn leftovers(&self, _namespace: &str) -> Result<Vec<String>, Error> {
         Ok(Vec::new())
     }
-    async fn break_holder(&self, _namespace: &str, _name: &LockName) -> Result<(), Error> {
-        Ok(())
+    async fn break_holder(
+        &self,
+        _namespace: &str,
+        _name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
+        Ok(None)
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()

@@ -70,6 +70,7 @@ struct NameState {
 struct Holder {
     owner: u64,
     expires: Instant,
+    token: FencingToken,
 }
 
 struct Waiter {
@@ -101,14 +102,12 @@ impl MemoryServer {
     }
 
     /// Test hook: expire the current holder of `name` now, as if its TTL ran out. The holder
-    /// learns at its next renewal. Returns whether there was a holder.
-    pub fn expire_now(&self, name: &LockName) -> bool {
+    /// learns at its next renewal. Returns the token of the holder it expired, if there was one.
+    pub fn expire_now(&self, name: &LockName) -> Option<FencingToken> {
         let mut names = self.names();
-        let Some(st) = names.get_mut(name.as_str()) else {
-            return false;
-        };
-        let had = st.holder.take().is_some();
-        st.lapsed |= had;
+        let st = names.get_mut(name.as_str())?;
+        let had = st.holder.take().map(|h| h.token);
+        st.lapsed |= had.is_some();
         if let Some(w) = st.queue.front() {
             w.wake.notify_one();
         }
@@ -265,16 +264,17 @@ impl Backend {
             st.fence += 1;
         }
         st.lapsed = false;
-        st.holder = Some(Holder {
-            owner,
-            expires: now + self.server_ttl(),
-        });
-        let token = if self.defect == Some(Defect::NoFencing) {
+        let token = FencingToken(if self.defect == Some(Defect::NoFencing) {
             1
         } else {
             st.fence
-        };
-        Some(FencingToken(token))
+        });
+        st.holder = Some(Holder {
+            owner,
+            expires: now + self.server_ttl(),
+            token,
+        });
+        Some(token)
     }
 
     fn wake_next(&self, st: &NameState) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Error, FencingStrength, LockName, Locker};
+use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
 
@@ -96,7 +96,13 @@ impl TestBackend for EtcdBackend {
 
     /// Revokes the holder's lease (the key with the lowest create revision), as an operator
     /// would with `etcdctl lease revoke`.
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+    /// Revokes the lease of the range's first key (or deletes a key without one); returns that
+    /// key's create revision, the fencing token of its grant.
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
         let mut c = self.raw().await?;
         let range = format!("{namespace}/{}/", name.encoded());
         let first = GetOptions::new()
@@ -121,7 +127,9 @@ impl TestBackend for EtcdBackend {
                 .await
                 .map_err(|e| etcd_error("delete the holder's key", e))?;
         }
-        Ok(())
+        Ok(u64::try_from(holder.create_revision())
+            .ok()
+            .map(FencingToken))
     }
 
     /// Deletes only the holder's key: its session lease carries the locker's other locks.

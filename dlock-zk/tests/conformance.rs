@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Error, FencingStrength, LockName, Locker};
+use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_zk::{DEFAULT_ROOT, ZkLocker};
 use zookeeper_client as zkc;
 
@@ -91,7 +91,12 @@ impl TestBackend for ZkBackend {
     }
 
     /// Deletes the holder's node (the lowest sequence), as an operator would.
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+    /// Deletes the first queue node; returns its czxid, the fencing token of its grant.
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
         let z = self.raw().await?;
         let parent = format!("{}/{}", Self::base(namespace), name.encoded());
         let mut nodes: Vec<(i64, String)> = children(&z, &parent)
@@ -108,8 +113,22 @@ impl TestBackend for ZkBackend {
                 name: name.to_string(),
             });
         };
-        match z.delete(&format!("{parent}/{holder}"), None).await {
-            Ok(()) | Err(zkc::Error::NoNode) => Ok(()),
+        let path = format!("{parent}/{holder}");
+        let stat = match z.check_stat(&path).await {
+            Ok(Some(stat)) => stat,
+            // Gone before we could read it (released or expired meanwhile): nothing broken.
+            Ok(None) => {
+                return Err(Error::NotHeld {
+                    name: name.to_string(),
+                });
+            }
+            Err(e) => return Err(backend_error("read the holder's node", e)),
+        };
+        match z.delete(&path, Some(stat.version)).await {
+            Ok(()) => Ok(u64::try_from(stat.czxid).ok().map(FencingToken)),
+            Err(zkc::Error::NoNode) => Err(Error::NotHeld {
+                name: name.to_string(),
+            }),
             Err(e) => Err(backend_error("delete the holder's node", e)),
         }
     }

@@ -272,7 +272,12 @@ pub(crate) async fn lost_after_break(ctx: &Ctx) -> Result<(), Verdict> {
     tokio::time::sleep(ttl / 4).await;
     let lost = lease.lost();
     let broke = Instant::now();
-    ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    let hit = ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    ensure!(
+        hit.is_none_or(|t| t == lease.token()),
+        "the break reported token {hit:?}, the holder's is {}",
+        lease.token()
+    );
     let reason = within(ttl + SCHED, lost).await.ok_or_else(|| {
         Verdict::Fail(format!(
             "lost() did not fire within {:?} after the server-side break",

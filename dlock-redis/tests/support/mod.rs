@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
-use dlock_core::{Error, LockName, Locker};
+use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
 /// Which locker a backend builds.
@@ -215,8 +215,23 @@ impl TestBackend for RedisBackend {
         Ok(out)
     }
 
-    async fn break_holder(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+    /// Deletes the lock key on every reachable node. Returns the broken grant's token: on the
+    /// nodes holding the owner value most of them held, the largest fence counter (the grant
+    /// set the counter to its token; Redlock wrote the token back to its laggards). A fair-mode
+    /// reservation (`r:…`) is no grant.
+    async fn break_holder(
+        &self,
+        namespace: &str,
+        name: &LockName,
+    ) -> Result<Option<FencingToken>, Error> {
         let key = format!("{namespace}/dlock:{{{}}}", name.as_str());
+        let take = redis::Script::new(
+            "local v = redis.call('GET', KEYS[1]) \
+             if not v then return false end \
+             redis.call('DEL', KEYS[1]) \
+             return {v, redis.call('GET', KEYS[2]) or '0'}",
+        );
+        let mut found: Vec<(String, u64)> = Vec::new();
         for (i, url) in self.audit_urls().iter().enumerate() {
             if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
                 continue;
@@ -227,13 +242,33 @@ impl TestBackend for RedisBackend {
                 Err(e) if e.is_connection_refusal() => continue,
                 Err(e) => return Err(backend_err(&e)),
             };
-            let _: i64 = redis::cmd("DEL")
-                .arg(&key)
-                .query_async(&mut conn)
+            let held: Option<(String, String)> = take
+                .key(&key)
+                .key(format!("{key}:fence"))
+                .invoke_async(&mut conn)
                 .await
                 .map_err(|e| backend_err(&e))?;
+            if let Some((owner, fence)) = held {
+                if !owner.starts_with("r:") {
+                    found.push((owner, fence.parse().unwrap_or(0)));
+                }
+            }
         }
-        Ok(())
+        let Some(owner) = found
+            .iter()
+            .map(|(o, _)| o)
+            .max_by_key(|o| found.iter().filter(|(x, _)| x == *o).count())
+        else {
+            return Err(Error::NotHeld {
+                name: name.to_string(),
+            });
+        };
+        Ok(found
+            .iter()
+            .filter(|(o, _)| o == owner)
+            .map(|(_, t)| *t)
+            .max()
+            .map(FencingToken))
     }
 
     /// `PTTL` of the lock key. For Redlock: the moment a majority of the reachable nodes no
