@@ -582,3 +582,18 @@ fn a_reused_token_is_caught_by_the_token_and_fenced_safety_checks() {
         &["token violation", "fenced-safety violation"],
     );
 }
+
+#[test]
+fn one_lost_lease_failing_its_whole_renewal_round_fails_many_leases_break() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::BatchLoss),
+        Scenario::ManyLeasesBreak,
+    );
+    assert_caught(&row, "other leases were lost after one of 1000 was broken");
+}
+
+#[test]
+fn many_leases_break_passes_on_the_honest_memory_backend() {
+    let row = run(MemoryBackend::new(), Scenario::ManyLeasesBreak);
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}

@@ -49,6 +49,9 @@ pub enum Defect {
     /// tokens); the retry finds its own earlier grant and takes it without re-arming the TTL,
     /// yet the deadline is counted from the retry (the fair-mode Redis re-grant defect).
     StaleRegrant,
+    /// One lease found lost in a renewal round fails the whole round: every lease renewed with
+    /// it is reported lost too (the Redlock batch-verdict defect).
+    BatchLoss,
 }
 
 /// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] is.
@@ -302,7 +305,7 @@ impl RenewBackend for Backend {
         self.counters.add_requests(1);
         let now = Instant::now();
         let mut names = self.server.names();
-        Ok(entries
+        let verdicts: Vec<Renewal> = entries
             .iter()
             .map(
                 |e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
@@ -315,7 +318,15 @@ impl RenewBackend for Backend {
                     )),
                 },
             )
-            .collect())
+            .collect();
+        let one_lost = verdicts.iter().any(|v| matches!(v, Renewal::Lost(_)));
+        if self.defect == Some(Defect::BatchLoss) && one_lost {
+            return Ok(entries
+                .iter()
+                .map(|_| Renewal::Lost(LossReason::Gone("another lease of the round".into())))
+                .collect());
+        }
+        Ok(verdicts)
     }
 
     async fn release(&self, entry: &Entry) -> Result<(), Error> {
