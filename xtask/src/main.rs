@@ -136,20 +136,10 @@ fn test() -> Result<(), String> {
     )?;
     // A one-minute randomized fault soak: fails on any violation (promise, belief overlap,
     // token order, fenced safety). The 10-minute soak is `cargo xtask conform --soak 10m`.
-    // Two backends are left out of this CI step, loudly, while their soak violations are
-    // open in issue 11 (seed 378652: a grant 1.5-2 s before another lease's promised deadline
-    // on etcd-cluster and redlock-degraded); their conformance scenarios still run above, and
-    // `cargo xtask conform --soak 1m --backend etcd-cluster,redlock-degraded` reproduces them.
-    let open = ["etcd-cluster", "redlock-degraded"];
-    let soaked: Vec<&str> = conform::BACKENDS
-        .iter()
-        .map(|b| b.name)
-        .filter(|b| !open.contains(b))
-        .collect();
+    let soaked: Vec<&str> = conform::BACKENDS.iter().map(|b| b.name).collect();
     eprintln!(
-        "\n==> soak smoke: conform --soak 1m --backend {} (NOT run here: {} — open soak violations, issue 11)",
-        soaked.join(","),
-        open.join(", ")
+        "\n==> soak smoke: conform --soak 1m --backend {}",
+        soaked.join(",")
     );
     conform::run(&[
         "--soak".to_string(),
