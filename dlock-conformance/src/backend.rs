@@ -128,10 +128,12 @@ pub trait TestBackend: Send + Sync + 'static {
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error>;
 
     /// Breaks the current holder of `name` from the server side (delete its key or node, revoke
-    /// its lease), as an operator or a server fault would. Returns the fencing token of the
-    /// grant it broke, read in the same step as the break (a grant whose reply has not reached
-    /// its client yet included): the history checkers attribute the break to exactly that hold.
-    /// `None` when the backend cannot tell; the checkers then attribute it by timing.
+    /// its lease), as an operator or a server fault would. Returns the fencing tokens of the
+    /// grants it broke — every grant whose entry it deleted on any node (on Redlock one deleted
+    /// key can cost a holder its majority) — read in the same step as the break, a grant whose
+    /// reply has not reached its client yet included: the history checkers attribute the break
+    /// to exactly those holds. Empty when the backend cannot tell; the checkers then attribute
+    /// it by timing.
     ///
     /// # Errors
     /// The backend's error; [`Error::NotHeld`] when nobody held the lock.
@@ -139,7 +141,7 @@ pub trait TestBackend: Send + Sync + 'static {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error>;
+    ) -> Result<Vec<FencingToken>, Error>;
 
     /// Breaks only the current holder's entry of `name` at the server (delete its key or
     /// node), leaving anything it shares with the holder's other leases alone (an etcd session

@@ -211,20 +211,24 @@ impl History {
     /// Records a forced server-side break of the current holder, called at `started` and
     /// returned at `ended`, whose victim is not known: the checkers attribute it by timing.
     pub fn forced_break(&self, started: Instant, ended: Instant) {
-        self.forced_break_of(started, ended, None);
+        self.forced_break_of(started, ended, &[]);
     }
 
     /// Records a forced server-side break called at `started` and returned at `ended` that hit
-    /// the grant with token `hit` (as the backend read it in the break itself); `None`: not
-    /// known, attributed by timing.
-    pub fn forced_break_of(&self, started: Instant, ended: Instant, hit: Option<FencingToken>) {
-        self.push(Event {
-            client: BREAKER,
-            kind: Kind::Break,
-            token: hit.unwrap_or(FencingToken(0)),
-            at: started,
-            until: Some(ended),
-        });
+    /// the grants with tokens `hit` (as the backend read them in the break itself): one event
+    /// per token. Empty: not known, attributed by timing.
+    pub fn forced_break_of(&self, started: Instant, ended: Instant, hit: &[FencingToken]) {
+        let unknown = [FencingToken(0)];
+        let tokens = if hit.is_empty() { &unknown[..] } else { hit };
+        for token in tokens {
+            self.push(Event {
+                client: BREAKER,
+                kind: Kind::Break,
+                token: *token,
+                at: started,
+                until: Some(ended),
+            });
+        }
     }
 
     /// Records a fenced operation's outcome.
@@ -670,7 +674,7 @@ mod tests {
         let h = History::new();
         let t0 = Instant::now();
         h.push(ev(0, Kind::Grant, 220, t0, Some(t0 + ms(2000))));
-        h.forced_break_of(t0 + ms(100), t0 + ms(110), Some(t(223)));
+        h.forced_break_of(t0 + ms(100), t0 + ms(110), &[t(223)]);
         h.push(ev(0, Kind::Release, 220, t0 + ms(105), None));
         h.push(ev(2, Kind::Grant, 225, t0 + ms(120), Some(t0 + ms(2100))));
         h.push(ev(1, Kind::Grant, 223, t0 + ms(300), Some(t0 + ms(1600))));
@@ -691,12 +695,35 @@ mod tests {
     }
 
     #[test]
+    fn a_break_that_hits_several_owners_excuses_each() {
+        // Redlock: the break deleted a released holder's leftover keys (token 97) on some
+        // nodes and the new holder's (152) on another, so 154 could win a majority.
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 97, t0, Some(t0 + ms(1900))));
+        h.push(ev(0, Kind::Release, 97, t0 + ms(500), None));
+        h.forced_break_of(t0 + ms(1300), t0 + ms(1360), &[t(97), t(152)]);
+        h.push(ev(2, Kind::Grant, 152, t0 + ms(1310), Some(t0 + ms(3300))));
+        h.push(ev(1, Kind::Grant, 154, t0 + ms(1400), Some(t0 + ms(3400))));
+        assert_eq!(h.promise_violations(), Ok(()));
+        assert_eq!(h.belief_overlap(), Ok(()));
+        // Only the leftover's token reported: 152 is not excused.
+        let partial = History::new();
+        partial.push(ev(0, Kind::Grant, 97, t0, Some(t0 + ms(1900))));
+        partial.push(ev(0, Kind::Release, 97, t0 + ms(500), None));
+        partial.forced_break_of(t0 + ms(1300), t0 + ms(1360), &[t(97)]);
+        partial.push(ev(2, Kind::Grant, 152, t0 + ms(1310), Some(t0 + ms(3300))));
+        partial.push(ev(1, Kind::Grant, 154, t0 + ms(1400), Some(t0 + ms(3400))));
+        assert!(partial.promise_violations().is_err());
+    }
+
+    #[test]
     fn a_break_by_token_excuses_no_other_hold() {
         let h = History::new();
         let t0 = Instant::now();
         h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(500))));
         // The break reports a token nobody holds: client 0 is not excused.
-        h.forced_break_of(t0 + ms(10), t0 + ms(11), Some(t(7)));
+        h.forced_break_of(t0 + ms(10), t0 + ms(11), &[t(7)]);
         h.push(ev(1, Kind::Grant, 2, t0 + ms(20), Some(t0 + ms(520))));
         let v = h.promise_violations().expect_err("client 0 was not broken");
         assert!(v.first.contains("client 1 (token 2)"), "{}", v.first);

@@ -86,8 +86,13 @@ impl TestBackend for MemoryBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
-        Ok(self.server(namespace).expire_now(name))
+    ) -> Result<Vec<FencingToken>, Error> {
+        match self.server(namespace).expire_now(name) {
+            Some(token) => Ok(vec![token]),
+            None => Err(Error::NotHeld {
+                name: name.to_string(),
+            }),
+        }
     }
 
     fn child_env(&self) -> Vec<(String, String)> {

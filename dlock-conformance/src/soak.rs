@@ -268,7 +268,7 @@ async fn soak(
                 match backend.break_holder(ctx.ns(), &plan.lock).await {
                     Ok(hit) => {
                         load.history
-                            .forced_break_of(began, std::time::Instant::now(), hit);
+                            .forced_break_of(began, std::time::Instant::now(), &hit);
                     }
                     // Nobody held the lock: nothing was broken.
                     Err(dlock_core::Error::NotHeld { .. }) => {}

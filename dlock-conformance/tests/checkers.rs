@@ -214,8 +214,8 @@ impl TestBackend for SplitBrain {
         &self,
         _namespace: &str,
         _name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
-        Ok(None)
+    ) -> Result<Vec<FencingToken>, Error> {
+        Ok(Vec::new())
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()
@@ -284,9 +284,9 @@ impl TestBackend for Wrapped {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
+    ) -> Result<Vec<FencingToken>, Error> {
         if self.twist == Twist::NeverBreak {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         self.inner.break_holder(namespace, name).await
     }
@@ -392,8 +392,8 @@ impl TestBackend for Pretend {
         &self,
         _namespace: &str,
         _name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
-        Ok(None)
+    ) -> Result<Vec<FencingToken>, Error> {
+        Ok(Vec::new())
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()

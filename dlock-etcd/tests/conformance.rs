@@ -102,7 +102,7 @@ impl TestBackend for EtcdBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
+    ) -> Result<Vec<FencingToken>, Error> {
         let mut c = self.raw().await?;
         let range = format!("{namespace}/{}/", name.encoded());
         let first = GetOptions::new()
@@ -129,7 +129,9 @@ impl TestBackend for EtcdBackend {
         }
         Ok(u64::try_from(holder.create_revision())
             .ok()
-            .map(FencingToken))
+            .map(FencingToken)
+            .into_iter()
+            .collect())
     }
 
     /// Deletes only the holder's key: its session lease carries the locker's other locks.

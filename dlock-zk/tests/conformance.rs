@@ -96,7 +96,7 @@ impl TestBackend for ZkBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
+    ) -> Result<Vec<FencingToken>, Error> {
         let z = self.raw().await?;
         let parent = format!("{}/{}", Self::base(namespace), name.encoded());
         let mut nodes: Vec<(i64, String)> = children(&z, &parent)
@@ -125,7 +125,11 @@ impl TestBackend for ZkBackend {
             Err(e) => return Err(backend_error("read the holder's node", e)),
         };
         match z.delete(&path, Some(stat.version)).await {
-            Ok(()) => Ok(u64::try_from(stat.czxid).ok().map(FencingToken)),
+            Ok(()) => Ok(u64::try_from(stat.czxid)
+                .ok()
+                .map(FencingToken)
+                .into_iter()
+                .collect()),
             Err(zkc::Error::NoNode) => Err(Error::NotHeld {
                 name: name.to_string(),
             }),

@@ -215,15 +215,16 @@ impl TestBackend for RedisBackend {
         Ok(out)
     }
 
-    /// Deletes the lock key on every reachable node. Returns the broken grant's token: on the
-    /// nodes holding the owner value most of them held, the largest fence counter (the grant
-    /// set the counter to its token; Redlock wrote the token back to its laggards). A fair-mode
-    /// reservation (`r:…`) is no grant.
+    /// Deletes the lock key on every reachable node. Returns the token of every owner value it
+    /// deleted anywhere (on Redlock one deleted key can cost a holder its majority): the largest
+    /// fence counter among the nodes that held that owner value (the grant set the counter to
+    /// its token; Redlock writes the token back to its laggards). A fair-mode reservation
+    /// (`r:…`) is no grant.
     async fn break_holder(
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Option<FencingToken>, Error> {
+    ) -> Result<Vec<FencingToken>, Error> {
         let key = format!("{namespace}/dlock:{{{}}}", name.as_str());
         let take = redis::Script::new(
             "local v = redis.call('GET', KEYS[1]) \
@@ -254,21 +255,17 @@ impl TestBackend for RedisBackend {
                 }
             }
         }
-        let Some(owner) = found
-            .iter()
-            .map(|(o, _)| o)
-            .max_by_key(|o| found.iter().filter(|(x, _)| x == *o).count())
-        else {
+        if found.is_empty() {
             return Err(Error::NotHeld {
                 name: name.to_string(),
             });
-        };
-        Ok(found
-            .iter()
-            .filter(|(o, _)| o == owner)
-            .map(|(_, t)| *t)
-            .max()
-            .map(FencingToken))
+        }
+        let mut tokens: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for (owner, fence) in &found {
+            let t = tokens.entry(owner.as_str()).or_default();
+            *t = (*t).max(*fence);
+        }
+        Ok(tokens.into_values().map(FencingToken).collect())
     }
 
     /// `PTTL` of the lock key. For Redlock: the moment a majority of the reachable nodes no
