@@ -352,6 +352,8 @@ async fn run(args: Args) -> Result<(), String> {
             failures.push(format!("{name}: {e}"));
         }
     }
+    // A run whose rows show a broken lock (or a broken bench) is a failed run, whatever its speed.
+    failures.extend(report::run_failures(&rows));
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let json = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
     let json_path = args.out.join("results.json");

@@ -208,6 +208,11 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
     t
 }
 
+/// Why the run must fail, judged from its rows: one line per problem (none: the run stands).
+pub fn run_failures(_rows: &[Row]) -> Vec<String> {
+    Vec::new()
+}
+
 /// One backend's markdown section.
 pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> String {
     let peer = peer_of(backend);
@@ -298,5 +303,107 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**NOT met**"), "{md}");
+    }
+
+    fn leases(backend: &str, rounds: f64, lost: f64, release_errors: f64) -> Vec<Row> {
+        vec![
+            row(
+                backend,
+                "leases-10",
+                "dlock",
+                "renewal_rounds_per_period",
+                rounds,
+            ),
+            row(backend, "leases-10", "dlock", "leases_lost", lost),
+            row(
+                backend,
+                "leases-10",
+                "dlock",
+                "release_errors",
+                release_errors,
+            ),
+        ]
+    }
+
+    fn verdict(rows: &[Row], backend: &str, what: &str) -> Option<Option<bool>> {
+        targets(rows, backend, &[1, 64], 10)
+            .into_iter()
+            .find(|t| t.what.contains(what))
+            .map(|t| t.met)
+    }
+
+    #[test]
+    fn renewal_target_is_two_sided() {
+        for backend in ["redis", "redlock", "etcd", "zk"] {
+            // 5 rounds in a window of 6 periods: a round was missed.
+            let low = leases(backend, 5.0 / 6.0, 0.0, 0.0);
+            assert_eq!(verdict(&low, backend, "renewal"), Some(Some(false)));
+            for ok in [0.9, 1.0, 7.0 / 6.0] {
+                let rows = leases(backend, ok, 0.0, 0.0);
+                assert_eq!(verdict(&rows, backend, "renewal"), Some(Some(true)), "{ok}");
+            }
+            let high = leases(backend, 1.2, 0.0, 0.0);
+            assert_eq!(verdict(&high, backend, "renewal"), Some(Some(false)));
+        }
+        let md = markdown(&leases("zk", 5.0 / 6.0, 0.0, 0.0), "zk", &[1, 64], 10);
+        let line = md
+            .lines()
+            .find(|l| l.contains("renewal"))
+            .unwrap_or_default();
+        assert!(line.contains("**NOT met**"), "{md}");
+    }
+
+    #[test]
+    fn lost_leases_and_release_errors_are_targets() {
+        let bad = leases("redlock", 1.0, 1.0, 29.0);
+        assert_eq!(verdict(&bad, "redlock", "leases lost"), Some(Some(false)));
+        assert_eq!(
+            verdict(&bad, "redlock", "release errors"),
+            Some(Some(false))
+        );
+        let good = leases("redlock", 1.0, 0.0, 0.0);
+        assert_eq!(verdict(&good, "redlock", "leases lost"), Some(Some(true)));
+        assert_eq!(
+            verdict(&good, "redlock", "release errors"),
+            Some(Some(true))
+        );
+        let md = markdown(&bad, "redlock", &[1, 64], 10);
+        let line = md
+            .lines()
+            .find(|l| l.contains("release errors"))
+            .unwrap_or_default();
+        assert!(line.contains("29") && line.contains("**NOT met**"), "{md}");
+    }
+
+    #[test]
+    fn an_exclusion_violation_fails_the_run() {
+        let clean = vec![
+            row(
+                "redis",
+                "contention-8",
+                "dlock",
+                "exclusion_violations",
+                0.0,
+            ),
+            row("redis", "waiters-8", "rslock", "exclusion_violations", 0.0),
+        ];
+        assert!(run_failures(&clean).is_empty());
+        assert_eq!(verdict(&clean, "redis", "exclusion"), Some(Some(true)));
+        for (workload, imp) in [("contention-8", "dlock"), ("waiters-8", "rslock")] {
+            let mut rows = clean.clone();
+            rows.push(row("redis", workload, imp, "exclusion_violations", 1.0));
+            let f = run_failures(&rows);
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert!(f[0].contains(workload) && f[0].contains(imp), "{f:?}");
+        }
+        let mut rows = clean.clone();
+        rows.push(row(
+            "redis",
+            "waiters-64",
+            "dlock",
+            "exclusion_violations",
+            2.0,
+        ));
+        assert_eq!(verdict(&rows, "redis", "exclusion"), Some(Some(false)));
     }
 }
