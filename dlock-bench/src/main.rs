@@ -401,7 +401,7 @@ async fn run(args: Args) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{} backend(s) failed: {}",
+            "{} failure(s): {}",
             failures.len(),
             failures.join("; ")
         ))

@@ -51,12 +51,45 @@ pub struct Target {
     pub met: Option<bool>,
 }
 
-fn target(what: &str, measured: Option<f64>, bound: f64, le: bool, unit: &str) -> Target {
+/// What a measured value must satisfy.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+    /// Inclusive on both ends.
+    Between(f64, f64),
+}
+
+impl Bound {
+    fn holds(self, m: f64) -> bool {
+        match self {
+            Bound::AtMost(b) => m <= b,
+            Bound::AtLeast(b) => m >= b,
+            Bound::Between(lo, hi) => (lo..=hi).contains(&m),
+        }
+    }
+}
+
+fn target(what: &str, measured: Option<f64>, bound: Bound, unit: &str) -> Target {
+    let show = |m: f64| match unit {
+        // Counts are whole numbers: "29", not "29.00".
+        "count" => format!("{m:.0}"),
+        _ => format!("{m:.2}{unit}"),
+    };
     Target {
         what: what.to_string(),
-        measured: measured.map_or("not measured".to_string(), |m| format!("{m:.2}{unit}")),
-        met: measured.map(|m| if le { m <= bound } else { m >= bound }),
+        measured: measured.map_or("not measured".to_string(), show),
+        met: measured.map(|m| bound.holds(m)),
     }
+}
+
+/// The sum of dlock's `exclusion_violations` over every workload of `backend` (`None`: no
+/// contended workload ran).
+fn dlock_violations(rows: &[Row], backend: &str) -> Option<f64> {
+    rows.iter()
+        .filter(|r| r.backend == backend && r.imp == "dlock" && r.metric == "exclusion_violations")
+        .map(|r| r.value)
+        .reduce(|a, b| a + b)
 }
 
 /// Max over min of dlock's own requests per handoff across the N values (1.0 = flat).
@@ -94,36 +127,31 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
             t.push(target(
                 "uncontended p50 ≤ 1.10 × floor",
                 div(unc("dlock"), unc("floor")),
-                1.10,
-                true,
+                Bound::AtMost(1.10),
                 "×",
             ));
             t.push(target(
                 "uncontended p50 ≤ 1.0 × rslock",
                 div(unc("dlock"), unc(peer)),
-                1.0,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
             t.push(target(
                 "8-way ≥ 2,000 handoffs/s",
                 g(c8, "dlock", "handoffs_per_s"),
-                2000.0,
-                false,
+                Bound::AtLeast(2000.0),
                 "/s",
             ));
             t.push(target(
                 "8-way fair: per-client min/max grants ≥ 0.5",
                 g(c8, "dlock", "fairness_min_over_max"),
-                0.5,
-                false,
+                Bound::AtLeast(0.5),
                 "",
             ));
             t.push(target(
                 "8-way p99 wait ≤ 10 ms",
                 g(c8, "dlock", "wait_p99").map(|v| v / 1000.0),
-                10.0,
-                true,
+                Bound::AtMost(10.0),
                 " ms",
             ));
         }
@@ -131,8 +159,7 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
             t.push(target(
                 "Redlock-5 uncontended p50 ≤ 0.7 × rslock",
                 div(unc("dlock"), unc(peer)),
-                0.7,
-                true,
+                Bound::AtMost(0.7),
                 "×",
             ));
         }
@@ -140,22 +167,19 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
             t.push(target(
                 "uncontended p50 ≤ 1.05 × etcd-client lock",
                 div(unc("dlock"), unc(peer)),
-                1.05,
-                true,
+                Bound::AtMost(1.05),
                 "×",
             ));
             t.push(target(
                 "8-way ≥ 1,000 handoffs/s",
                 g(c8, "dlock", "handoffs_per_s"),
-                1000.0,
-                false,
+                Bound::AtLeast(1000.0),
                 "/s",
             ));
             t.push(target(
                 "8-way p99 handoff ≤ 5 ms",
                 g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                5.0,
-                true,
+                Bound::AtMost(5.0),
                 " ms",
             ));
         }
@@ -163,8 +187,7 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
             t.push(target(
                 "uncontended p50 ≤ 1.0 × zookeeper-client lock",
                 div(unc("dlock"), unc(peer)),
-                1.0,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
             t.push(target(
@@ -173,15 +196,13 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
                     g(c8, "dlock", "handoffs_per_s"),
                     g(c8, peer, "handoffs_per_s"),
                 ),
-                1.0,
-                false,
+                Bound::AtLeast(1.0),
                 "×",
             ));
             t.push(target(
                 "8-way p99 handoff ≤ 2 ms",
                 g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                2.0,
-                true,
+                Bound::AtMost(2.0),
                 " ms",
             ));
         }
@@ -191,26 +212,52 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
         t.push(target(
             "requests per handoff flat for N = 1..64 (max/min ≤ 1.25)",
             flatness(rows, backend, "dlock", ns),
-            1.25,
-            true,
+            Bound::AtMost(1.25),
             "×",
         ));
     }
-    // A window of k periods can catch k + 1 rounds at its edges: allow that one.
+    // Two-sided: a window of k periods catches k rounds, or k + 1 at its edges (≤ 1.17 with
+    // k = 6); fewer than k means a round was missed or late, which must not read as met.
     let wl = format!("leases-{leases}");
     t.push(target(
-        &format!("renewal of {leases} leases ≤ 1 round trip per period per locker"),
+        &format!("renewal of {leases} leases: 0.9–1.17 round trips per period per locker"),
         g(&wl, "dlock", "renewal_rounds_per_period"),
-        1.0 + 1.0 / 6.0,
-        true,
+        Bound::Between(0.9, 1.17),
         "",
+    ));
+    t.push(target(
+        &format!("leases lost while holding {leases} = 0"),
+        g(&wl, "dlock", "leases_lost"),
+        Bound::AtMost(0.0),
+        "count",
+    ));
+    t.push(target(
+        &format!("release errors releasing {leases} leases = 0"),
+        g(&wl, "dlock", "release_errors"),
+        Bound::AtMost(0.0),
+        "count",
+    ));
+    t.push(target(
+        "exclusion violations (every contended workload) = 0",
+        dlock_violations(rows, backend),
+        Bound::AtMost(0.0),
+        "count",
     ));
     t
 }
 
 /// Why the run must fail, judged from its rows: one line per problem (none: the run stands).
-pub fn run_failures(_rows: &[Row]) -> Vec<String> {
-    Vec::new()
+/// An exclusion violation, by dlock or by any peer, means the figures are not those of a lock.
+pub fn run_failures(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.metric == "exclusion_violations" && r.value > 0.0)
+        .map(|r| {
+            format!(
+                "{}/{}/{}: {} exclusion violation(s): two clients held the lock at once",
+                r.backend, r.workload, r.imp, r.value
+            )
+        })
+        .collect()
 }
 
 /// One backend's markdown section.
@@ -348,7 +395,7 @@ mod tests {
         let md = markdown(&leases("zk", 5.0 / 6.0, 0.0, 0.0), "zk", &[1, 64], 10);
         let line = md
             .lines()
-            .find(|l| l.contains("renewal"))
+            .find(|l| l.starts_with("- renewal"))
             .unwrap_or_default();
         assert!(line.contains("**NOT met**"), "{md}");
     }

@@ -61,8 +61,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let rows: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("bench JSON rows do not parse: {e}"))?;
     match rows.as_array() {
-        Some(a) if !a.is_empty() => Ok(()),
+        Some(a) if !a.is_empty() => check_exclusion(a),
         _ => Err("the bench wrote no rows".to_string()),
+    }
+}
+
+/// Fails on any row with `exclusion_violations` > 0 (dlock-bench already exits non-zero on
+/// one; this holds even for a results.json written by an older binary).
+fn check_exclusion(rows: &[serde_json::Value]) -> Result<(), String> {
+    let bad: Vec<String> = rows
+        .iter()
+        .filter(|r| r["metric"] == "exclusion_violations" && r["value"].as_f64() != Some(0.0))
+        .map(|r| format!("{}/{}/{}", r["backend"], r["workload"], r["impl"]))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("exclusion violations in {}", bad.join(", ")))
     }
 }
 
@@ -79,5 +94,16 @@ mod tests {
         ];
         assert_eq!(out_dir(&args), PathBuf::from("x/y"));
         assert!(out_dir(&[]).ends_with("target/dlock-bench"));
+    }
+
+    #[test]
+    fn exclusion_violations_fail_the_bench() {
+        let row = |v: serde_json::Value| {
+            serde_json::json!({"backend": "redis", "workload": "contention-8",
+                "impl": "dlock", "metric": "exclusion_violations", "value": v, "unit": "count"})
+        };
+        assert!(check_exclusion(&[row(0.0.into())]).is_ok());
+        assert!(check_exclusion(&[row(1.0.into())]).is_err());
+        assert!(check_exclusion(&[row(serde_json::Value::Null)]).is_err());
     }
 }
