@@ -41,7 +41,9 @@ impl Probe {
                 for a in addrs {
                     let text = exchange(
                         *a,
-                        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                        // HTTP/1.0: a plain body read to EOF (an HTTP/1.1 reply comes
+                        // chunked, and a chunk boundary can split a sample line).
+                        b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
                     )
                     .await?;
                     total += etcd_received(&text)?;
@@ -63,15 +65,19 @@ impl Probe {
     }
 }
 
-/// The sum of `grpc_server_msg_received_total` samples in a `/metrics` HTTP response.
+/// The sum of `grpc_server_msg_received_total` samples in a `/metrics` HTTP response; `None`
+/// for an error status, a malformed reply or one without any such sample (not a count of 0).
 pub fn etcd_received(response: &str) -> Option<u64> {
-    Some(
-        response
-            .lines()
-            .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64,
-    )
+    let body = crate::http::body(response)?;
+    let samples: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect::<Option<_>>()?;
+    if samples.is_empty() {
+        return None;
+    }
+    Some(samples.iter().sum::<f64>() as u64)
 }
 
 /// Sum of `calls=` over `INFO commandstats`, without the probe's own INFO / CONFIG calls.
