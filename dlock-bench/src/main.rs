@@ -8,6 +8,8 @@
 //! workload for every selected backend and writes `report.md`, `results.json` and
 //! `waiters.svg` under `target/dlock-bench/` (or `--out`). See README.md for how to read them.
 
+#[cfg(test)]
+mod floor_tests;
 mod http;
 mod impls;
 mod plot;
