@@ -234,8 +234,11 @@ impl Client for RedisFloorClient {
             }
         }))
         .await;
+        // A refused SET NX (nil reply) is an error: a floor that silently fails is not a floor.
         for r in replies {
-            r.map_err(|e| err("floor SET")(&e))?;
+            if r.map_err(|e| err("floor SET")(&e))?.is_none() {
+                return Err(format!("floor SET NX refused: {key} is held"));
+            }
         }
         Ok(Box::new(key))
     }
@@ -258,7 +261,9 @@ impl Client for RedisFloorClient {
         }))
         .await;
         for r in replies {
-            r.map_err(|e| err("floor EVALSHA")(&e))?;
+            if r.map_err(|e| err("floor EVALSHA")(&e))? != 1 {
+                return Err(format!("floor release deleted nothing: {key} was not held"));
+            }
         }
         Ok(())
     }
@@ -380,11 +385,16 @@ impl Client for EtcdFloorClient {
                 "",
                 Some(PutOptions::new().with_lease(self.lease)),
             )]);
-        self.client
+        let granted = self
+            .client
             .clone()
             .txn(txn)
             .await
-            .map_err(|e| err("floor txn")(&e))?;
+            .map_err(|e| err("floor txn")(&e))?
+            .succeeded();
+        if !granted {
+            return Err(format!("floor txn compare failed: {key} is held"));
+        }
         Ok(Box::new(key))
     }
 
@@ -392,11 +402,16 @@ impl Client for EtcdFloorClient {
         let key = held
             .downcast::<String>()
             .map_err(|_| "floor release: not a key".to_string())?;
-        self.client
+        let deleted = self
+            .client
             .clone()
             .delete(key.as_str(), None)
             .await
-            .map_err(|e| err("floor delete")(&e))?;
+            .map_err(|e| err("floor delete")(&e))?
+            .deleted();
+        if deleted != 1 {
+            return Err(format!("floor release deleted nothing: {key} was not held"));
+        }
         Ok(())
     }
 }
