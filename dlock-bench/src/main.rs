@@ -8,10 +8,10 @@
 //! workload for every selected backend and writes `report.md`, `results.json` and
 //! `waiters.svg` under `target/dlock-bench/` (or `--out`). See README.md for how to read them.
 
-#[cfg(test)]
-mod floor_tests;
 mod http;
 mod impls;
+#[cfg(test)]
+mod impls_tests;
 mod plot;
 mod probe;
 mod report;
@@ -369,7 +369,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut md = format!(
         "## dlock-bench {} ({})\n\nCommand: `cargo xtask bench{}`; servers: single-node Redis, 5 × Redis, \
          single-node etcd, single-node ZooKeeper on loopback, started by the conformance harness{}; \
-         total run time {:.0} s.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
+         total run time {:.0} s.\n\nPeers: {}.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
          latencies and requests, above 1 is better for throughput (/s).\n\n",
         now_utc(),
         if args.quick { "--quick" } else { "full run" },
@@ -380,6 +380,7 @@ async fn run(args: Args) -> Result<(), String> {
             " without fsync (set DLOCK_SERVER_FSYNC=1 for fsync)"
         },
         started.elapsed().as_secs_f64(),
+        impls::peer_settings(workloads::TTL),
     );
     for name in BACKENDS
         .iter()

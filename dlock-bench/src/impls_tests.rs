@@ -1,13 +1,13 @@
-//! The floors against real servers: a floor whose create-if-absent silently fails measures
+//! The contenders against real servers. A floor whose create-if-absent silently fails measures
 //! nothing, so a refused `SET NX` (or a failed etcd txn compare) and a release that deleted
-//! nothing must be errors.
+//! nothing must be errors; the etcd peer's lease is kept alive past its TTL.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 
-use crate::impls::{EtcdFloor, Impl, RedisFloor};
+use crate::impls::{EtcdFloor, Impl, RedisFloor, etcd_client};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -76,4 +76,23 @@ async fn etcd_floor_checks_its_txn() {
         prefix: prefix.clone(),
     };
     floor_is_a_floor(&floor, format!("{prefix}k")).await;
+}
+
+#[tokio::test]
+async fn etcd_peer_lease_outlives_its_ttl() {
+    let Some(c) = server(ServerKind::Etcd) else {
+        return;
+    };
+    let ttl = Duration::from_secs(2);
+    let (mut client, lease) = etcd_client(&c.endpoints(), ttl)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Twice the TTL: without keep-alives the lease would be gone.
+    tokio::time::sleep(ttl * 2).await;
+    let left = client
+        .lease_time_to_live(lease.id, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .ttl();
+    assert!(left > 0, "lease {} expired (ttl {left})", lease.id);
 }
