@@ -14,7 +14,7 @@ pub fn peer_of(backend: &str) -> &'static str {
     }
 }
 
-fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> Option<f64> {
+pub fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> Option<f64> {
     rows.iter()
         .find(|r| {
             r.backend == backend && r.workload == workload && r.imp == imp && r.metric == metric
@@ -22,7 +22,7 @@ fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> 
         .map(|r| r.value)
 }
 
-fn fmt_value(v: f64, unit: &str) -> String {
+pub fn fmt_value(v: f64, unit: &str) -> String {
     let num = if v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {

@@ -1,6 +1,11 @@
 //! `cargo xtask bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]`:
 //! builds and runs the `dlock-bench` binary in release mode (arguments passed through), then
 //! says where the report, the JSON rows and the plot are.
+//!
+//! `cargo xtask bench --readme FILE [--from RESULTS_JSON]` runs no workload: it rewrites the
+//! generated performance section of FILE (between the `dlock-bench:begin` / `end` markers) from
+//! a run's `results.json` (default `target/dlock-bench/results.json`). Paths are relative to
+//! the workspace root.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,6 +44,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .status()
         .map_err(|e| format!("cannot start cargo for the bench: {e}"))?;
     let out = out_dir(args);
+    if args.iter().any(|a| a == "--readme") {
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!("dlock-bench --readme failed ({status})"))
+        };
+    }
     if !status.success() {
         return Err(format!(
             "dlock-bench failed ({status}); partial output, if any, in {}",
