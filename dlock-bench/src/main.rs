@@ -317,15 +317,7 @@ async fn child_leases(args: &Args, run_ns: &str) -> Result<(), String> {
         backend: b.name,
         rows: &mut rows,
     };
-    workloads::held_leases(
-        &mut sink,
-        &b.dlock,
-        plan.leases,
-        plan.lease_ttl,
-        plan.lease_ttl * 2,
-        &b.probe,
-    )
-    .await?;
+    workloads::held_leases(&mut sink, &b.dlock, plan.leases, plan.lease_ttl, &b.probe).await?;
     println!(
         "{}",
         serde_json::to_string(&rows).map_err(|e| e.to_string())?
