@@ -453,4 +453,71 @@ mod tests {
         ));
         assert_eq!(verdict(&rows, "redis", "exclusion"), Some(Some(false)));
     }
+
+    /// The verdict of the first target whose text contains every word of `words`.
+    fn verdict_of(rows: &[Row], backend: &str, words: &[&str]) -> Option<Option<bool>> {
+        targets(rows, backend, &[1, 64], 10)
+            .into_iter()
+            .find(|t| words.iter().all(|w| t.what.contains(w)))
+            .map(|t| t.met)
+    }
+
+    #[test]
+    fn targets_are_those_of_issue_15() {
+        let unc = |b: &str, i: &str, v: f64| row(b, "uncontended", i, "latency_p50", v);
+        let c8 = |b: &str, i: &str, m: &str, v: f64| row(b, "contention-8", i, m, v);
+        let pairs = |b: &str, i: &str, v: f64| row(b, "locks-1000", i, "pairs_per_s", v);
+        let rows = vec![
+            // Redis: 1.07 × floor (was met under ≤ 1.10), 2,859 handoffs/s (was met ≥ 2,000).
+            unc("redis", "dlock", 107.0),
+            unc("redis", "floor", 100.0),
+            unc("redis", "rslock", 110.0),
+            c8("redis", "dlock", "handoffs_per_s", 2859.0),
+            // Redlock: 0.9 × rslock meets ≤ 1.0 (was not met under ≤ 0.7).
+            unc("redlock", "dlock", 90.0),
+            unc("redlock", "rslock", 100.0),
+            // etcd: 1.0 × peer but 1.2 × floor; 1,100 handoffs/s (was met ≥ 1,000).
+            unc("etcd", "dlock", 120.0),
+            unc("etcd", "floor", 100.0),
+            unc("etcd", "etcd-client", 120.0),
+            c8("etcd", "dlock", "handoffs_per_s", 1100.0),
+            // ZooKeeper: 1.03 × the peer's handoffs/s (was met ≥ 1.0).
+            c8("zk", "dlock", "handoffs_per_s", 1030.0),
+            c8("zk", "zookeeper-client", "handoffs_per_s", 1000.0),
+        ];
+        let mut rows = rows;
+        for b in ["redis", "redlock", "etcd", "zk"] {
+            rows.push(pairs(b, "dlock", 60.0));
+            rows.push(pairs(b, "floor", 100.0));
+        }
+        assert_eq!(
+            verdict_of(&rows, "redis", &["1.05 × floor"]),
+            Some(Some(false))
+        );
+        assert_eq!(verdict_of(&rows, "redis", &["5,000"]), Some(Some(false)));
+        assert_eq!(
+            verdict_of(&rows, "redlock", &["1.0 × rslock"]),
+            Some(Some(true))
+        );
+        assert_eq!(
+            verdict_of(&rows, "etcd", &["1.0 × etcd-client"]),
+            Some(Some(true))
+        );
+        assert_eq!(
+            verdict_of(&rows, "etcd", &["1.15 × floor"]),
+            Some(Some(false))
+        );
+        assert_eq!(verdict_of(&rows, "etcd", &["1,200"]), Some(Some(false)));
+        assert_eq!(
+            verdict_of(&rows, "zk", &["1.05 × zookeeper-client"]),
+            Some(Some(false))
+        );
+        for b in ["redis", "redlock", "etcd", "zk"] {
+            assert_eq!(
+                verdict_of(&rows, b, &["1,000 distinct", "0.85 × floor"]),
+                Some(Some(false)),
+                "{b}"
+            );
+        }
+    }
 }
