@@ -234,8 +234,11 @@ impl Client for RedisFloorClient {
             }
         }))
         .await;
+        // A refused SET NX (nil reply) is an error: a floor that silently fails is not a floor.
         for r in replies {
-            r.map_err(|e| err("floor SET")(&e))?;
+            if r.map_err(|e| err("floor SET")(&e))?.is_none() {
+                return Err(format!("floor SET NX refused: {key} is held"));
+            }
         }
         Ok(Box::new(key))
     }
@@ -258,13 +261,35 @@ impl Client for RedisFloorClient {
         }))
         .await;
         for r in replies {
-            r.map_err(|e| err("floor EVALSHA")(&e))?;
+            if r.map_err(|e| err("floor EVALSHA")(&e))? != 1 {
+                return Err(format!("floor release deleted nothing: {key} was not held"));
+            }
         }
         Ok(())
     }
 }
 
-/// rslock 0.10 (`LockManager`) on one node or on five (Redlock), default retry settings.
+/// rslock's retry settings for the contended workloads: `set_retry(count, delay)` sleeps a
+/// uniformly random 0..delay between failed attempts (default 3 attempts, 200 ms); `acquire`
+/// starts a new round of `count` attempts at once when one is exhausted. 10 ms (the delay
+/// rslock's own contention tests use) instead of 200 ms: a waiter polls every 5 ms on average,
+/// so a handoff no longer waits a ~100 ms sleep, for a few thousand cheap commands a second.
+pub const RSLOCK_RETRY: (u32, Duration) = (3, Duration::from_millis(10));
+
+/// The peers' settings, for the report's header.
+pub fn peer_settings(ttl: Duration) -> String {
+    format!(
+        "rslock `set_retry({}, {:?})` (default 3, 200 ms); etcd-client `lock` with a {:?} lease \
+         kept alive every TTL/3; zookeeper-client `Client::lock` (Curator prefix) with a {:?} \
+         session",
+        RSLOCK_RETRY.0,
+        RSLOCK_RETRY.1,
+        ttl,
+        ttl.max(Duration::from_secs(4)),
+    )
+}
+
+/// rslock 0.10 (`LockManager`) on one node or on five (Redlock), with [`RSLOCK_RETRY`].
 pub struct Rslock {
     pub urls: Vec<String>,
     pub prefix: String,
@@ -283,8 +308,10 @@ impl Impl for Rslock {
     }
 
     async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        let mut mgr = rslock::LockManager::new(self.urls.clone());
+        mgr.set_retry(RSLOCK_RETRY.0, RSLOCK_RETRY.1);
         let c = RslockClient {
-            mgr: rslock::LockManager::new(self.urls.clone()),
+            mgr,
             prefix: self.prefix.clone(),
             ttl,
         };
@@ -319,22 +346,54 @@ impl Client for RslockClient {
 // ---------------------------------------------------------------------------------------------
 // etcd: floor and etcd-client's lock API
 
-/// A client with its own lease, granted once before any measurement.
-async fn etcd_client(
+/// A lease kept alive by a background task every TTL/3 (as etcd's own Go client does for a
+/// `concurrency.Session`), until dropped.
+pub(crate) struct KeptLease {
+    pub(crate) id: i64,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KeptLease {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+/// A client with its own lease of `ttl` (the same TTL as dlock's leases), granted once before
+/// any measurement and kept alive.
+pub(crate) async fn etcd_client(
     endpoints: &[String],
     ttl: Duration,
-) -> Result<(etcd_client::Client, i64), String> {
+) -> Result<(etcd_client::Client, KeptLease), String> {
     let mut c = etcd_client::Client::connect(endpoints, None)
         .await
         .map_err(|e| err("etcd connect")(&e))?;
-    // The peer's lease must outlive the whole run (nothing keeps it alive).
-    let secs = i64::try_from(ttl.as_secs()).unwrap_or(60).max(600);
-    let lease = c
+    let secs = i64::try_from(ttl.as_secs()).unwrap_or(60).max(2);
+    let id = c
         .lease_grant(secs, None)
         .await
         .map_err(|e| err("etcd lease grant")(&e))?
         .id();
-    Ok((c, lease))
+    let (mut keeper, mut replies) = c
+        .lease_keep_alive(id)
+        .await
+        .map_err(|e| err("etcd lease keep-alive")(&e))?;
+    let period = Duration::from_secs(u64::try_from(secs).unwrap_or(2)) / 3;
+    let keeper = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            let sent = keeper.keep_alive().await;
+            match (sent, replies.message().await) {
+                (Ok(()), Ok(Some(r))) if r.ttl() > 0 => {}
+                (sent, reply) => {
+                    // The peer's locks go with its lease: say so, the figures are suspect.
+                    eprintln!("  etcd lease {id} keep-alive failed: {sent:?} / {reply:?}");
+                    return;
+                }
+            }
+        }
+    });
+    Ok((c, KeptLease { id, keeper }))
 }
 
 /// The etcd floor: the create-if-absent txn (put with the lease) and a delete.
@@ -345,7 +404,7 @@ pub struct EtcdFloor {
 
 struct EtcdFloorClient {
     client: etcd_client::Client,
-    lease: i64,
+    lease: KeptLease,
     prefix: String,
 }
 
@@ -378,13 +437,18 @@ impl Client for EtcdFloorClient {
             .and_then([TxnOp::put(
                 key.as_str(),
                 "",
-                Some(PutOptions::new().with_lease(self.lease)),
+                Some(PutOptions::new().with_lease(self.lease.id)),
             )]);
-        self.client
+        let granted = self
+            .client
             .clone()
             .txn(txn)
             .await
-            .map_err(|e| err("floor txn")(&e))?;
+            .map_err(|e| err("floor txn")(&e))?
+            .succeeded();
+        if !granted {
+            return Err(format!("floor txn compare failed: {key} is held"));
+        }
         Ok(Box::new(key))
     }
 
@@ -392,16 +456,21 @@ impl Client for EtcdFloorClient {
         let key = held
             .downcast::<String>()
             .map_err(|_| "floor release: not a key".to_string())?;
-        self.client
+        let deleted = self
+            .client
             .clone()
             .delete(key.as_str(), None)
             .await
-            .map_err(|e| err("floor delete")(&e))?;
+            .map_err(|e| err("floor delete")(&e))?
+            .deleted();
+        if deleted != 1 {
+            return Err(format!("floor release deleted nothing: {key} was not held"));
+        }
         Ok(())
     }
 }
 
-/// etcd-client's server-side `lock` / `unlock`, one pre-granted lease per client.
+/// etcd-client's server-side `lock` / `unlock`, one pre-granted lease per client, kept alive.
 pub struct EtcdPeer {
     pub endpoints: Vec<String>,
     pub prefix: String,
@@ -425,7 +494,7 @@ impl Impl for EtcdPeer {
 
 struct EtcdPeerClient {
     client: etcd_client::Client,
-    lease: i64,
+    lease: KeptLease,
     prefix: String,
 }
 
@@ -438,7 +507,7 @@ impl Client for EtcdPeerClient {
             .clone()
             .lock(
                 name.as_str(),
-                Some(LockOptions::new().with_lease(self.lease)),
+                Some(LockOptions::new().with_lease(self.lease.id)),
             )
             .await
             .map_err(|e| err("etcd-client lock")(&e))?

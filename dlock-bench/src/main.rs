@@ -3,14 +3,22 @@
 //!
 //! ```text
 //! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]
+//! dlock-bench --readme FILE [--from RESULTS_JSON]
 //! ```
 //! Starts the servers through the conformance harness (or uses `DLOCK_*` endpoints), runs every
 //! workload for every selected backend and writes `report.md`, `results.json` and
 //! `waiters.svg` under `target/dlock-bench/` (or `--out`). See README.md for how to read them.
+//! `--readme FILE` runs nothing: it rewrites the generated section of FILE from a run's
+//! `results.json` (`--from`, default `<out>/results.json`).
 
+mod http;
 mod impls;
+#[cfg(test)]
+mod impls_tests;
+mod machine;
 mod plot;
 mod probe;
+mod readme;
 mod report;
 mod stats;
 mod workloads;
@@ -36,6 +44,10 @@ struct Args {
     /// Internal: run only the held-leases workload in this (fresh) process, under this
     /// namespace, and print its rows as JSON.
     child_leases: Option<String>,
+    /// Rewrite this README's generated section instead of running.
+    readme: Option<PathBuf>,
+    /// The rows `--readme` reads (default `<out>/results.json`).
+    from: Option<PathBuf>,
     /// The arguments as given, for the report's header.
     shown: String,
 }
@@ -84,7 +96,8 @@ impl Plan {
 }
 
 fn usage() -> String {
-    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]"
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]\n       \
+     dlock-bench --readme FILE [--from RESULTS_JSON]"
         .to_string()
 }
 
@@ -98,6 +111,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "/../target/dlock-bench"
         )),
         child_leases: None,
+        readme: None,
+        from: None,
         shown: args.iter().map(|a| format!(" {a}")).collect(),
     };
     let mut it = args.iter();
@@ -126,6 +141,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--json" => a.json = Some(PathBuf::from(value(arg)?)),
             "--out" => a.out = PathBuf::from(value(arg)?),
             "--child-leases" => a.child_leases = Some(value(arg)?),
+            "--readme" => a.readme = Some(PathBuf::from(value(arg)?)),
+            "--from" => a.from = Some(PathBuf::from(value(arg)?)),
             "-h" | "--help" => return Err(usage()),
             // `cargo bench` passes --bench; ignore it.
             "--bench" => {}
@@ -300,15 +317,7 @@ async fn child_leases(args: &Args, run_ns: &str) -> Result<(), String> {
         backend: b.name,
         rows: &mut rows,
     };
-    workloads::held_leases(
-        &mut sink,
-        &b.dlock,
-        plan.leases,
-        plan.lease_ttl,
-        plan.lease_ttl * 2,
-        &b.probe,
-    )
-    .await?;
+    workloads::held_leases(&mut sink, &b.dlock, plan.leases, plan.lease_ttl, &b.probe).await?;
     println!(
         "{}",
         serde_json::to_string(&rows).map_err(|e| e.to_string())?
@@ -330,7 +339,21 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(ns) = &args.child_leases {
         return child_leases(&args, ns).await;
     }
+    if let Some(readme) = &args.readme {
+        let from = args
+            .from
+            .clone()
+            .unwrap_or_else(|| args.out.join("results.json"));
+        readme::write(readme, &from)?;
+        println!(
+            "{}: performance section rewritten from {}",
+            readme.display(),
+            from.display()
+        );
+        return Ok(());
+    }
     let plan = Plan::new(args.quick);
+    let load = machine::Sampler::start();
     let started = Instant::now();
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -352,6 +375,18 @@ async fn run(args: Args) -> Result<(), String> {
             failures.push(format!("{name}: {e}"));
         }
     }
+    let fsync = std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true");
+    load.finish(
+        &mut rows,
+        &machine::RunFacts {
+            seconds: started.elapsed().as_secs_f64(),
+            quick: args.quick,
+            fsync,
+            started_unix: secs,
+        },
+    );
+    // A run whose rows show a broken lock (or a broken bench) is a failed run, whatever its speed.
+    failures.extend(report::run_failures(&rows));
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let json = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
     let json_path = args.out.join("results.json");
@@ -364,17 +399,19 @@ async fn run(args: Args) -> Result<(), String> {
     let mut md = format!(
         "## dlock-bench {} ({})\n\nCommand: `cargo xtask bench{}`; servers: single-node Redis, 5 × Redis, \
          single-node etcd, single-node ZooKeeper on loopback, started by the conformance harness{}; \
-         total run time {:.0} s.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
+         total run time {:.0} s.\n\nMachine: {}.\n\nPeers: {}.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
          latencies and requests, above 1 is better for throughput (/s).\n\n",
         now_utc(),
         if args.quick { "--quick" } else { "full run" },
         args.shown,
-        if std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true") {
+        if fsync {
             " with fsync (DLOCK_SERVER_FSYNC=1)"
         } else {
             " without fsync (set DLOCK_SERVER_FSYNC=1 for fsync)"
         },
         started.elapsed().as_secs_f64(),
+        machine::describe(&rows),
+        impls::peer_settings(workloads::TTL),
     );
     for name in BACKENDS
         .iter()
@@ -399,7 +436,7 @@ async fn run(args: Args) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{} backend(s) failed: {}",
+            "{} failure(s): {}",
             failures.len(),
             failures.join("; ")
         ))
@@ -456,6 +493,15 @@ mod tests {
         assert_eq!(a.backends, s(&["etcd", "zk"]));
         assert_eq!(a.json, Some(PathBuf::from("o.json")));
         assert_eq!(a.out, PathBuf::from("d"));
+    }
+
+    #[test]
+    fn parses_readme_flags() {
+        let a = parse(&s(&["--readme", "R.md", "--from", "r.json"]));
+        let a = a.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a.readme, Some(PathBuf::from("R.md")));
+        assert_eq!(a.from, Some(PathBuf::from("r.json")));
+        assert!(parse(&s(&["--readme"])).is_err());
     }
 
     #[test]

@@ -41,14 +41,12 @@ impl Probe {
                 for a in addrs {
                     let text = exchange(
                         *a,
-                        b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                        // HTTP/1.0: a plain body read to EOF (an HTTP/1.1 reply comes
+                        // chunked, and a chunk boundary can split a sample line).
+                        b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
                     )
                     .await?;
-                    total += text
-                        .lines()
-                        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
-                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                        .sum::<f64>() as u64;
+                    total += etcd_received(&text)?;
                 }
             }
             Probe::Zk(addrs) => {
@@ -65,6 +63,21 @@ impl Probe {
         }
         Some(total)
     }
+}
+
+/// The sum of `grpc_server_msg_received_total` samples in a `/metrics` HTTP response; `None`
+/// for an error status, a malformed reply or one without any such sample (not a count of 0).
+pub fn etcd_received(response: &str) -> Option<u64> {
+    let body = crate::http::body(response)?;
+    let samples: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .collect::<Option<_>>()?;
+    if samples.is_empty() {
+        return None;
+    }
+    Some(samples.iter().sum::<f64>() as u64)
 }
 
 /// Sum of `calls=` over `INFO commandstats`, without the probe's own INFO / CONFIG calls.
@@ -114,5 +127,52 @@ mod tests {
     fn commandstats_sum_skips_probe_commands() {
         let info = "# Commandstats\r\ncmdstat_set:calls=10,usec=5\r\ncmdstat_evalsha:calls=7,usec=1\r\ncmdstat_info:calls=3,usec=9\r\n";
         assert_eq!(parse_commandstats(info), 17);
+    }
+
+    const SAMPLES: &str = "# HELP grpc_server_msg_received_total Total number of RPC stream messages received on the server.\n\
+# TYPE grpc_server_msg_received_total counter\n\
+grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 1234\n\
+grpc_server_msg_received_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 4321\n\
+grpc_server_started_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 99\n";
+
+    /// `body` as an HTTP/1.1 chunked response, cut into chunks at `cuts`.
+    fn chunked(body: &str, cuts: &[usize]) -> String {
+        let mut out = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+Transfer-Encoding: chunked\r\n\r\n"
+            .to_string();
+        let mut from = 0;
+        for &to in cuts.iter().chain([body.len()].iter()) {
+            out.push_str(&format!("{:x}\r\n{}\r\n", to - from, &body[from..to]));
+            from = to;
+        }
+        out.push_str("0\r\n\r\n");
+        out
+    }
+
+    #[test]
+    fn etcd_metrics_survive_a_chunk_boundary_inside_a_sample_line() {
+        let in_value = SAMPLES.find("} 1234").map(|i| i + 4).unwrap_or_default();
+        let in_name = SAMPLES
+            .find("grpc_server_msg_received_total{grpc_method=\"Txn")
+            .map(|i| i + 10)
+            .unwrap_or_default();
+        for cuts in [vec![in_value], vec![in_name], vec![in_value, in_name]] {
+            assert_eq!(
+                etcd_received(&chunked(SAMPLES, &cuts)),
+                Some(5555),
+                "cuts {cuts:?}"
+            );
+        }
+        let plain = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{SAMPLES}");
+        assert_eq!(etcd_received(&plain), Some(5555));
+    }
+
+    #[test]
+    fn etcd_metrics_without_samples_are_not_a_zero() {
+        let empty = "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n# nothing\n";
+        assert_eq!(etcd_received(empty), None);
+        let refused = format!("HTTP/1.0 404 Not Found\r\n\r\n{SAMPLES}");
+        assert_eq!(etcd_received(&refused), None);
+        assert_eq!(etcd_received(""), None);
     }
 }

@@ -14,7 +14,7 @@ pub fn peer_of(backend: &str) -> &'static str {
     }
 }
 
-fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> Option<f64> {
+pub fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> Option<f64> {
     rows.iter()
         .find(|r| {
             r.backend == backend && r.workload == workload && r.imp == imp && r.metric == metric
@@ -22,7 +22,7 @@ fn get(rows: &[Row], backend: &str, workload: &str, imp: &str, metric: &str) -> 
         .map(|r| r.value)
 }
 
-fn fmt_value(v: f64, unit: &str) -> String {
+pub fn fmt_value(v: f64, unit: &str) -> String {
     let num = if v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
@@ -51,12 +51,45 @@ pub struct Target {
     pub met: Option<bool>,
 }
 
-fn target(what: &str, measured: Option<f64>, bound: f64, le: bool, unit: &str) -> Target {
+/// What a measured value must satisfy.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+    /// Inclusive on both ends.
+    Between(f64, f64),
+}
+
+impl Bound {
+    fn holds(self, m: f64) -> bool {
+        match self {
+            Bound::AtMost(b) => m <= b,
+            Bound::AtLeast(b) => m >= b,
+            Bound::Between(lo, hi) => (lo..=hi).contains(&m),
+        }
+    }
+}
+
+fn target(what: &str, measured: Option<f64>, bound: Bound, unit: &str) -> Target {
+    let show = |m: f64| match unit {
+        // Counts are whole numbers: "29", not "29.00".
+        "count" => format!("{m:.0}"),
+        _ => format!("{m:.2}{unit}"),
+    };
     Target {
         what: what.to_string(),
-        measured: measured.map_or("not measured".to_string(), |m| format!("{m:.2}{unit}")),
-        met: measured.map(|m| if le { m <= bound } else { m >= bound }),
+        measured: measured.map_or("not measured".to_string(), show),
+        met: measured.map(|m| bound.holds(m)),
     }
+}
+
+/// The sum of dlock's `exclusion_violations` over every workload of `backend` (`None`: no
+/// contended workload ran).
+fn dlock_violations(rows: &[Row], backend: &str) -> Option<f64> {
+    rows.iter()
+        .filter(|r| r.backend == backend && r.imp == "dlock" && r.metric == "exclusion_violations")
+        .map(|r| r.value)
+        .reduce(|a, b| a + b)
 }
 
 /// Max over min of dlock's own requests per handoff across the N values (1.0 = flat).
@@ -81,7 +114,8 @@ fn flatness(rows: &[Row], backend: &str, imp: &str, ns: &[usize]) -> Option<f64>
     (min > 0.0).then(|| max / min)
 }
 
-/// The issue's targets for `backend`, from the rows.
+/// The targets of the performance issue (15) for `backend`, from the rows; the Redis 8-way
+/// fairness and p99 wait bars are kept from before it.
 pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<Target> {
     let g = |w: &str, i: &str, m: &str| get(rows, backend, w, i, m);
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
@@ -92,70 +126,67 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
     match backend {
         "redis" => {
             t.push(target(
-                "uncontended p50 ≤ 1.10 × floor",
+                "uncontended p50 ≤ 1.05 × floor",
                 div(unc("dlock"), unc("floor")),
-                1.10,
-                true,
+                Bound::AtMost(1.05),
                 "×",
             ));
             t.push(target(
                 "uncontended p50 ≤ 1.0 × rslock",
                 div(unc("dlock"), unc(peer)),
-                1.0,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
             t.push(target(
-                "8-way ≥ 2,000 handoffs/s",
+                "8-way ≥ 5,000 true handoffs/s",
                 g(c8, "dlock", "handoffs_per_s"),
-                2000.0,
-                false,
+                Bound::AtLeast(5000.0),
                 "/s",
             ));
             t.push(target(
                 "8-way fair: per-client min/max grants ≥ 0.5",
                 g(c8, "dlock", "fairness_min_over_max"),
-                0.5,
-                false,
+                Bound::AtLeast(0.5),
                 "",
             ));
             t.push(target(
                 "8-way p99 wait ≤ 10 ms",
                 g(c8, "dlock", "wait_p99").map(|v| v / 1000.0),
-                10.0,
-                true,
+                Bound::AtMost(10.0),
                 " ms",
             ));
         }
         "redlock" => {
             t.push(target(
-                "Redlock-5 uncontended p50 ≤ 0.7 × rslock",
+                "Redlock-5 uncontended p50 ≤ 1.0 × rslock",
                 div(unc("dlock"), unc(peer)),
-                0.7,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
         }
         "etcd" => {
             t.push(target(
-                "uncontended p50 ≤ 1.05 × etcd-client lock",
+                "uncontended p50 ≤ 1.0 × etcd-client lock",
                 div(unc("dlock"), unc(peer)),
-                1.05,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
             t.push(target(
-                "8-way ≥ 1,000 handoffs/s",
+                "uncontended p50 ≤ 1.15 × floor",
+                div(unc("dlock"), unc("floor")),
+                Bound::AtMost(1.15),
+                "×",
+            ));
+            t.push(target(
+                "8-way ≥ 1,200 true handoffs/s",
                 g(c8, "dlock", "handoffs_per_s"),
-                1000.0,
-                false,
+                Bound::AtLeast(1200.0),
                 "/s",
             ));
             t.push(target(
                 "8-way p99 handoff ≤ 5 ms",
                 g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                5.0,
-                true,
+                Bound::AtMost(5.0),
                 " ms",
             ));
         }
@@ -163,49 +194,86 @@ pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<
             t.push(target(
                 "uncontended p50 ≤ 1.0 × zookeeper-client lock",
                 div(unc("dlock"), unc(peer)),
-                1.0,
-                true,
+                Bound::AtMost(1.0),
                 "×",
             ));
             t.push(target(
-                "8-way handoffs/s ≥ 1.0 × zookeeper-client",
+                "8-way true handoffs/s ≥ 1.05 × zookeeper-client",
                 div(
                     g(c8, "dlock", "handoffs_per_s"),
                     g(c8, peer, "handoffs_per_s"),
                 ),
-                1.0,
-                false,
+                Bound::AtLeast(1.05),
                 "×",
             ));
             t.push(target(
                 "8-way p99 handoff ≤ 2 ms",
                 g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                2.0,
-                true,
+                Bound::AtMost(2.0),
                 " ms",
             ));
         }
         _ => {}
     }
+    t.push(target(
+        "1,000 distinct locks on one client: pairs/s ≥ 0.85 × floor",
+        div(
+            g("locks-1000", "dlock", "pairs_per_s"),
+            g("locks-1000", "floor", "pairs_per_s"),
+        ),
+        Bound::AtLeast(0.85),
+        "×",
+    ));
     if backend != "redlock" {
         t.push(target(
             "requests per handoff flat for N = 1..64 (max/min ≤ 1.25)",
             flatness(rows, backend, "dlock", ns),
-            1.25,
-            true,
+            Bound::AtMost(1.25),
             "×",
         ));
     }
-    // A window of k periods can catch k + 1 rounds at its edges: allow that one.
+    // Two-sided: a window of k periods catches k rounds, or k + 1 at its edges (≤ 1.17 with
+    // k = 6); fewer than k means a round was missed or late, which must not read as met.
     let wl = format!("leases-{leases}");
     t.push(target(
-        &format!("renewal of {leases} leases ≤ 1 round trip per period per locker"),
+        &format!("renewal of {leases} leases: 0.9–1.17 round trips per period per locker"),
         g(&wl, "dlock", "renewal_rounds_per_period"),
-        1.0 + 1.0 / 6.0,
-        true,
+        Bound::Between(0.9, 1.17),
         "",
     ));
+    t.push(target(
+        &format!("leases lost while holding {leases} = 0"),
+        g(&wl, "dlock", "leases_lost"),
+        Bound::AtMost(0.0),
+        "count",
+    ));
+    t.push(target(
+        &format!("release errors releasing {leases} leases = 0"),
+        g(&wl, "dlock", "release_errors"),
+        Bound::AtMost(0.0),
+        "count",
+    ));
+    t.push(target(
+        "exclusion violations (every contended workload) = 0",
+        dlock_violations(rows, backend),
+        Bound::AtMost(0.0),
+        "count",
+    ));
     t
+}
+
+/// Why the run must fail, judged from its rows: one line per problem (none: the run stands).
+/// An exclusion violation, by dlock or by any peer, means the figures are not those of a lock.
+pub fn run_failures(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.metric == "exclusion_violations" && r.value > 0.0)
+        .map(|r| {
+            format!(
+                "{}/{}/{}: {} exclusion violation(s): two clients held the lock at once",
+                r.backend, r.workload, r.imp, r.value
+            )
+        })
+        .collect()
 }
 
 /// One backend's markdown section.
@@ -298,5 +366,174 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**NOT met**"), "{md}");
+    }
+
+    fn leases(backend: &str, rounds: f64, lost: f64, release_errors: f64) -> Vec<Row> {
+        vec![
+            row(
+                backend,
+                "leases-10",
+                "dlock",
+                "renewal_rounds_per_period",
+                rounds,
+            ),
+            row(backend, "leases-10", "dlock", "leases_lost", lost),
+            row(
+                backend,
+                "leases-10",
+                "dlock",
+                "release_errors",
+                release_errors,
+            ),
+        ]
+    }
+
+    fn verdict(rows: &[Row], backend: &str, what: &str) -> Option<Option<bool>> {
+        targets(rows, backend, &[1, 64], 10)
+            .into_iter()
+            .find(|t| t.what.contains(what))
+            .map(|t| t.met)
+    }
+
+    #[test]
+    fn renewal_target_is_two_sided() {
+        for backend in ["redis", "redlock", "etcd", "zk"] {
+            // 5 rounds in a window of 6 periods: a round was missed.
+            let low = leases(backend, 5.0 / 6.0, 0.0, 0.0);
+            assert_eq!(verdict(&low, backend, "renewal"), Some(Some(false)));
+            for ok in [0.9, 1.0, 7.0 / 6.0] {
+                let rows = leases(backend, ok, 0.0, 0.0);
+                assert_eq!(verdict(&rows, backend, "renewal"), Some(Some(true)), "{ok}");
+            }
+            let high = leases(backend, 1.2, 0.0, 0.0);
+            assert_eq!(verdict(&high, backend, "renewal"), Some(Some(false)));
+        }
+        let md = markdown(&leases("zk", 5.0 / 6.0, 0.0, 0.0), "zk", &[1, 64], 10);
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("- renewal"))
+            .unwrap_or_default();
+        assert!(line.contains("**NOT met**"), "{md}");
+    }
+
+    #[test]
+    fn lost_leases_and_release_errors_are_targets() {
+        let bad = leases("redlock", 1.0, 1.0, 29.0);
+        assert_eq!(verdict(&bad, "redlock", "leases lost"), Some(Some(false)));
+        assert_eq!(
+            verdict(&bad, "redlock", "release errors"),
+            Some(Some(false))
+        );
+        let good = leases("redlock", 1.0, 0.0, 0.0);
+        assert_eq!(verdict(&good, "redlock", "leases lost"), Some(Some(true)));
+        assert_eq!(
+            verdict(&good, "redlock", "release errors"),
+            Some(Some(true))
+        );
+        let md = markdown(&bad, "redlock", &[1, 64], 10);
+        let line = md
+            .lines()
+            .find(|l| l.contains("release errors"))
+            .unwrap_or_default();
+        assert!(line.contains("29") && line.contains("**NOT met**"), "{md}");
+    }
+
+    #[test]
+    fn an_exclusion_violation_fails_the_run() {
+        let clean = vec![
+            row(
+                "redis",
+                "contention-8",
+                "dlock",
+                "exclusion_violations",
+                0.0,
+            ),
+            row("redis", "waiters-8", "rslock", "exclusion_violations", 0.0),
+        ];
+        assert!(run_failures(&clean).is_empty());
+        assert_eq!(verdict(&clean, "redis", "exclusion"), Some(Some(true)));
+        for (workload, imp) in [("contention-8", "dlock"), ("waiters-8", "rslock")] {
+            let mut rows = clean.clone();
+            rows.push(row("redis", workload, imp, "exclusion_violations", 1.0));
+            let f = run_failures(&rows);
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert!(f[0].contains(workload) && f[0].contains(imp), "{f:?}");
+        }
+        let mut rows = clean.clone();
+        rows.push(row(
+            "redis",
+            "waiters-64",
+            "dlock",
+            "exclusion_violations",
+            2.0,
+        ));
+        assert_eq!(verdict(&rows, "redis", "exclusion"), Some(Some(false)));
+    }
+
+    /// The verdict of the first target whose text contains every word of `words`.
+    fn verdict_of(rows: &[Row], backend: &str, words: &[&str]) -> Option<Option<bool>> {
+        targets(rows, backend, &[1, 64], 10)
+            .into_iter()
+            .find(|t| words.iter().all(|w| t.what.contains(w)))
+            .map(|t| t.met)
+    }
+
+    #[test]
+    fn targets_are_those_of_issue_15() {
+        let unc = |b: &str, i: &str, v: f64| row(b, "uncontended", i, "latency_p50", v);
+        let c8 = |b: &str, i: &str, m: &str, v: f64| row(b, "contention-8", i, m, v);
+        let pairs = |b: &str, i: &str, v: f64| row(b, "locks-1000", i, "pairs_per_s", v);
+        let rows = vec![
+            // Redis: 1.07 × floor (was met under ≤ 1.10), 2,859 handoffs/s (was met ≥ 2,000).
+            unc("redis", "dlock", 107.0),
+            unc("redis", "floor", 100.0),
+            unc("redis", "rslock", 110.0),
+            c8("redis", "dlock", "handoffs_per_s", 2859.0),
+            // Redlock: 0.9 × rslock meets ≤ 1.0 (was not met under ≤ 0.7).
+            unc("redlock", "dlock", 90.0),
+            unc("redlock", "rslock", 100.0),
+            // etcd: 1.0 × peer but 1.2 × floor; 1,100 handoffs/s (was met ≥ 1,000).
+            unc("etcd", "dlock", 120.0),
+            unc("etcd", "floor", 100.0),
+            unc("etcd", "etcd-client", 120.0),
+            c8("etcd", "dlock", "handoffs_per_s", 1100.0),
+            // ZooKeeper: 1.03 × the peer's handoffs/s (was met ≥ 1.0).
+            c8("zk", "dlock", "handoffs_per_s", 1030.0),
+            c8("zk", "zookeeper-client", "handoffs_per_s", 1000.0),
+        ];
+        let mut rows = rows;
+        for b in ["redis", "redlock", "etcd", "zk"] {
+            rows.push(pairs(b, "dlock", 60.0));
+            rows.push(pairs(b, "floor", 100.0));
+        }
+        assert_eq!(
+            verdict_of(&rows, "redis", &["1.05 × floor"]),
+            Some(Some(false))
+        );
+        assert_eq!(verdict_of(&rows, "redis", &["5,000"]), Some(Some(false)));
+        assert_eq!(
+            verdict_of(&rows, "redlock", &["1.0 × rslock"]),
+            Some(Some(true))
+        );
+        assert_eq!(
+            verdict_of(&rows, "etcd", &["1.0 × etcd-client"]),
+            Some(Some(true))
+        );
+        assert_eq!(
+            verdict_of(&rows, "etcd", &["1.15 × floor"]),
+            Some(Some(false))
+        );
+        assert_eq!(verdict_of(&rows, "etcd", &["1,200"]), Some(Some(false)));
+        assert_eq!(
+            verdict_of(&rows, "zk", &["1.05 × zookeeper-client"]),
+            Some(Some(false))
+        );
+        for b in ["redis", "redlock", "etcd", "zk"] {
+            assert_eq!(
+                verdict_of(&rows, b, &["1,000 distinct", "0.85 × floor"]),
+                Some(Some(false)),
+                "{b}"
+            );
+        }
     }
 }

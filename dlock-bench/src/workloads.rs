@@ -476,14 +476,19 @@ pub async fn many_locks(
     Ok(())
 }
 
+/// How many renewal periods the held-leases window spans.
+const LEASE_PERIODS: u32 = 6;
+
 /// `count` leases held on one dlock locker: renewal rounds and requests per renewal period
-/// (TTL/3) over `window`, and resident memory per lease.
+/// over a window of 6 periods, and resident memory per lease. The period is a third of the TTL
+/// the server granted (`Locker::ttl` after the first grant: etcd rounds up to whole seconds,
+/// ZooKeeper negotiates the session timeout), not of the TTL asked for, which would misjudge
+/// the rounds per period by the ratio of the two.
 pub async fn held_leases(
     sink: &mut Sink<'_>,
     dlock: &Dlock,
     count: usize,
     ttl: Duration,
-    window: Duration,
     probe: &Probe,
 ) -> Result<(), String> {
     let locker = dlock.locker(ttl).await?;
@@ -499,6 +504,9 @@ pub async fn held_leases(
         .map(|k| dlock_core::LockName::new(format!("lease-{k}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    let granted = locker.ttl();
+    let period = granted / 3;
+    let window = period * LEASE_PERIODS;
     let rss0 = rss_bytes();
     let t0 = Instant::now();
     let leases: Vec<_> = futures::stream::iter(names.iter())
@@ -513,11 +521,13 @@ pub async fn held_leases(
         .map_err(|e| format!("acquire of {count} leases: {e}"))?;
     let rss1 = rss_bytes();
     // Let the first renewal round of the freshly acquired leases pass.
-    tokio::time::sleep(ttl / 3).await;
+    tokio::time::sleep(period).await;
     let (s0, p0) = (locker.stats(), probe.count().await);
+    let w0 = Instant::now();
     tokio::time::sleep(window).await;
+    // The window as it was (a sleep overshoots on a loaded machine), in periods.
+    let periods = w0.elapsed().as_secs_f64() / period.as_secs_f64();
     let (s1, p1) = (locker.stats(), probe.count().await);
-    let periods = window.as_secs_f64() / (ttl / 3).as_secs_f64();
     let lost = leases.iter().filter(|l| l.is_lost()).count();
     let released: Vec<_> = futures::stream::iter(leases)
         .map(|l| l.release())
@@ -529,6 +539,13 @@ pub async fn held_leases(
         eprintln!("  {release_errors} of {count} releases failed; first: {e}");
     }
     let wl = format!("leases-{count}");
+    sink.add(
+        &wl,
+        "dlock",
+        "lease_ttl_granted",
+        granted.as_secs_f64() * 1e6,
+        "us",
+    );
     sink.add(
         &wl,
         "dlock",

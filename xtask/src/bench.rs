@@ -1,6 +1,11 @@
 //! `cargo xtask bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]`:
 //! builds and runs the `dlock-bench` binary in release mode (arguments passed through), then
 //! says where the report, the JSON rows and the plot are.
+//!
+//! `cargo xtask bench --readme FILE [--from RESULTS_JSON]` runs no workload: it rewrites the
+//! generated performance section of FILE (between the `dlock-bench:begin` / `end` markers) from
+//! a run's `results.json` (default `target/dlock-bench/results.json`). Paths are relative to
+//! the workspace root.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,6 +44,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .status()
         .map_err(|e| format!("cannot start cargo for the bench: {e}"))?;
     let out = out_dir(args);
+    if args.iter().any(|a| a == "--readme") {
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!("dlock-bench --readme failed ({status})"))
+        };
+    }
     if !status.success() {
         return Err(format!(
             "dlock-bench failed ({status}); partial output, if any, in {}",
@@ -61,8 +73,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let rows: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("bench JSON rows do not parse: {e}"))?;
     match rows.as_array() {
-        Some(a) if !a.is_empty() => Ok(()),
+        Some(a) if !a.is_empty() => check_exclusion(a),
         _ => Err("the bench wrote no rows".to_string()),
+    }
+}
+
+/// Fails on any row with `exclusion_violations` > 0 (dlock-bench already exits non-zero on
+/// one; this holds even for a results.json written by an older binary).
+fn check_exclusion(rows: &[serde_json::Value]) -> Result<(), String> {
+    let bad: Vec<String> = rows
+        .iter()
+        .filter(|r| r["metric"] == "exclusion_violations" && r["value"].as_f64() != Some(0.0))
+        .map(|r| format!("{}/{}/{}", r["backend"], r["workload"], r["impl"]))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("exclusion violations in {}", bad.join(", ")))
     }
 }
 
@@ -79,5 +106,16 @@ mod tests {
         ];
         assert_eq!(out_dir(&args), PathBuf::from("x/y"));
         assert!(out_dir(&[]).ends_with("target/dlock-bench"));
+    }
+
+    #[test]
+    fn exclusion_violations_fail_the_bench() {
+        let row = |v: serde_json::Value| {
+            serde_json::json!({"backend": "redis", "workload": "contention-8",
+                "impl": "dlock", "metric": "exclusion_violations", "value": v, "unit": "count"})
+        };
+        assert!(check_exclusion(&[row(0.0.into())]).is_ok());
+        assert!(check_exclusion(&[row(1.0.into())]).is_err());
+        assert!(check_exclusion(&[row(serde_json::Value::Null)]).is_err());
     }
 }
