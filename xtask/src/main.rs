@@ -21,6 +21,8 @@ commands:
                        (--from DIR: judge rows a run wrote to $DLOCK_REPORT_DIR=DIR instead)
   bench [--quick] [--backend ...] [--json FILE]
                        dlock vs the raw server floor vs peer libraries, in one run
+  bench --readme FILE [--from RESULTS_JSON]
+                       rewrite FILE's generated performance section from a run's rows
   servers              check (and where possible install) the server binaries the suite needs
 ";
 
