@@ -259,10 +259,8 @@ async fn auth_through_the_url() {
         .try_acquire(&name("auth"))
         .await
         .expect_err("no password");
-    assert!(
-        matches!(e.kind(), ErrorKind::Backend | ErrorKind::Unavailable),
-        "{e}"
-    );
+    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
+    assert!(!e.is_retryable(), "{e}");
     assert!(!format!("{e}").contains("s3cret"));
 }
 
