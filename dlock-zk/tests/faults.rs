@@ -401,5 +401,21 @@ async fn digest_auth_and_creator_acl() {
         anonymous.list_children(&parent).await.unwrap_err(),
         zookeeper_client::Error::NoAuth
     );
+    // A locker with another identity is refused: AccessDenied, not retryable.
+    let stranger = dlock_zk::ZkLocker::builder(&connect)
+        .ttl(TTL)
+        .root("/dlock-acl-test")
+        .namespace(&ns)
+        .digest_auth("stranger", "other")
+        .acl(dlock_zk::ZkAcl::CreatorAll)
+        .build()
+        .await
+        .unwrap();
+    let e = stranger
+        .acquire(&name, AcquireOptions::wait(TTL))
+        .await
+        .expect_err("another identity may not queue under a creator-only ACL");
+    assert_eq!(e.kind(), dlock_core::ErrorKind::AccessDenied, "{e}");
+    assert!(!e.is_retryable(), "{e}");
     lease.release().await.unwrap();
 }
