@@ -248,7 +248,6 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
     // The latest promise: a lost lease keeps the last deadline it had.
     let promised = lease.deadline();
     history.promise(0, lease.token(), promised.into_std());
-    let healed = p.cluster.heal_all();
     let Some(Ok((stolen_t, got))) = stolen else {
         return Err(Verdict::Fail(
             "the contender's acquire on the leader never returned".into(),
@@ -278,7 +277,13 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
         "deadline_after_cut_ms",
         promised.saturating_duration_since(cut),
     );
+    // The contender releases on the leader's side BEFORE the links heal: on etcd 3.4 (no
+    // pre-vote by default) the cut member campaigned meanwhile, and its higher term forces an
+    // election when it rejoins; a request sent in that window can go unanswered for a whole
+    // request timeout (CI saw `guarded delete: no reply from etcd within 2 s` right after the
+    // heal). That election is not what this scenario is about.
     got.release().await?;
+    let healed = p.cluster.heal_all();
     if let Err(v) = history.promise_violations() {
         return Err(Verdict::Fail(format!(
             "promise violation: the contender on the leader was granted BEFORE the deadline the holder (on a server cut from the leader) had been promised: {}",
