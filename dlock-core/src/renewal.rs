@@ -49,6 +49,18 @@ pub trait RenewBackend: Send + Sync + 'static {
     /// with backoff inside the leases' remaining validity. A panic counts as such a failure.
     async fn renew(&self, entries: &[Arc<Self::Entry>]) -> Result<Vec<Renewal>, Error>;
 
+    /// Whether a `renew` call that is slow may be given up for a retry (the default): a round
+    /// then runs for two thirds of the leases' remaining validity (at least TTL/3), leaving the
+    /// rest for a retry that may take another path (another connection, another member).
+    ///
+    /// A backend whose retry can only queue behind the slow call (one connection answering
+    /// requests in order, where a lost connection fails the call at once) returns `false`: its
+    /// rounds then run until the leases' deadline, so a reply that is slow but in time still
+    /// renews them.
+    fn abandon_slow_rounds(&self) -> bool {
+        true
+    }
+
     /// Deletes one lease's server entry, guarded so that it never deletes another holder's.
     /// Deleting an entry that is already gone succeeds.
     ///
@@ -173,10 +185,12 @@ impl<B: RenewBackend> RenewalDriver<B> {
         let cell = LeaseCell::new(name, token, deadline, drift(self.shared.ttl));
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
-        // Renew before a third of the TTL is left, whatever the driver's plans.
-        let due = deadline
-            .checked_sub(self.shared.ttl / 3)
-            .unwrap_or(deadline);
+        // A grant is a renewal that happened at `start`: the first renewal is due a third of
+        // the TTL after it, like every later one, whatever the driver's plans. Counting from
+        // the reply instead left a grant slowed by a busy server (a long queue of the session's
+        // writes) a single round of TTL/3 before its deadline, and a round as slow as that
+        // grant lost it.
+        let due = start + self.shared.ttl / 3;
         self.shared.leases().insert(
             id,
             Registered {

@@ -107,6 +107,8 @@ pub(super) async fn run<B: RenewBackend>(weak: Weak<Shared<B>>, alive: Alive<B>)
     let mut failures: u32 = 0;
     // When the next regular round is due; `None` while idle.
     let mut tick: Option<Instant> = None;
+    // When the last urgent (not regular) round was sent.
+    let mut last_urgent: Option<Instant> = None;
     let mut inflight: FuturesUnordered<BoxFuture<'static, Round<B::Entry>>> =
         FuturesUnordered::new();
     loop {
@@ -128,9 +130,18 @@ pub(super) async fn run<B: RenewBackend>(weak: Weak<Shared<B>>, alive: Alive<B>)
             None => Instant::now() + period,
             Some(plan) => {
                 let regular = *tick.get_or_insert_with(|| Instant::now() + period);
-                let round_at = plan
-                    .renewable
-                    .then(|| plan.urgent.map_or(regular, |u| u.min(regular)));
+                // While a round is in flight, urgent rounds start at most every quarter period:
+                // leases falling due one after another (a burst of grants) then share a round
+                // instead of sending one each behind the one in flight.
+                let gate = if inflight.is_empty() {
+                    None
+                } else {
+                    last_urgent.map(|t| t + period / 4)
+                };
+                let round_at = plan.renewable.then(|| {
+                    plan.urgent
+                        .map_or(regular, |u| gate.map_or(u, |g| u.max(g)).min(regular))
+                });
                 round_at.map_or(plan.earliest_deadline, |r| r.min(plan.earliest_deadline))
             }
         };
@@ -160,6 +171,8 @@ pub(super) async fn run<B: RenewBackend>(weak: Weak<Shared<B>>, alive: Alive<B>)
         }
         if regular {
             tick = Some(now + period);
+        } else {
+            last_urgent = Some(now);
         }
         inflight.push(round(&shared, batch, now));
     }
@@ -180,11 +193,14 @@ fn round<B: RenewBackend>(
     // A round may run for TTL/3, or for two thirds of the remaining validity if that is
     // longer: a reply delayed by a short network blip still counts, and a third of the
     // validity is left for a retry when the request is truly lost. Never past the deadline.
+    // A backend whose retry would only queue behind this call runs it to the deadline.
     let remaining = earliest.saturating_duration_since(start);
-    let budget = period
-        .max(remaining * 2 / 3)
-        .min(remaining)
-        .max(Duration::from_millis(1));
+    let budget = if shared.backend.abandon_slow_rounds() {
+        period.max(remaining * 2 / 3).min(remaining)
+    } else {
+        remaining
+    }
+    .max(Duration::from_millis(1));
     let backend = Arc::clone(&shared.backend);
     let entries: Vec<Arc<B::Entry>> = batch.iter().map(|(_, _, e)| Arc::clone(e)).collect();
     async move {
