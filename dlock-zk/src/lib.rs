@@ -8,6 +8,7 @@ mod errors;
 mod locker;
 mod paths;
 mod payload;
+mod reads;
 mod session;
 
 pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};

@@ -9,10 +9,10 @@ use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriv
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::batches::{REQUEST_BUDGET, split};
 use crate::config::Config;
 use crate::errors::{map, session_ended, transient};
-use crate::paths::{connect_hosts, is_ours, parent_of};
+use crate::paths::{connect_hosts, is_ours};
+use crate::reads::SessionReads;
 
 /// One held lock node, as the renewal driver keeps it.
 #[derive(Debug)]
@@ -66,10 +66,8 @@ impl Session {
             session_id: id,
             counters: Arc::clone(&counters),
             // The client prepends the chroot to every path; the connect string bounds it.
-            chroot_len: cfg.connect.len(),
+            reads: SessionReads::new(client.clone(), Arc::clone(&counters), cfg.connect.len()),
             ended: Arc::clone(&ended),
-            no_multi_read: AtomicBool::new(false),
-            turn: Arc::new(tokio::sync::Mutex::new(())),
             timeout,
         });
         let driver = RenewalDriver::new(backend, proof_ttl(timeout), Arc::clone(&counters));
@@ -414,117 +412,11 @@ pub(crate) struct SessionBackend {
     client: zk::Client,
     session_id: i64,
     counters: Arc<Counters>,
-    /// An upper bound on the chroot the client prepends to every path (request sizing).
-    chroot_len: usize,
+    /// The renewal reads (see [`SessionReads`]).
+    reads: SessionReads,
     ended: Arc<AtomicBool>,
-    no_multi_read: AtomicBool,
-    /// Held while a round's reads are outstanding (see [`SessionBackend::renew`]).
-    turn: Arc<tokio::sync::Mutex<()>>,
     /// The negotiated session timeout: how long a release retries.
     timeout: Duration,
-}
-
-/// One node's read back: its stat, or why it could not be read.
-type NodeRead = Result<zk::Stat, zk::Error>;
-
-/// What one renewal round sends: a `sync` on `parent`, then reads of every entry.
-struct Reads {
-    client: zk::Client,
-    counters: Arc<Counters>,
-    chroot_len: usize,
-    single: bool,
-    parent: String,
-    entries: Vec<Arc<NodeEntry>>,
-}
-
-impl Reads {
-    /// Sends the sync and the reads (the sync first: ZooKeeper answers a session's requests in
-    /// order) and waits for every reply: the sync's outcome and the reads'.
-    async fn run(self) -> (Result<(), zk::Error>, Result<Vec<NodeRead>, zk::Error>) {
-        self.counters.add_requests(1);
-        let synced = self.client.sync(&self.parent);
-        let read = async {
-            if self.single {
-                self.read_each().await
-            } else {
-                self.read_all()?.await
-            }
-        };
-        tokio::join!(synced, read)
-    }
-
-    /// Sends the multi-reads of every entry's stat at once (requests sized by [`split`]),
-    /// then waits for all of them.
-    fn read_all(
-        &self,
-    ) -> Result<impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + '_, zk::Error>
-    {
-        let entries = &self.entries;
-        let ranges = split(
-            entries.iter().map(|e| e.path.as_str()),
-            self.chroot_len,
-            REQUEST_BUDGET,
-        );
-        self.counters
-            .add_requests(u64::try_from(ranges.len()).unwrap_or(u64::MAX));
-        let mut sent = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            let mut reader = self.client.new_multi_reader();
-            for entry in &entries[range.clone()] {
-                reader.add_get_data(&entry.path)?;
-            }
-            // `commit` writes the request now; its future only waits for the reply.
-            sent.push((range.len(), reader.commit()));
-        }
-        Ok(async move {
-            let mut out = Vec::with_capacity(entries.len());
-            for (expected, reply) in sent {
-                let results = reply.await?;
-                if results.len() != expected {
-                    return Err(zk::Error::UnexpectedError(format!(
-                        "{} multi-read results for {expected} reads",
-                        results.len()
-                    )));
-                }
-                out.extend(results.into_iter().map(|r| match r {
-                    zk::MultiReadResult::Data { stat, .. } => Ok(stat),
-                    zk::MultiReadResult::Error { err } => Err(err),
-                    _ => Err(zk::Error::UnexpectedError(
-                        "unexpected multi-read result".into(),
-                    )),
-                }));
-            }
-            Ok(out)
-        })
-    }
-
-    /// Sends one plain read of each entry's stat at once (servers without multi-read), then
-    /// waits for all of them.
-    fn read_each(
-        &self,
-    ) -> impl std::future::Future<Output = Result<Vec<NodeRead>, zk::Error>> + '_ {
-        self.counters
-            .add_requests(u64::try_from(self.entries.len()).unwrap_or(u64::MAX));
-        // `check_stat` writes its request when called; the loop only collects the replies.
-        let sent: Vec<_> = self
-            .entries
-            .iter()
-            .map(|e| self.client.check_stat(&e.path))
-            .collect();
-        async move {
-            let mut out = Vec::with_capacity(sent.len());
-            for reply in sent {
-                out.push(match reply.await {
-                    Ok(Some(stat)) => Ok(stat),
-                    Ok(None) => Err(zk::Error::NoNode),
-                    // A failure of the session itself fails the whole round.
-                    Err(e) if session_ended(&e) || transient(&e) => return Err(e),
-                    Err(e) => Err(e),
-                });
-            }
-            Ok(out)
-        }
-    }
 }
 
 #[async_trait]
@@ -532,8 +424,9 @@ impl RenewBackend for SessionBackend {
     type Entry = NodeEntry;
 
     /// A `sync` (answered by the leader) followed by reads of EVERY held node: multi-reads of
-    /// at most [`REQUEST_BUDGET`] bytes each (one plain read per node on servers before 3.6),
-    /// all sent right behind the sync, so one round trip whatever the number of leases. Their
+    /// at most [`REQUEST_BUDGET`](crate::batches::REQUEST_BUDGET) bytes and
+    /// [`REQUEST_OPS`](crate::batches::REQUEST_OPS) reads each (one plain read per node on
+    /// servers before 3.6), all sent right behind the sync, so one round trip whatever the number of leases. Their
     /// success proves the session was alive at the leader when the sync was sent, so no other
     /// session can be granted these locks before send time + the driver's TTL
     /// ([`proof_ttl`]). Nodes read back missing or owned by another session are lost in this
@@ -543,42 +436,12 @@ impl RenewBackend for SessionBackend {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let single = self.no_multi_read.load(Ordering::Relaxed);
-        // One round's reads at a time: a round waits here for the previous one's replies.
-        // The reads run in a task of their own that holds the turn until every reply is in,
-        // even when the driver gives up on the round (its budget ran out): the server answers
-        // those reads anyway, and sending another full read of every node behind them would
-        // only lengthen the queue (on a loaded machine, rounds the driver abandoned piled up
-        // until no round finished within its budget and every lease was lost). Waiting for the
-        // turn only makes the proof older: the deadline counts from the round's start.
-        let turn = Arc::clone(&self.turn).lock_owned().await;
+        let single = self.reads.single.load(Ordering::Relaxed);
         // Route the proof through the leader: a follower cut from its leader keeps answering
         // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
         // sent first and the reads right behind it (ZooKeeper answers a session's requests in
         // order, and a follower holds the reads until the sync is done): one round trip.
-        let reads = Reads {
-            client: self.client.clone(),
-            counters: Arc::clone(&self.counters),
-            chroot_len: self.chroot_len,
-            single,
-            parent: parent_of(&entries[0].path).to_owned(),
-            entries: entries.to_vec(),
-        };
-        let (synced, read) = match tokio::spawn(async move {
-            let out = reads.run().await;
-            drop(turn);
-            out
-        })
-        .await
-        {
-            Ok(out) => out,
-            Err(e) => {
-                return Err(Error::backend(
-                    format!("ZooKeeper renewal task failed: {e}"),
-                    None,
-                ));
-            }
-        };
+        let (synced, read) = self.reads.read(entries).await;
         let read = match synced {
             Ok(()) | Err(zk::Error::NoNode) => read,
             Err(e) => Err(e),
@@ -596,7 +459,7 @@ impl RenewBackend for SessionBackend {
             Err(e @ (zk::Error::Unimplemented | zk::Error::MarshallingError)) if !single => {
                 // Servers before 3.6 have no multi-read: renew with plain reads from now on.
                 tracing::info!(error = %e, "the server has no multi-read; renewing with single reads");
-                self.no_multi_read.store(true, Ordering::Relaxed);
+                self.reads.single.store(true, Ordering::Relaxed);
                 return Err(map("renewal (multi-read unsupported)", e));
             }
             Err(e) => return Err(map("renewal", e)),
@@ -628,6 +491,14 @@ impl RenewBackend for SessionBackend {
                 Err(_) => Renewal::Extended,
             })
             .collect())
+    }
+
+    /// `false`: the session answers its requests in order, so a retry would only queue behind
+    /// the slow round; a lost connection fails the round at once (the client fails the
+    /// requests in flight). Never abandoning a round early also keeps abandoned full reads
+    /// from piling up at the server (see [`SessionReads`]).
+    fn abandon_slow_rounds(&self) -> bool {
+        false
     }
 
     /// Deletes the lease's node (by its unique path, so a retry never deletes anyone else's).
