@@ -61,6 +61,17 @@ pub fn skip_backend(reason: String) -> ! {
 /// A whole backend skipped because its servers are unavailable (binaries missing, `CI` unset)
 /// stays a skip here so a machine without servers can still run `cargo test`; `cargo xtask
 /// test` and `cargo xtask conform` fail on it all the same.
+/// With `DLOCK_LOG` set (an `EnvFilter`, e.g. `dlock_core=debug,dlock_zk=debug`), the library's
+/// `tracing` output goes to the test's captured output: a failing scenario prints it.
+fn init_log() {
+    if std::env::var_os("DLOCK_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("DLOCK_LOG"))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 #[doc(hidden)]
 pub fn __run(
     module: &str,
@@ -68,6 +79,7 @@ pub fn __run(
     factory: fn() -> Arc<dyn TestBackend>,
     declared: Declared,
 ) {
+    init_log();
     let report_name = module.replace('_', "-");
     let backend = match std::panic::catch_unwind(factory) {
         Ok(b) => b,
