@@ -55,6 +55,7 @@ fn one_way_delay_catches_a_renewal_counted_from_the_reply() {
         Scenario::OneWayDelay,
         Fencing::On,
     );
+    println!("{}", row.summary());
     assert_eq!(row.status, Status::Fail, "{}", row.summary());
     assert!(
         row.reason

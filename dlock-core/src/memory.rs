@@ -126,6 +126,16 @@ impl MemoryServer {
         had
     }
 
+    /// Test hook for the conformance suite's server-side view: when the server expires the
+    /// current holder of `name` (`None` when nobody holds it, or its TTL already ran out).
+    #[doc(hidden)]
+    pub fn holder_expiry(&self, name: &LockName) -> Option<Instant> {
+        let now = Instant::now();
+        let names = self.names();
+        let h = names.get(name.as_str())?.holder.as_ref()?;
+        (h.expires > now).then_some(h.expires)
+    }
+
     /// Test hook for leak audits: every live entry (held name or queued waiter) whose name
     /// starts with `prefix`, as `"held:<name>"` or `"queued:<name>"`. Expired holders do not
     /// count.
