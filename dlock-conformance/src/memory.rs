@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use dlock_core::memory::Defect;
 use dlock_core::{Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
 
-use crate::{ClientOptions, TestBackend};
+use crate::{ClientOptions, ServerExpiry, TestBackend};
 
 /// Memory lockers sharing one [`MemoryServer`] per namespace (so namespaces are isolated the
 /// way key prefixes isolate them at a real server).
@@ -93,6 +93,18 @@ impl TestBackend for MemoryBackend {
                 name: name.to_string(),
             }),
         }
+    }
+
+    /// Read at the shared server, exact to the instant (resolution zero).
+    async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
+        let server = self.server(namespace);
+        Ok(match server.holder_expiry(name) {
+            Some(expires) => ServerExpiry::Remaining {
+                remaining: expires.saturating_duration_since(tokio::time::Instant::now()),
+                resolution: std::time::Duration::ZERO,
+            },
+            None => ServerExpiry::NoHolder,
+        })
     }
 
     fn child_env(&self) -> Vec<(String, String)> {

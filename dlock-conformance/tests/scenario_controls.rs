@@ -42,6 +42,48 @@ fn slow_grant_passes_on_the_reference() {
     assert_eq!(row.status, Status::Pass, "{}", row.summary());
 }
 
+/// A client that counts each renewed deadline from the renewal's reply instead of its request
+/// (the server re-armed the TTL `REPLY_DELAY` before the instant the lease counts from) is
+/// caught by `one_way_delay`'s renewal-phase check: after a renewal the server expires the
+/// holder before the lease's deadline. Grants are honest, so only a check made after
+/// renewals can see it.
+#[test]
+fn one_way_delay_catches_a_renewal_counted_from_the_reply() {
+    let row = run_control(
+        broken(Defect::RenewalFromReply),
+        "memory_renewalfromreply",
+        Scenario::OneWayDelay,
+        Fencing::On,
+    );
+    println!("{}", row.summary());
+    assert_eq!(row.status, Status::Fail, "{}", row.summary());
+    assert!(
+        row.reason
+            .contains("the server expires the holder at the latest"),
+        "{}",
+        row.summary()
+    );
+}
+
+/// The correct memory backend passes `one_way_delay` (its renewals counted from the request),
+/// with the server-side expiry checked: only the reply delay itself is a skipped part.
+#[test]
+fn one_way_delay_passes_on_the_reference() {
+    let row = run_control(
+        Arc::new(MemoryBackend::new()),
+        "memory",
+        Scenario::OneWayDelay,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    let parts = row.skipped_parts();
+    assert!(
+        parts.iter().all(|p| !p.contains("server-side expiry")),
+        "{}",
+        row.summary()
+    );
+}
+
 /// A backend whose capabilities differ from its enrolment's declared table fails every
 /// scenario before it runs (WakeAll reports herd_free = false).
 #[test]

@@ -52,9 +52,18 @@ pub enum Defect {
     /// One lease found lost in a renewal round fails the whole round: every lease renewed with
     /// it is reported lost too (the Redlock batch-verdict defect).
     BatchLoss,
+    /// Every renewal's reply takes [`REPLY_DELAY`] after the server re-armed the TTL, and the
+    /// client counts the renewed deadline from the reply instead of the request: after each
+    /// renewal (grants are honest) the server expires the holder [`REPLY_DELAY`] before the
+    /// lease's deadline. The real bug: a client that sets `deadline = now + TTL` when a
+    /// keep-alive or `PEXPIRE` reply arrives, so a slow reply path stretches every promise.
+    /// (The shared renewal driver counts from the request, so the server arms the renewed TTL
+    /// [`REPLY_DELAY`] short instead: the same gap.)
+    RenewalFromReply,
 }
 
-/// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] is.
+/// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] (and
+/// the renewal reply of [`Defect::RenewalFromReply`]) is.
 #[doc(hidden)]
 pub const REPLY_DELAY: Duration = Duration::from_millis(200);
 
@@ -115,6 +124,16 @@ impl MemoryServer {
             w.wake.notify_one();
         }
         had
+    }
+
+    /// Test hook for the conformance suite's server-side view: when the server expires the
+    /// current holder of `name` (`None` when nobody holds it, or its TTL already ran out).
+    #[doc(hidden)]
+    pub fn holder_expiry(&self, name: &LockName) -> Option<Instant> {
+        let now = Instant::now();
+        let names = self.names();
+        let h = names.get(name.as_str())?.holder.as_ref()?;
+        (h.expires > now).then_some(h.expires)
     }
 
     /// Test hook for leak audits: every live entry (held name or queued waiter) whose name
@@ -245,6 +264,14 @@ impl Backend {
         }
     }
 
+    /// The TTL a renewal re-arms at the server.
+    fn renewed_ttl(&self) -> Duration {
+        match self.defect {
+            Some(Defect::RenewalFromReply) => self.server_ttl().saturating_sub(REPLY_DELAY),
+            _ => self.server_ttl(),
+        }
+    }
+
     /// Grants `name` to `owner` if it is free and `owner` may go next. Returns the token.
     fn try_grant(&self, st: &mut NameState, owner: u64, now: Instant) -> Option<FencingToken> {
         if st.holder.as_ref().is_some_and(|h| h.expires <= now) {
@@ -310,7 +337,7 @@ impl RenewBackend for Backend {
             .map(
                 |e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
                     Some(h) if h.owner == e.owner && h.expires > now => {
-                        h.expires = now + self.server_ttl();
+                        h.expires = now + self.renewed_ttl();
                         Renewal::Extended
                     }
                     _ => Renewal::Lost(LossReason::Gone(
