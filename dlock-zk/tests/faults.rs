@@ -8,9 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use dlock_conformance::faults::{Mode, Proxy};
+use dlock_conformance::faults::{Direction, Mode, Proxy};
 use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
-use support::{contenders, eventually, expire_session, locker, namespace, private, raw, shared};
+use support::{
+    contenders, eventually, expire_session, locker, namespace, node_of, private, raw, shared,
+    watched,
+};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -26,7 +29,14 @@ async fn middle_waiter_expiry_retargets_the_next_waiter() {
     let a = locker(&connect, &ns, TTL).await;
     let proxy = Proxy::start(c.addrs()[0]).unwrap();
     let b = Arc::new(locker(&proxy.addr().to_string(), &ns, TTL).await);
-    let cl = Arc::new(locker(&connect, &ns, TTL).await);
+    // C's replies come 150 ms late: its watch on B is set well after its node appears, as on
+    // a loaded machine.
+    let c_proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let cl = Arc::new(locker(&c_proxy.addr().to_string(), &ns, TTL).await);
+    c_proxy.set_direction(
+        Direction::Downstream,
+        Mode::Delay(Duration::from_millis(150)),
+    );
     let z = raw(&connect).await;
     let parent = a.lock_path(&name);
 
@@ -52,6 +62,18 @@ async fn middle_waiter_expiry_retargets_the_next_waiter() {
             contenders(&z, &parent).await.len() == 3
         })
         .await
+    );
+    // C's node exists once the count is 3, but its watch on B may come later: expiring B before
+    // then would leave C nothing to be woken by (it finds B gone and waits on A at once).
+    let b_node = node_of(&z, &parent, b.session_id().expect("B's session"))
+        .await
+        .expect("B's node");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            watched(c.addrs()[0], &b_node)
+        })
+        .await,
+        "C never watched B's node {b_node}"
     );
     let c_wakeups_before = cl.stats().wakeups;
 

@@ -72,6 +72,25 @@ pub async fn contenders(raw: &zookeeper_client::Client, parent: &str) -> Vec<Str
     }
 }
 
+/// Whether the server at `addr` holds a watch on `path` (four-letter word `wchp`).
+pub fn watched(addr: std::net::SocketAddr, path: &str) -> bool {
+    dlock_conformance::read_text(addr, b"wchp")
+        .is_some_and(|text| text.lines().any(|line| line.trim_end() == path))
+}
+
+/// The child of `parent` owned by session `session` (full path), if any.
+pub async fn node_of(raw: &zookeeper_client::Client, parent: &str, session: i64) -> Option<String> {
+    for child in contenders(raw, parent).await {
+        let path = format!("{parent}/{child}");
+        if let Ok(Some(stat)) = raw.check_stat(&path).await {
+            if stat.ephemeral_owner == session {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
 /// Polls `f` until it returns true or `within` passes.
 pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
 where
