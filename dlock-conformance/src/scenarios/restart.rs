@@ -172,6 +172,10 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
 /// the same name. Judged against the promise: the contender's grant must not arrive before the
 /// holder's latest promised `deadline()`, and the holder's `lost()` must fire, no later than
 /// that deadline (plus scheduling slack).
+/// How many times [`leader_partition`] sets up its lease when an election on the fresh cluster
+/// comes before the cut.
+const SETUP_ATTEMPTS: u32 = 3;
+
 pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
     let Some((kind, n)) = ctx.backend().topology() else {
         return Err(Verdict::Skip(
@@ -191,29 +195,64 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
     }
     let p = private_partitionable(ctx).await?;
     let ttl = ctx.ttl();
-    let c = Arc::clone(&p.cluster);
-    let leader = blocking("find the leader", move || c.wait_leader(READY_TIMEOUT)).await?;
-    let follower = (leader + 1) % n;
+    // The cut must hit a lease in its steady state on a healthy cluster with a known leader. A
+    // freshly started cluster on a loaded machine may still hold an election (etcd: "no
+    // leader" for a second), which may move the leader (the cut would then isolate the
+    // contender's member) or lose the lease, safely: such an attempt is void and is run again,
+    // at most SETUP_ATTEMPTS times. A lease lost while no election was seen fails the row.
+    let mut attempt = 0;
+    let (leader, follower, _holder, contender, lock, lease) = loop {
+        attempt += 1;
+        let c = Arc::clone(&p.cluster);
+        let leader = blocking("find the leader", move || c.wait_leader(READY_TIMEOUT)).await?;
+        let c = Arc::clone(&p.cluster);
+        let changes = blocking("count leader changes", move || Ok(c.leader_changes())).await?;
+        let follower = (leader + 1) % n;
+        let addrs = p.cluster.addrs();
+        let holder = p
+            .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[follower]]))
+            .await?;
+        let contender = p
+            .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[leader]]))
+            .await?;
+        let lock = name(&format!("partitioned-{attempt}"))?;
+        let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
+        // A few renewals on a healthy cluster, so the cut hits a lease in its steady state.
+        tokio::time::sleep(ttl).await;
+        let c = Arc::clone(&p.cluster);
+        let (now_leader, now_changes) = blocking("count leader changes", move || {
+            Ok((c.leader(), c.leader_changes()))
+        })
+        .await?;
+        // An election moved the leader (the cut would then isolate the contender's member
+        // instead) or lost the lease: this attempt is void.
+        // etcd: leader changes counted by every member; a member whose count could not be read
+        // leaves an election possible. ZooKeeper: the leader's index only.
+        let counted = kind != ServerKind::Etcd || (changes.is_some() && now_changes.is_some());
+        let elected = now_leader != Some(leader)
+            || !counted
+            || matches!((changes, now_changes), (Some(a), Some(b)) if b > a);
+        let held = lease.check();
+        if held.is_ok() && !elected {
+            break (leader, follower, holder, contender, lock, lease);
+        }
+        ensure!(
+            elected,
+            "the lease was lost on a healthy cluster (no election seen: leader {leader} before and after, {changes:?} leader changes counted before and after), before the cut: {held:?}"
+        );
+        ensure!(
+            attempt < SETUP_ATTEMPTS,
+            "{SETUP_ATTEMPTS} attempts each saw an election on the fresh cluster before the cut"
+        );
+        let _ = lease.release().await;
+    };
+    ctx.figure("setup_attempts", attempt);
     ctx.figure("leader", leader);
     ctx.figure("holder_server", follower);
     let addrs = p.cluster.addrs();
-    let holder = p
-        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[follower]]))
-        .await?;
-    let contender = p
-        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[leader]]))
-        .await?;
     let slack = contender.capabilities().crash_release_slack;
-    let lock = name("partitioned")?;
-    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
     let history = History::new();
     history.grant_until(0, lease.token(), lease.deadline().into_std());
-    // A few renewals on a healthy cluster, so the cut hits a lease in its steady state.
-    tokio::time::sleep(ttl).await;
-    ensure!(
-        lease.check().is_ok(),
-        "the lease was lost on a healthy cluster, before the cut"
-    );
     history.promise(0, lease.token(), lease.deadline().into_std());
     let lost = lease.lost();
     let cut = Instant::now();

@@ -464,6 +464,20 @@ impl Cluster {
         }
     }
 
+    /// The leader changes the members have seen, summed (etcd:
+    /// `etcd_server_leader_changes_seen_total`). `None` for Redis and ZooKeeper, or when a
+    /// running member does not answer.
+    pub fn leader_changes(&self) -> Option<u64> {
+        if self.kind != ServerKind::Etcd {
+            return None;
+        }
+        self.nodes
+            .iter()
+            .filter(|n| !n.is_paused())
+            .map(|n| local::etcd_leader_changes(n.addr()))
+            .sum()
+    }
+
     /// The index of the ZooKeeper leader; [`Cluster::leader`] for ZooKeeper only.
     pub fn zk_leader(&self) -> Option<usize> {
         if self.kind == ServerKind::Zk {
