@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::{
-    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Lease, LockName,
-    Locker, Stats,
+    AcquireOptions, Capabilities, Counters, Error, ErrorKind, FencingStrength, FencingToken, Lease,
+    LockName, Locker, Stats,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -207,9 +207,24 @@ impl ZkLocker {
         let deadline = wait.map(|w| began + w);
         let parent = self.lock_path(name);
         let mut restarts: u32 = 0;
+        let mut open_backoff = Duration::from_millis(20);
         loop {
             let sess = match within(deadline, self.session()).await {
-                Some(r) => r?,
+                Some(Ok(s)) => s,
+                // A new session could not be opened (no answer within a connect): try again
+                // while the wait lasts; a try_acquire or an acquire without a deadline reports
+                // it (an acquire forever would otherwise hang on a wrong address).
+                Some(Err(e))
+                    if e.kind() == ErrorKind::Unavailable
+                        && !single
+                        && deadline.is_some_and(|d| Instant::now() + open_backoff < d) =>
+                {
+                    tracing::debug!(lock = %name, error = %e, retry_in = ?open_backoff, "opening a ZooKeeper session failed; retrying within the wait");
+                    tokio::time::sleep(open_backoff).await;
+                    open_backoff = (open_backoff * 2).min(Duration::from_millis(500));
+                    continue;
+                }
+                Some(Err(e)) => return Err(e),
                 None => {
                     return Err(Error::unavailable(
                         format!(

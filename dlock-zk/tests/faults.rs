@@ -441,3 +441,43 @@ async fn digest_auth_and_creator_acl() {
     assert!(!e.is_retryable(), "{e}");
     lease.release().await.unwrap();
 }
+
+/// A new session that cannot be opened at once (the server does not answer for longer than a
+/// connect may take: a loaded ensemble committing the session, a blip) does not end an acquire that may wait longer:
+/// the open is tried again within the wait. (CI rehearsal r15: "ZooKeeper connect: timeout" ended
+/// a 20 s acquire in `partition.rs` at its first attempt.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_cannot_open_at_once_is_retried_within_the_wait() {
+    let Some(c) = shared(1) else { return };
+    let connect = c.endpoints()[0].clone();
+    let proxy = Arc::new(Proxy::start(c.addrs()[0]).unwrap());
+    let ns = namespace("open-retry");
+    let name = LockName::new("o").unwrap();
+    let l = locker(&proxy.addr().to_string(), &ns, TTL).await;
+    // End the locker's session, so that its next acquire opens a new one.
+    let held = l.acquire(&name, AcquireOptions::forever()).await.unwrap();
+    expire_session(&l, &connect, &proxy, &l.lock_path(&name)).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async { held.is_lost() }).await,
+        "the expired session's lease was never lost"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            l.session_id().is_none()
+        })
+        .await,
+        "the locker still has a live session"
+    );
+    // The server does not answer for 3 s, longer than a connect may take (about the TTL).
+    proxy.set(Mode::Blackhole);
+    let p = Arc::clone(&proxy);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        p.set(Mode::Pass);
+    });
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("the acquire outlives a session that could not open at once");
+    lease.release().await.unwrap();
+}
