@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::{Error, FencingToken, LockName, LossReason};
+use crate::{Counters, Error, FencingToken, LockName, LossReason};
 
 /// The state of one lease shared by the [`Lease`] handle and the renewal driver.
 pub(crate) struct LeaseCell {
@@ -19,6 +19,10 @@ pub(crate) struct LeaseCell {
     /// How long before the deadline the lease counts as lost: `lost()` rides a timer that can
     /// fire late (millisecond granularity, then scheduling), so it aims this much earlier.
     early: Duration,
+    /// Where the loss is counted (none for a backend's internal lease). Counted when the cell
+    /// ends, before anyone awaiting `lost()` is woken, whichever path ends it (the driver, the
+    /// lease's own timer, a check that finds it expired).
+    losses: Option<Arc<Counters>>,
     state: Mutex<CellState>,
     status: watch::Sender<Status>,
 }
@@ -42,11 +46,13 @@ impl LeaseCell {
         token: FencingToken,
         deadline: Instant,
         early: Duration,
+        losses: Option<Arc<Counters>>,
     ) -> Arc<Self> {
         Arc::new(LeaseCell {
             name,
             token,
             early,
+            losses,
             state: Mutex::new(CellState {
                 deadline,
                 ended: false,
@@ -102,6 +108,9 @@ impl LeaseCell {
         }
         st.ended = true;
         drop(st);
+        if let Some(c) = &self.losses {
+            c.add_losses(1);
+        }
         tracing::warn!(lock = %self.name, token = %self.token, %reason, "lease lost");
         self.status.send_replace(Status::Lost(reason));
         true
@@ -403,6 +412,7 @@ mod tests {
             FencingToken(1),
             Instant::now() + after,
             Duration::ZERO,
+            None,
         )
     }
 
@@ -451,7 +461,7 @@ mod tests {
         let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
         let margin = Duration::from_millis(12);
         let deadline = Instant::now() + Duration::from_secs(1);
-        let c = LeaseCell::new(name, FencingToken(1), deadline, margin);
+        let c = LeaseCell::new(name, FencingToken(1), deadline, margin, None);
         let lost = tokio::spawn(c.lost_future());
         tokio::time::sleep_until(deadline - margin - Duration::from_millis(1)).await;
         assert!(c.is_live());

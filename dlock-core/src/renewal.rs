@@ -61,6 +61,14 @@ pub trait RenewBackend: Send + Sync + 'static {
         true
     }
 
+    /// Whether `entry` is the backend's own bookkeeping rather than a user's lock (e.g. a
+    /// session's sentinel that keeps the session renewed while its locker only waits). Such a
+    /// lease is renewed and lost like any other, but [`Stats`](crate::Stats) counts neither its
+    /// grant nor its loss. The default: every entry is a user's lock.
+    fn is_internal(&self, _entry: &Self::Entry) -> bool {
+        false
+    }
+
     /// Deletes one lease's server entry, guarded so that it never deletes another holder's.
     /// Deleting an entry that is already gone succeeds.
     ///
@@ -182,9 +190,17 @@ impl<B: RenewBackend> RenewalDriver<B> {
     ) -> Lease {
         let deadline = self.deadline_from(start);
         // lost() aims one drift allowance before the deadline: its timer may fire late.
-        let cell = LeaseCell::new(name, token, deadline, drift(self.shared.ttl));
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
+        // An internal lease counts neither its grant nor its loss.
+        let counted = !self.shared.backend.is_internal(&entry);
+        let cell = LeaseCell::new(
+            name,
+            token,
+            deadline,
+            drift(self.shared.ttl),
+            counted.then(|| Arc::clone(&self.shared.counters)),
+        );
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         // A grant is a renewal that happened at `start`: the first renewal is due a third of
         // the TTL after it, like every later one, whatever the driver's plans. Counting from
         // the reply instead left a grant slowed by a busy server (a long queue of the session's
@@ -201,7 +217,9 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 in_flight: false,
             },
         );
-        self.shared.counters.add_grants(1);
+        if counted {
+            self.shared.counters.add_grants(1);
+        }
         tracing::debug!(lock = %cell.name, token = %cell.token, "lease granted");
         self.ensure_task();
         let planned = *lock(&self.shared.planned);
@@ -241,9 +259,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 .collect()
         };
         for r in lost {
-            if r.cell.mark_lost(reason.clone()) {
-                self.shared.counters.add_losses(1);
-            }
+            r.cell.mark_lost(reason.clone());
         }
     }
 

@@ -17,7 +17,8 @@ pub struct Stats {
     /// Renewal rounds that failed: the backend call erred, timed out or panicked, or left some
     /// lease undecided ([`Renewal::Retry`](crate::Renewal::Retry)).
     pub renewal_failures: u64,
-    /// Leases lost (not counting releases).
+    /// Leases lost (not counting releases), whatever noticed the loss: a renewal answer, the
+    /// lease's own deadline timer, a check. A loss is counted before `lost()` resolves.
     pub losses: u64,
     /// Requests sent to the server(s).
     pub requests: u64,

@@ -139,7 +139,14 @@ impl RenewBackend for Fake {
     fn abandon_slow_rounds(&self) -> bool {
         !self.in_order.load(Ordering::SeqCst)
     }
+
+    fn is_internal(&self, entry: &u32) -> bool {
+        *entry >= INTERNAL
+    }
 }
+
+/// Entries from this one up are the fake backend's own bookkeeping (like a session sentinel).
+const INTERNAL: u32 = 1000;
 
 fn driver(fake: &Arc<Fake>) -> RenewalDriver<Fake> {
     RenewalDriver::new(Arc::clone(fake), TTL, Arc::new(Counters::default()))
@@ -688,4 +695,50 @@ async fn rounds_of_an_in_order_backend_run_to_the_deadline() {
         );
         let _ = lease.release().await;
     }
+}
+
+// ---- counting ----
+
+/// A loss is counted by the time `lost()` resolves, whichever path ends the lease: here the
+/// lease's own timer (failing renewals), then the server's answer (gone). Counted once each.
+#[tokio::test(start_paused = true)]
+async fn every_loss_is_counted_once_before_lost_fires() {
+    let fake = Fake::new(Script::Fail);
+    let (d, counters) = counted_driver(&fake);
+    let expiring = d.register(name(), FencingToken(1), Instant::now(), 1);
+    assert_eq!(expiring.lost().await, LossReason::Expired);
+    assert_eq!(
+        counters.snapshot().losses,
+        1,
+        "expiry on the lease's own timer"
+    );
+
+    fake.set(Script::Gone);
+    let a = d.register(name(), FencingToken(2), Instant::now(), 2);
+    let b = d.register(name(), FencingToken(3), Instant::now(), 3);
+    for lease in [&a, &b] {
+        assert!(matches!(lease.lost().await, LossReason::Gone(_)));
+    }
+    assert_eq!(
+        counters.snapshot().losses,
+        3,
+        "two leases the server says are gone"
+    );
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(counters.snapshot().losses, 3, "no loss counted twice");
+    assert_eq!(counters.snapshot().grants, 3);
+}
+
+/// A backend's internal lease (a session sentinel) is renewed and lost like the others, but
+/// counts neither as a grant nor as a loss.
+#[tokio::test(start_paused = true)]
+async fn an_internal_lease_counts_neither_its_grant_nor_its_loss() {
+    let fake = Fake::new(Script::Gone);
+    let (d, counters) = counted_driver(&fake);
+    let sentinel = d.register(name(), FencingToken(0), Instant::now(), INTERNAL);
+    let user = d.register(name(), FencingToken(1), Instant::now(), 1);
+    assert!(matches!(sentinel.lost().await, LossReason::Gone(_)));
+    assert!(matches!(user.lost().await, LossReason::Gone(_)));
+    let stats = counters.snapshot();
+    assert_eq!((stats.grants, stats.losses), (1, 1), "{stats:?}");
 }

@@ -90,11 +90,9 @@ impl EtcdLocker {
         let session = Arc::new(Session::new(ka, sentinel, inner.cfg.ttl));
         let ended = session.ended();
         let driver = inner.driver.clone();
-        let losses = Arc::clone(&inner.session_losses);
         tokio::spawn(async move {
             let reason = ended.await;
             if reason != LossReason::Released {
-                losses.fetch_add(1, Ordering::Relaxed);
                 driver.lose_where(&reason, |e| e.session_id() == id);
             }
         });

@@ -44,7 +44,6 @@ pub(crate) struct Inner {
     pub(crate) driver_counters: Arc<Counters>,
     pub(crate) session: tokio::sync::Mutex<Option<Arc<Session>>>,
     pub(crate) slots: Slots,
-    pub(crate) session_losses: Arc<AtomicU64>,
     /// The TTL etcd granted the last session lease, in seconds (the asked TTL until the first
     /// grant). etcd raises short TTLs to its minimum (1.5 × the election timeout).
     pub(crate) granted_ttl_secs: AtomicU64,
@@ -118,7 +117,6 @@ impl EtcdLocker {
                 driver_counters,
                 session: tokio::sync::Mutex::new(None),
                 slots,
-                session_losses: Arc::new(AtomicU64::new(0)),
                 granted_ttl_secs: AtomicU64::new(asked_secs),
             }),
         })
@@ -192,9 +190,8 @@ impl Locker for EtcdLocker {
         let driver = self.inner.driver_counters.snapshot();
         stats.renewals = driver.renewals;
         stats.renewal_failures = driver.renewal_failures;
-        stats.losses = driver
-            .losses
-            .saturating_sub(self.inner.session_losses.load(Ordering::Relaxed));
+        // The session's sentinel is internal: the driver counts neither its grant nor its loss.
+        stats.losses = driver.losses;
         stats
     }
 }

@@ -309,6 +309,10 @@ enum Round {
 impl RenewBackend for Backend {
     type Entry = Entry;
 
+    fn is_internal(&self, entry: &Entry) -> bool {
+        matches!(entry, Entry::Session(_))
+    }
+
     async fn renew(&self, entries: &[Arc<Entry>]) -> Result<Vec<Renewal>, Error> {
         // One keep-alive per session, whatever the number of locks it holds.
         let mut sessions: Vec<Arc<KeepAlive>> = Vec::new();

@@ -314,9 +314,8 @@ fn settle<B: RenewBackend>(shared: &Shared<B>, round: Round<B::Entry>, failures:
     }
     drop(leases);
     for (cell, reason) in lost {
-        if cell.mark_lost(reason) {
-            shared.counters.add_losses(1);
-        }
+        // Counted by the cell, if this call ends it.
+        cell.mark_lost(reason);
     }
 }
 
@@ -360,9 +359,7 @@ fn expire_and_collect<B: RenewBackend>(
         });
     }
     for cell in expired {
-        if cell.mark_lost(LossReason::Expired) {
-            shared.counters.add_losses(1);
-        }
+        cell.mark_lost(LossReason::Expired);
     }
     batch
 }
