@@ -12,6 +12,7 @@ mod lease;
 mod many;
 mod network;
 mod nodes;
+mod partition;
 mod private;
 mod queue;
 mod restart;
@@ -385,7 +386,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::OneWayDelay => slow::one_way_delay(ctx).await,
         Scenario::ServerRestart => restart::server_restart(ctx).await,
         Scenario::CancelMidEnqueue => enqueue::cancel_mid_enqueue(ctx).await,
-        Scenario::LeaderPartition => restart::leader_partition(ctx).await,
+        Scenario::LeaderPartition => partition::leader_partition(ctx).await,
         Scenario::ManyLeasesBreak => many::many_leases_break(ctx).await,
     }
 }

@@ -1,0 +1,323 @@
+//! The holder's server cut from the leader of a private cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, LossReason};
+use tokio::time::Instant;
+
+use super::private::{Private, blocking, private_partitionable};
+use super::util::{name, within};
+use super::{Ctx, Verdict, ensure};
+use crate::ClientOptions;
+use crate::history::{Event, History, Kind};
+use crate::servers::{READY_TIMEOUT, ServerKind, local};
+
+/// Scheduling allowance on top of a deadline when checking that `lost()` fired in time.
+const SCHED: Duration = Duration::from_millis(250);
+
+/// How many attempts [`leader_partition`] makes when elections void them.
+const ATTEMPTS: u32 = 3;
+
+/// How an attempt ended when it did not fail.
+enum Attempt {
+    /// Every check ran and passed.
+    Passed,
+    /// An election moved the cluster, before the cut or while it lasted: the attempt no longer
+    /// tests a server cut from a working leader. Its safety checks ran and passed; its liveness
+    /// checks say nothing.
+    Void(String),
+}
+
+/// Who leads, and how many leader changes the members have seen (etcd only).
+#[derive(Clone, Copy, Debug)]
+struct Leadership {
+    leader: Option<usize>,
+    changes: Option<u64>,
+}
+
+impl Leadership {
+    async fn read(p: &Private) -> Result<Self, Verdict> {
+        let c = Arc::clone(&p.cluster);
+        blocking("read the leadership", move || {
+            Ok(Leadership {
+                leader: c.leader(),
+                changes: c.leader_changes(),
+            })
+        })
+        .await
+    }
+
+    /// Evidence of an election between `self` and `later`, if any: the leader moved, or (etcd)
+    /// a member saw a new leader, or a member's count could not be read (an election is then
+    /// possible). ZooKeeper shows the leader's index only.
+    fn election_before(&self, later: &Leadership, kind: ServerKind) -> Option<String> {
+        if later.leader != self.leader {
+            return Some(format!(
+                "the leader moved from {:?} to {:?}",
+                self.leader, later.leader
+            ));
+        }
+        if kind != ServerKind::Etcd {
+            return None;
+        }
+        match (self.changes, later.changes) {
+            (Some(a), Some(b)) if b > a => {
+                Some(format!("the members saw {} leader changes", b - a))
+            }
+            (Some(_), Some(_)) => None,
+            _ => Some("a member's count of leader changes could not be read".into()),
+        }
+    }
+}
+
+/// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires before
+/// anyone else is granted.
+///
+/// A private cluster whose peer links go through fault proxies
+/// ([`Cluster::start_partitionable`](crate::servers::Cluster::start_partitionable)). The
+/// holder's client reaches one follower only; after a few renewals every peer link between
+/// that follower and the leader is cut (the follower keeps its other peer and its clients; a
+/// ZooKeeper follower keeps answering reads for 10 s). A contender on the leader then acquires
+/// the same name. Judged against the promise: the contender's grant must not arrive before the
+/// holder's latest promised `deadline()`, and the holder's `lost()` must fire, no later than
+/// that deadline (plus scheduling slack).
+///
+/// On a loaded machine an election may come first (a fresh cluster still settling) or during
+/// the cut (a leader whose heartbeats stalled past the election timeout lets the cut member win
+/// its other peer's vote; the holder then renews through its new leader, legitimately, and the
+/// contender's member has no leader). Such an attempt is void, on evidence only (the leader
+/// moved, or etcd's members counted a leader change), and is made again, at most `ATTEMPTS`
+/// times. Safety is judged on every attempt, void or not.
+pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
+    let Some((kind, n)) = ctx.backend().topology() else {
+        return Err(Verdict::Skip(
+            "in-process backend: there are no server nodes to partition".into(),
+        ));
+    };
+    ensure!(n > 0, "the backend declares a topology of zero nodes");
+    if n < 3 {
+        return Err(Verdict::Skip(
+            "single-node topology: there is no leader to cut the holder's server from".into(),
+        ));
+    }
+    if kind == ServerKind::Redis {
+        return Err(Verdict::Skip(
+            "Redlock has no leader: its nodes are independent (node faults are minority_nodes_down)".into(),
+        ));
+    }
+    let p = private_partitionable(ctx).await?;
+    let mut voids = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let outcome = attempt_cut(ctx, &p, kind, n, attempt).await;
+        p.cluster
+            .heal_all()
+            .map_err(|e| Verdict::Fail(format!("cannot heal the peer links: {e}")))?;
+        match outcome? {
+            Attempt::Passed => {
+                ctx.figure("attempts", attempt);
+                ctx.figure("void_attempts", voids);
+                return Ok(());
+            }
+            Attempt::Void(why) => {
+                tracing::warn!(attempt, %why, "leader_partition: attempt void");
+                voids.push(format!("attempt {attempt}: {why}"));
+            }
+        }
+    }
+    Err(Verdict::Fail(format!(
+        "{ATTEMPTS} attempts were each disturbed by an election: {}",
+        voids.join("; ")
+    )))
+}
+
+/// One attempt: a lease in its steady state, the cut, the contender, the verdict.
+async fn attempt_cut(
+    ctx: &Ctx,
+    p: &Private,
+    kind: ServerKind,
+    n: usize,
+    attempt: u32,
+) -> Result<Attempt, Verdict> {
+    let ttl = ctx.ttl();
+    let c = Arc::clone(&p.cluster);
+    let leader = blocking("find the leader", move || c.wait_leader(READY_TIMEOUT)).await?;
+    let before = Leadership::read(p).await?;
+    let follower = (leader + 1) % n;
+    let addrs = p.cluster.addrs();
+    let holder = p
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[follower]]))
+        .await?;
+    let contender = p
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[leader]]))
+        .await?;
+    let lock = name(&format!("partitioned-{attempt}"))?;
+    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
+    // A few renewals on a healthy cluster, so the cut hits a lease in its steady state.
+    tokio::time::sleep(ttl).await;
+    let at_cut = Leadership::read(p).await?;
+    let settled = Leadership {
+        leader: Some(leader),
+        ..before
+    };
+    if let Some(why) = settled.election_before(&at_cut, kind) {
+        let _ = lease.release().await;
+        return Ok(Attempt::Void(format!("before the cut, {why}")));
+    }
+    let held = lease.check();
+    ensure!(
+        held.is_ok(),
+        "the lease was lost on a healthy cluster (no election seen: leader {leader}, {:?} leader changes), before the cut: {held:?}",
+        at_cut.changes
+    );
+    ctx.figure("leader", leader);
+    ctx.figure("holder_server", follower);
+    let slack = contender.capabilities().crash_release_slack;
+    let history = History::new();
+    history.grant_until(0, lease.token(), lease.deadline().into_std());
+    history.promise(0, lease.token(), lease.deadline().into_std());
+    let lost = lease.lost();
+    let cut = Instant::now();
+    p.cluster
+        .cut(follower, leader)
+        .map_err(|e| Verdict::Fail(format!("cannot cut the holder's server: {e}")))?;
+    let lost_at = tokio::spawn(async move {
+        let reason = lost.await;
+        (Instant::now(), reason)
+    });
+    let l2 = lock.clone();
+    let stolen_at = tokio::spawn(async move {
+        let got = contender.acquire(&l2, AcquireOptions::wait(ttl * 6)).await;
+        (Instant::now(), got)
+    });
+    let stolen = within(ttl * 8, stolen_at).await;
+    // Whether the holder's server still took itself for a member of the leader's cluster when
+    // the contender's acquire returned (ZooKeeper: `Mode: follower`; a stale follower is the
+    // hard case).
+    if kind == ServerKind::Zk {
+        let at = addrs[follower];
+        let mode = blocking("read the holder's server mode", move || {
+            Ok(local::zk_mode(at))
+        })
+        .await?;
+        ctx.figure(
+            "holder_server_mode_at_grant",
+            mode.unwrap_or_else(|| "not serving".into()),
+        );
+    }
+    let lost = within(ttl * 2, lost_at).await;
+    // Read before the links heal: a healed member that finds its leader again counts a change.
+    let during = Leadership::read(p).await?;
+    let election = at_cut
+        .election_before(&during, kind)
+        .map(|why| format!("during the cut, {why}"));
+    // The latest promise: a lost lease keeps the last deadline it had.
+    let promised = lease.deadline();
+    history.promise(0, lease.token(), promised.into_std());
+    let granted = match stolen {
+        Some(Ok((t, Ok(got)))) => {
+            history.push(Event {
+                client: 1,
+                kind: Kind::Grant,
+                token: got.token(),
+                at: t.into_std(),
+                until: Some(got.deadline().into_std()),
+            });
+            // Released on the leader's side BEFORE the links heal: a request sent while a
+            // healed member forces an election can go unanswered for a whole request timeout.
+            got.release().await?;
+            Ok(t)
+        }
+        Some(Ok((_, Err(e)))) => Err(format!(
+            "the contender on the leader never got the lock after the holder's server was cut from the leader: {e}"
+        )),
+        _ => Err("the contender's acquire on the leader never returned".to_string()),
+    };
+    // Safety, whatever the elections: no grant before the holder's promised deadline, and no
+    // lost() after it.
+    if let Err(v) = history.promise_violations() {
+        return Err(Verdict::Fail(format!(
+            "promise violation: the contender on the leader was granted BEFORE the deadline the holder (on a server cut from the leader) had been promised: {}",
+            v.first
+        )));
+    }
+    if let Some(Ok((lost_t, _))) = &lost {
+        ensure!(
+            *lost_t <= promised + SCHED,
+            "lost() fired {:?} after the lease's deadline",
+            *lost_t - promised
+        );
+    }
+    // Liveness: the contender is granted and the holder told, unless an election let the
+    // holder's server find a leader again.
+    if let Some(why) = election {
+        return Ok(Attempt::Void(why));
+    }
+    let stolen_t = granted.map_err(Verdict::Fail)?;
+    let promise_margin_ms = (stolen_t.saturating_duration_since(promised).as_secs_f64()
+        - promised.saturating_duration_since(stolen_t).as_secs_f64())
+        * 1e3;
+    ctx.figure_ms(
+        "contender_after_cut_ms",
+        stolen_t.saturating_duration_since(cut),
+    );
+    ctx.figure("promise_margin_ms", (promise_margin_ms * 1e3).round() / 1e3);
+    ctx.figure_ms(
+        "deadline_after_cut_ms",
+        promised.saturating_duration_since(cut),
+    );
+    let Some(Ok((lost_t, reason))) = lost else {
+        return Err(Verdict::Fail(format!(
+            "the holder's lost() never fired after its server was cut from the leader (its deadline is {:?} after the cut)",
+            promised.saturating_duration_since(cut)
+        )));
+    };
+    ctx.figure_ms("lost_after_cut_ms", lost_t.saturating_duration_since(cut));
+    ctx.figure("loss_reason", reason.to_string());
+    ensure!(
+        reason != LossReason::Released,
+        "lost() reported a release, not a loss"
+    );
+    ensure!(
+        stolen_t.saturating_duration_since(cut) <= ttl * 2 + slack + SCHED,
+        "the contender on the leader waited {:?} after the cut (TTL {ttl:?}, slack {slack:?})",
+        stolen_t.saturating_duration_since(cut)
+    );
+    drop(lease);
+    Ok(Attempt::Passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(leader: Option<usize>, changes: Option<u64>) -> Leadership {
+        Leadership { leader, changes }
+    }
+
+    #[test]
+    fn only_evidence_of_an_election_voids_an_attempt() {
+        let etcd = ServerKind::Etcd;
+        let steady = at(Some(2), Some(3));
+        assert_eq!(steady.election_before(&at(Some(2), Some(3)), etcd), None);
+        assert!(
+            steady
+                .election_before(&at(Some(0), Some(3)), etcd)
+                .is_some()
+        );
+        assert!(steady.election_before(&at(None, Some(3)), etcd).is_some());
+        assert!(
+            steady
+                .election_before(&at(Some(2), Some(4)), etcd)
+                .is_some()
+        );
+        assert!(steady.election_before(&at(Some(2), None), etcd).is_some());
+        // ZooKeeper shows no count: the leader's index decides.
+        let zk = at(Some(1), None);
+        assert_eq!(zk.election_before(&at(Some(1), None), ServerKind::Zk), None);
+        assert!(
+            zk.election_before(&at(Some(2), None), ServerKind::Zk)
+                .is_some()
+        );
+    }
+}
