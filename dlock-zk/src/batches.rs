@@ -15,7 +15,7 @@ use std::ops::Range;
 pub(crate) const REQUEST_BUDGET: usize = 256 * 1024;
 
 /// The most reads one multi-read request carries. The client declares a connection dead when
-/// nothing arrives on it for its connection timeout (TTL/4, at least 500 ms), and a server
+/// nothing arrives on it for its connection timeout (TTL/4 then, 2/5 of the TTL now), and a server
 /// busy with one request answers nothing else meanwhile: on a loaded machine a single
 /// multi-read of 1,000 nodes took over 500 ms, the client dropped the healthy connection, and
 /// the round's retry came too late for every lease (`zk::many_leases_break`, 999 lost). Smaller
