@@ -11,7 +11,7 @@ use crate::keys;
 use crate::locker::EtcdLocker;
 use crate::ops::{Enqueue, Etcd};
 use crate::session::{Entry, LockEntry, Session, spawn_cleanup};
-use crate::slots::SlotGuard;
+use crate::slots::{Busy, SlotGuard};
 use crate::wait::Turn;
 
 /// How one queue attempt (on one session) ended.
@@ -188,9 +188,25 @@ impl EtcdLocker {
             let key = keys::contender_key(&range, session.id());
             let slot = if try_only {
                 match self.inner.slots.try_lock(&key) {
-                    Some(slot) => slot,
+                    Ok(slot) => slot,
                     // Another task of this locker holds or queues for this name.
-                    None => return Ok(None),
+                    Err(Busy::Owned) => return Ok(None),
+                    // A background delete of an earlier key of ours, which says nothing about
+                    // who holds the lock: wait for it, for one request at most.
+                    Err(Busy::Cleaning) => {
+                        let within = self.inner.etcd.request_timeout;
+                        match tokio::time::timeout(within, self.inner.slots.lock(&key)).await {
+                            Ok(slot) => slot,
+                            Err(_) => {
+                                return Err(Error::unavailable(
+                                    format!(
+                                        "try_acquire: the delete of an earlier queue key of this locker is still unconfirmed after {within:?}"
+                                    ),
+                                    None,
+                                ));
+                            }
+                        }
+                    }
                 }
             } else {
                 match deadline {

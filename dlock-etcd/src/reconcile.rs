@@ -111,9 +111,10 @@ pub(crate) fn delete_orphans(
             continue;
         }
         // Holding the slot keeps any acquire of this locker off the key while we delete it.
-        let Some(slot) = slots.try_lock(&key) else {
+        let Ok(slot) = slots.try_lock(&key) else {
             continue;
         };
+        let slot = slot.cleaning();
         tracing::info!(%key, lease = format_args!("{lease:x}"), "deleting a queue key no acquire or lease owns");
         let etcd = etcd.clone();
         tokio::spawn(async move {

@@ -465,6 +465,7 @@ pub(crate) fn spawn_cleanup(
         tracing::warn!(%key, "no runtime to delete the key; it expires with the session lease");
         return;
     };
+    let slot = slot.cleaning();
     runtime.spawn(async move {
         let mut backoff = Duration::from_millis(20);
         loop {

@@ -5,13 +5,34 @@
 //! key serializes them locally: only the slot's owner may create, hold or delete that key. A
 //! background cleanup of a key keeps its slot until the key is confirmed gone, so a later
 //! acquire never adopts a key whose delete may still land.
+//!
+//! A slot held by a cleanup (a background delete of a key no acquire owns any more) is marked
+//! so: a `try_acquire` waits for it rather than report the lock as taken, since a cleanup says
+//! nothing about who holds the lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-type Map = HashMap<String, Arc<AsyncMutex<()>>>;
+/// One key's slot: the mutex its owner holds, and whether that owner is a cleanup.
+#[derive(Default)]
+struct Slot {
+    mutex: Arc<AsyncMutex<()>>,
+    cleaning: AtomicBool,
+}
+
+type Map = HashMap<String, Arc<Slot>>;
+
+/// Why [`Slots::try_lock`] did not take a slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// An acquire or a held lease of this locker owns the key.
+    Owned,
+    /// A background delete of a key no acquire owns any more: free again within a request.
+    Cleaning,
+}
 
 /// The slots of one locker, by etcd key. Clones share the slots.
 #[derive(Default, Clone)]
@@ -24,7 +45,7 @@ impl Slots {
         map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn entry(&self, key: &str) -> Arc<AsyncMutex<()>> {
+    fn entry(&self, key: &str) -> Arc<Slot> {
         let mut map = Self::map(&self.map);
         Arc::clone(map.entry(key.to_owned()).or_default())
     }
@@ -34,32 +55,39 @@ impl Slots {
     /// # Cancel safety
     /// Cancel-safe: a dropped wait takes nothing.
     pub(crate) async fn lock(&self, key: &str) -> SlotGuard {
-        let mutex = self.entry(key);
-        let guard = mutex.lock_owned().await;
-        self.wrap(key, guard)
+        let slot = self.entry(key);
+        let guard = Arc::clone(&slot.mutex).lock_owned().await;
+        self.wrap(key, slot, guard)
     }
 
-    /// Takes the slot of `key` if it is free.
-    pub(crate) fn try_lock(&self, key: &str) -> Option<SlotGuard> {
-        let mutex = self.entry(key);
-        match mutex.try_lock_owned() {
-            Ok(guard) => Some(self.wrap(key, guard)),
+    /// Takes the slot of `key` if it is free; says who holds it otherwise.
+    pub(crate) fn try_lock(&self, key: &str) -> Result<SlotGuard, Busy> {
+        let slot = self.entry(key);
+        match Arc::clone(&slot.mutex).try_lock_owned() {
+            Ok(guard) => Ok(self.wrap(key, slot, guard)),
             Err(_) => {
+                let busy = if slot.cleaning.load(Ordering::Acquire) {
+                    Busy::Cleaning
+                } else {
+                    Busy::Owned
+                };
+                drop(slot);
                 drop(self.forget_if_unused(key));
-                None
+                Err(busy)
             }
         }
     }
 
-    fn wrap(&self, key: &str, guard: OwnedMutexGuard<()>) -> SlotGuard {
+    fn wrap(&self, key: &str, slot: Arc<Slot>, guard: OwnedMutexGuard<()>) -> SlotGuard {
         SlotGuard {
             map: Arc::clone(&self.map),
             key: key.to_owned(),
+            slot: Some(slot),
             guard: Some(guard),
         }
     }
 
-    fn forget_if_unused(&self, key: &str) -> Option<Arc<AsyncMutex<()>>> {
+    fn forget_if_unused(&self, key: &str) -> Option<Arc<Slot>> {
         forget_if_unused(&self.map, key)
     }
 
@@ -77,7 +105,7 @@ impl Slots {
 
 /// Removes the map entry of `key` when nobody holds or waits for it; returns it so the caller
 /// drops it outside the map lock.
-fn forget_if_unused(map: &Mutex<Map>, key: &str) -> Option<Arc<AsyncMutex<()>>> {
+fn forget_if_unused(map: &Mutex<Map>, key: &str) -> Option<Arc<Slot>> {
     let mut map = Slots::map(map);
     let unused = map.get(key).is_some_and(|m| Arc::strong_count(m) == 1);
     if unused { map.remove(key) } else { None }
@@ -87,12 +115,27 @@ fn forget_if_unused(map: &Mutex<Map>, key: &str) -> Option<Arc<AsyncMutex<()>>> 
 pub(crate) struct SlotGuard {
     map: Arc<Mutex<Map>>,
     key: String,
+    slot: Option<Arc<Slot>>,
     guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl SlotGuard {
+    /// Marks the slot as held by a cleanup until this guard drops.
+    pub(crate) fn cleaning(self) -> Self {
+        if let Some(slot) = &self.slot {
+            slot.cleaning.store(true, Ordering::Release);
+        }
+        self
+    }
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            slot.cleaning.store(false, Ordering::Release);
+        }
         drop(self.guard.take());
+        drop(self.slot.take());
         drop(forget_if_unused(&self.map, &self.key));
     }
 }
@@ -105,8 +148,9 @@ mod tests {
     async fn one_owner_per_key_and_entries_are_forgotten() {
         let slots = Slots::default();
         let a = slots.lock("k").await;
-        assert!(
-            slots.try_lock("k").is_none(),
+        assert_eq!(
+            slots.try_lock("k").err(),
+            Some(Busy::Owned),
             "second owner of the same key"
         );
         let other = slots.try_lock("other").expect("a different key is free");
@@ -128,8 +172,21 @@ mod tests {
         assert!(!waiter.is_finished());
         drop(first);
         let second = waiter.await.expect("task");
-        assert!(slots.try_lock("k").is_none());
+        assert!(slots.try_lock("k").is_err());
         drop(second);
+        assert_eq!(slots.len(), 0);
+    }
+
+    /// A try sees a cleanup for what it is, and the mark goes with the cleanup's guard.
+    #[tokio::test]
+    async fn a_slot_held_by_a_cleanup_says_so() {
+        let slots = Slots::default();
+        let cleanup = slots.lock("k").await.cleaning();
+        assert_eq!(slots.try_lock("k").err(), Some(Busy::Cleaning));
+        drop(cleanup);
+        let owner = slots.try_lock("k").expect("free after the cleanup");
+        assert_eq!(slots.try_lock("k").err(), Some(Busy::Owned));
+        drop(owner);
         assert_eq!(slots.len(), 0);
     }
 }

@@ -7,8 +7,10 @@ mod support;
 
 use std::time::Duration;
 
+use dlock_conformance::faults::{Direction, Mode, Proxy};
 use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
 use dlock_etcd::etcd_client::PutOptions;
+use tokio::time::Instant;
 
 #[test]
 fn orphan_queue_key_of_the_session_is_deleted() {
@@ -95,5 +97,67 @@ fn holder_key_deleted_by_hand_loses_the_lease() {
             .expect("the other lock of the session is still held");
         assert_eq!(a.session_lease().await, Some(session));
         kept.release().await.expect("release");
+    });
+}
+
+/// A `try_acquire` that comes while the reconciliation deletes an orphan key of the same name
+/// (the delete holds the key's slot until its reply) asks etcd, rather than report the free
+/// lock as taken. Before the fix it returned `None` at once, without a request: CI's
+/// `etcd::renewal` saw "the lock was not free after the renewed lease was released".
+#[test]
+fn try_acquire_during_an_orphan_delete_asks_etcd() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("orphan-try");
+        let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
+        let a = support::builder(vec![format!("http://{}", proxy.addr())], &ns)
+            .build()
+            .await
+            .expect("build the proxied locker");
+        let warm = LockName::new("warm").expect("valid");
+        a.acquire(&warm, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let session = a.session_lease().await.expect("a live session");
+        let direct = support::locker(&cluster, &ns).await;
+        let mut c = direct.client().clone();
+
+        // Replies reach `a` 400 ms late: the orphan's delete holds the slot that long after
+        // it applied at the server.
+        proxy.set_direction(
+            Direction::Downstream,
+            Mode::Delay(Duration::from_millis(400)),
+        );
+        let name = LockName::new("orders/7").expect("valid");
+        let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
+        c.put(
+            orphan.as_str(),
+            "",
+            Some(PutOptions::new().with_lease(session)),
+        )
+        .await
+        .expect("put the orphan key");
+        // Read past the proxy until the reconciliation's delete applied.
+        let began = Instant::now();
+        while !c
+            .get(orphan.as_str(), None)
+            .await
+            .expect("read")
+            .kvs()
+            .is_empty()
+        {
+            assert!(
+                began.elapsed() < a.ttl() * 3,
+                "the orphan key was never deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let tried = a.try_acquire(&name).await.expect("try_acquire");
+        proxy.set_direction(Direction::Downstream, Mode::Pass);
+        let lease = tried.expect("the lock is free: nobody holds or queues for it");
+        lease.release().await.expect("release");
     });
 }
