@@ -312,7 +312,18 @@ impl History {
         for (b0, b1, victim) in breaks {
             let hit = |h: &mut Hold| h.broken = Some(h.broken.map_or(b0, |x| x.min(b0)));
             if victim != FencingToken(0) {
-                holds.iter_mut().filter(|h| h.token == victim).for_each(hit);
+                if holds.iter().any(|h| h.token == victim) {
+                    holds.iter_mut().filter(|h| h.token == victim).for_each(hit);
+                } else {
+                    // A token no grant carries: a node's count for a grant still in progress
+                    // (Redlock counts per node; the grant's token is the largest count of its
+                    // majority). The break may have cost that grant its entries on some nodes:
+                    // it hits the grants with a larger token that completed while it ran.
+                    holds
+                        .iter_mut()
+                        .filter(|h| h.token > victim && b0 <= h.granted && h.granted <= b1)
+                        .for_each(hit);
+                }
                 continue;
             }
             let mut seen_current = false;
@@ -715,6 +726,30 @@ mod tests {
         partial.push(ev(2, Kind::Grant, 152, t0 + ms(1310), Some(t0 + ms(3300))));
         partial.push(ev(1, Kind::Grant, 154, t0 + ms(1400), Some(t0 + ms(3400))));
         assert!(partial.promise_violations().is_err());
+    }
+
+    #[test]
+    fn a_break_that_read_a_grant_in_progress_excuses_that_grant() {
+        // The 10-minute soak's shape (seed 20261201, redlock): the break deleted a frozen
+        // holder's keys (2470) and, on one node, the keys of a grant still in progress, whose
+        // count there was 2530; that grant completed as 2531 while the break ran, lost its
+        // majority to it, and 2532 was granted 27 ms later.
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
+        h.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
+        h.push(ev(2, Kind::Grant, 2531, t0 + ms(1544), Some(t0 + ms(3520))));
+        h.push(ev(1, Kind::Grant, 2532, t0 + ms(1571), Some(t0 + ms(3544))));
+        assert_eq!(h.promise_violations(), Ok(()));
+        assert_eq!(h.belief_overlap(), Ok(()));
+        // A grant that completed after the break ended was not hit by it.
+        let after = History::new();
+        after.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
+        after.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
+        after.push(ev(2, Kind::Grant, 2531, t0 + ms(1550), Some(t0 + ms(3520))));
+        after.push(ev(1, Kind::Grant, 2532, t0 + ms(1571), Some(t0 + ms(3544))));
+        let v = after.promise_violations().expect_err("2531 was not broken");
+        assert!(v.first.contains("client 1 (token 2532)"), "{}", v.first);
     }
 
     #[test]

@@ -128,7 +128,7 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
         }
     }
     Err(Verdict::Fail(format!(
-        "{ATTEMPTS} attempts were each disturbed by an election: {}",
+        "{ATTEMPTS} attempts were each void (an election, or a lease lost before the cut): {}",
         voids.join("; ")
     )))
 }
