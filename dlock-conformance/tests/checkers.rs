@@ -73,8 +73,8 @@ fn early_expiry_fails_lost_before_stolen() {
 
 #[test]
 fn late_loss_fails_lost_before_stolen() {
-    // lost() fires 50 ms after the server let go: the contender is granted before it, and
-    // before the lease's promised deadline.
+    // The server lets go 50 ms before the lease's promised deadline: the contender is
+    // granted before it.
     let row = run(
         MemoryBackend::with_defect(Defect::LateLoss),
         Scenario::LostBeforeStolen,
@@ -564,7 +564,7 @@ fn deadline_counted_from_the_reply_is_caught_by_the_promise_check() {
 }
 
 #[test]
-fn lost_fired_50ms_late_is_caught_by_the_promise_check() {
+fn an_expiry_50ms_before_the_deadline_is_caught_by_the_promise_check() {
     caught_by(Defect::LateLoss, &["promise violation"]);
 }
 

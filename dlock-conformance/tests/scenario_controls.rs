@@ -133,3 +133,33 @@ fn unlisted_skips_fail() {
     assert_eq!(unlisted.status, Status::Fail, "{}", unlisted.summary());
     assert!(unlisted.reason.contains("skips.allow"));
 }
+
+/// A `lost()` that aims at the deadline itself, with no margin for its timer's lateness, is
+/// caught by `loss_trials`: it resolves after the promised deadline in the median trial.
+#[test]
+fn loss_trials_catch_a_loss_aimed_at_the_deadline() {
+    let row = run_control(
+        broken(Defect::LossAtDeadline),
+        "memory_lossatdeadline",
+        Scenario::LossTrials,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Fail, "{}", row.summary());
+    assert!(
+        row.reason.contains("does not fire early enough"),
+        "{}",
+        row.summary()
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn loss_trials_pass_on_the_reference() {
+    let row = run_control(
+        Arc::new(MemoryBackend::new()),
+        "memory",
+        Scenario::LossTrials,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}

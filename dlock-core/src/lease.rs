@@ -201,9 +201,10 @@ pub(crate) trait LeaseControl: Send + Sync + 'static {
 /// [`Lease::token`] to the resources you protect.
 ///
 /// A lease that is not extended counts as lost (in [`Lease::lost`], [`Lease::is_lost`] and
-/// [`Lease::check`]) a margin before its deadline — the drift allowance again, TTL·0.01 + 2 ms
-/// for leases of the renewal driver — because the timer behind `lost()` can fire late
-/// (millisecond granularity, then thread scheduling on a loaded machine).
+/// [`Lease::check`]) a margin before its deadline — [`loss_margin`](crate::loss_margin): the
+/// drift allowance again plus TTL/10 (at most 200 ms), 222 ms for a 2 s TTL — because the timer
+/// behind `lost()` can fire late (millisecond granularity, then thread scheduling on a loaded
+/// machine).
 ///
 /// Release it with [`Lease::release`]. Dropping an unreleased lease stops its renewal at once
 /// and schedules a best-effort release on the runtime it was created on; the TTL is the

@@ -21,7 +21,7 @@ pub use lease::{Lease, Releaser};
 pub use locker::Locker;
 pub use memory::{MemoryLocker, MemoryServer};
 pub use name::LockName;
-pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, validate_ttl};
+pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, loss_margin, validate_ttl};
 pub use reentrant::Reentrant;
 pub use renewal::{RenewBackend, Renewal, RenewalDriver};
 pub use stats::{Counters, Stats};

@@ -40,8 +40,11 @@ pub enum Defect {
     /// request: the lease promises [`REPLY_DELAY`] more than the server keeps it.
     DeadlineFromReply,
     /// The server expires an entry 50 ms before the client's deadline, on grants and renewals
-    /// alike: `lost()` fires 50 ms after someone else could have been granted.
+    /// alike: someone else can be granted before the promised deadline.
     LateLoss,
+    /// The client's `lost()` aims at the deadline itself, with no margin for its timer's own
+    /// lateness (the server is honest): under load it resolves after the deadline.
+    LossAtDeadline,
     /// A grant that follows a holder which expired or was broken (rather than released) reuses
     /// that holder's token, as a server that lost its last counter increment would.
     ReusedToken,
@@ -195,7 +198,17 @@ impl MemoryLockerBuilder {
             defect: self.defect,
             counters: Arc::clone(&counters),
         });
-        let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
+        let margin = if self.defect == Some(Defect::LossAtDeadline) {
+            Duration::ZERO
+        } else {
+            crate::loss_margin(ttl)
+        };
+        let driver = RenewalDriver::with_loss_margin(
+            Arc::clone(&backend),
+            ttl,
+            Arc::clone(&counters),
+            margin,
+        );
         Ok(MemoryLocker {
             backend,
             driver,

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease::{LeaseCell, LeaseControl};
-use crate::options::drift;
+use crate::options::{drift, loss_margin};
 use crate::{Counters, Error, FencingToken, Lease, LockName, LossReason};
 
 /// The outcome of renewing one lease.
@@ -50,7 +50,7 @@ pub trait RenewBackend: Send + Sync + 'static {
     async fn renew(&self, entries: &[Arc<Self::Entry>]) -> Result<Vec<Renewal>, Error>;
 
     /// Whether a `renew` call that is slow may be given up for a retry (the default): a round
-    /// then runs for two thirds of the leases' remaining validity (at least TTL/3), leaving the
+    /// then runs for three quarters of the leases' remaining validity (at least TTL/3), leaving the
     /// rest for a retry that may take another path (another connection, another member).
     ///
     /// A backend whose retry can only queue behind the slow call (one connection answering
@@ -93,6 +93,8 @@ struct Registered<E> {
 struct Shared<B: RenewBackend> {
     backend: Arc<B>,
     ttl: Duration,
+    /// How long before its deadline a lease that was not extended counts as lost.
+    margin: Duration,
     counters: Arc<Counters>,
     leases: Mutex<HashMap<u64, Registered<B::Entry>>>,
     next_id: AtomicU64,
@@ -150,10 +152,22 @@ impl<B: RenewBackend> Clone for RenewalDriver<B> {
 impl<B: RenewBackend> RenewalDriver<B> {
     /// A driver for leases of `ttl`, renewed through `backend`, counting into `counters`.
     pub fn new(backend: Arc<B>, ttl: Duration, counters: Arc<Counters>) -> Self {
+        Self::with_loss_margin(backend, ttl, counters, loss_margin(ttl))
+    }
+
+    /// [`RenewalDriver::new`] with another loss margin (the memory backend's
+    /// `LossAtDeadline` defect).
+    pub(crate) fn with_loss_margin(
+        backend: Arc<B>,
+        ttl: Duration,
+        counters: Arc<Counters>,
+        margin: Duration,
+    ) -> Self {
         RenewalDriver {
             shared: Arc::new(Shared {
                 backend,
                 ttl,
+                margin,
                 counters,
                 leases: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -189,7 +203,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
         entry: B::Entry,
     ) -> Lease {
         let deadline = self.deadline_from(start);
-        // lost() aims one drift allowance before the deadline: its timer may fire late.
+        // lost() aims a margin before the deadline: its timer may fire late.
         let entry = Arc::new(entry);
         // An internal lease counts neither its grant nor its loss.
         let counted = !self.shared.backend.is_internal(&entry);
@@ -197,7 +211,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
             name,
             token,
             deadline,
-            drift(self.shared.ttl),
+            self.shared.margin,
             counted.then(|| Arc::clone(&self.shared.counters)),
         );
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);

@@ -174,6 +174,11 @@ fn drift() -> Duration {
     dlock_core::drift(TTL)
 }
 
+/// How long before its deadline a lease that was not extended counts as lost.
+fn margin() -> Duration {
+    dlock_core::loss_margin(TTL)
+}
+
 #[tokio::test(start_paused = true)]
 async fn renews_every_third_of_the_ttl() {
     let fake = Fake::new(Script::Ok);
@@ -221,8 +226,8 @@ async fn failing_renewals_fire_lost_exactly_a_margin_before_the_deadline() {
     assert_eq!(reason, LossReason::Expired);
     assert_eq!(
         Instant::now(),
-        deadline - drift(),
-        "lost() must fire one drift allowance before the deadline, not later or earlier"
+        deadline - margin(),
+        "lost() must fire the loss margin before the deadline, not later or earlier"
     );
     assert!(lease.is_lost());
     assert!(matches!(
@@ -261,7 +266,7 @@ async fn a_reply_after_the_deadline_never_extends_the_lease() {
     let lease = d.register(name(), FencingToken(1), t0, 7);
     let reason = lease.lost().await;
     assert_eq!(reason, LossReason::Expired);
-    assert_eq!(Instant::now(), t0 + TTL - drift() * 2);
+    assert_eq!(Instant::now(), t0 + TTL - drift() - margin());
     tokio::time::sleep(TTL * 3).await;
     assert!(lease.is_lost());
     assert!(
@@ -374,7 +379,7 @@ async fn stopped_renewal_expires_at_the_deadline() {
     assert_eq!(stop.lost().await, LossReason::Expired);
     assert_eq!(
         Instant::now(),
-        t0 + TTL - drift() * 2,
+        t0 + TTL - drift() - margin(),
         "a margin before the deadline"
     );
     assert!(!keep.is_lost());
@@ -611,7 +616,7 @@ async fn an_undecided_lease_expires_at_its_deadline_while_the_others_keep_their_
     let b = d.register(name(), FencingToken(2), t0, 2);
     fake.undecided(2, true);
     assert_eq!(b.lost().await, LossReason::Expired);
-    let expiry = t0 + TTL - drift() * 2;
+    let expiry = t0 + TTL - drift() - margin();
     assert_eq!(Instant::now(), expiry);
     let retries = fake.calls_with(2);
     assert!(retries.len() >= 4, "retries: {retries:?}");
@@ -678,7 +683,7 @@ async fn a_burst_of_late_grants_is_renewed_in_a_few_rounds() {
 
 /// A backend that answers in order (a retry would only queue behind the slow call) has its
 /// rounds run to the deadline: rounds of 0.45 × TTL, back to back, keep the lease. Abandoned at
-/// two thirds of the remaining validity, the same rounds lose it.
+/// three quarters of the remaining validity, the same rounds lose it.
 #[tokio::test(start_paused = true)]
 async fn rounds_of_an_in_order_backend_run_to_the_deadline() {
     for in_order in [true, false] {

@@ -263,7 +263,7 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
 /// deadline (when its `lost()` is due), and `lost()` fires no later than one TTL after the cut.
 /// Reported, not judged: when `lost()` resolved against that deadline, as the task awaiting it
 /// saw it (`lost_vs_deadline_ms`, negative is early), and how late the runtime itself was then
-/// (`runtime_lag_ms`). `lost()` aims one drift allowance early, which `dlock-core`'s
+/// (`runtime_lag_ms`). `lost()` aims the loss margin early, which `dlock-core`'s
 /// `lost_timing` test asserts; a process stalled longer than that is late whatever it aims at,
 /// and then the fencing token protects the resource (see ARCHITECTURE.md).
 pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
@@ -285,8 +285,9 @@ pub(crate) const TRIALS: usize = 20;
 /// How many of them run at once.
 const WAVE: usize = 5;
 
-/// [`lost_before_stolen`] in K = 20 trials (5 at a time): every one must hold; the minimum
-/// margins are reported, and how late `lost()` resolved against the promised deadline
+/// [`lost_before_stolen`] in K = 20 trials (5 at a time): every one must hold, and in the
+/// median trial `lost()` must resolve by the promised deadline. The minimum margins are
+/// reported, and how late `lost()` resolved against the promised deadline
 /// (`lost_vs_deadline_p50_ms`, `lost_vs_deadline_max_ms`: negative is early), how many trials
 /// saw it after the deadline (`lost_after_deadline`) and how late the runtime itself was then.
 pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
@@ -339,11 +340,11 @@ pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
         ctx.figure("min_promise_margin_ms", us_round(min));
     }
     lost_vs_deadline.sort_by(f64::total_cmp);
-    if let (Some(p50), Some(max)) = (
-        lost_vs_deadline.get(lost_vs_deadline.len().saturating_sub(1) / 2),
-        lost_vs_deadline.last(),
-    ) {
-        ctx.figure("lost_vs_deadline_p50_ms", us_round(*p50));
+    let p50 = lost_vs_deadline
+        .get(lost_vs_deadline.len().saturating_sub(1) / 2)
+        .copied();
+    if let (Some(p50), Some(max)) = (p50, lost_vs_deadline.last()) {
+        ctx.figure("lost_vs_deadline_p50_ms", us_round(p50));
         ctx.figure("lost_vs_deadline_max_ms", us_round(*max));
     }
     ctx.figure("lost_after_deadline", late);
@@ -359,6 +360,17 @@ pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
         failures.len(),
         failures.join("; ")
     );
+    // The median trial, not each one: a single trial's lateness is the process's stall as
+    // much as the aim (see ARCHITECTURE.md), but a lost() that aims at the deadline itself is
+    // late in nearly every trial, while the loss margin keeps the median well before it.
+    if let Some(p50) = p50 {
+        ensure!(
+            p50 <= 0.0,
+            "lost() resolved after the promised deadline in half the trials or more \
+             ({late} of {TRIALS}, median {:.3} ms after it): it does not fire early enough",
+            us_round(p50)
+        );
+    }
     Ok(())
 }
 

@@ -190,13 +190,14 @@ fn round<B: RenewBackend>(
         .map(|(_, c, _)| c.lost_at())
         .min()
         .unwrap_or(start);
-    // A round may run for TTL/3, or for two thirds of the remaining validity if that is
-    // longer: a reply delayed by a short network blip still counts, and a third of the
-    // validity is left for a retry when the request is truly lost. Never past the deadline.
-    // A backend whose retry would only queue behind this call runs it to the deadline.
+    // A round may run for TTL/3, or for three quarters of the remaining validity if that is
+    // longer: a reply delayed by a short network blip still counts, and a quarter of the
+    // validity is left for a retry when the request is truly lost. Never past the moment the
+    // lease counts as lost. A backend whose retry would only queue behind this call runs it
+    // to that moment.
     let remaining = earliest.saturating_duration_since(start);
     let budget = if shared.backend.abandon_slow_rounds() {
-        period.max(remaining * 2 / 3).min(remaining)
+        period.max(remaining * 3 / 4).min(remaining)
     } else {
         remaining
     }
