@@ -168,7 +168,7 @@ async fn attempt_cut(
     }
     if let Err(e) = lease.check() {
         // Not what this scenario is about (the `renewal` row judges renewal on a healthy
-        // cluster), and not unsafe: the holder was told. Seen 2 times in 24 local runs of the
+        // cluster), and not unsafe: the holder was told. Seen 2 times in 25 local runs of the
         // etcd binary at load ~10 through the peer links' proxies; cause not found. Void, so
         // that three in a row still fail the row.
         return Ok(Attempt::Void(format!(
