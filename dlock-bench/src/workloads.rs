@@ -480,10 +480,13 @@ pub async fn many_locks(
 const LEASE_PERIODS: u32 = 6;
 
 /// `count` leases held on one dlock locker: renewal rounds and requests per renewal period
-/// over a window of 6 periods, and resident memory per lease. The period is a third of the TTL
-/// the server granted (`Locker::ttl` after the first grant: etcd rounds up to whole seconds,
-/// ZooKeeper negotiates the session timeout), not of the TTL asked for, which would misjudge
-/// the rounds per period by the ratio of the two.
+/// over a window of 6 periods, and resident memory per lease. The period is a third of a
+/// lease's validity as the renewal driver counts it (the warm-up lease's deadline less the
+/// instant its acquire began): the TTL the server granted (etcd rounds up to whole seconds,
+/// ZooKeeper negotiates the session timeout) less what the backend may not count on (the
+/// drift; on ZooKeeper also a server-tick margin, so its leases are valid for about 70 % of the
+/// session timeout and renewed that much more often). A period taken from the TTL asked for,
+/// or from the session timeout, would misjudge the rounds per period by the ratio of the two.
 pub async fn held_leases(
     sink: &mut Sink<'_>,
     dlock: &Dlock,
@@ -493,19 +496,24 @@ pub async fn held_leases(
 ) -> Result<(), String> {
     let locker = dlock.locker(ttl).await?;
     let warm = dlock_core::LockName::new("warm-up").map_err(|e| e.to_string())?;
-    locker
+    let began = tokio::time::Instant::now();
+    let lease = locker
         .acquire(&warm, dlock_core::AcquireOptions::forever())
         .await
-        .map_err(|e| e.to_string())?
-        .release()
-        .await
         .map_err(|e| e.to_string())?;
+    // At most the acquire's own latency above the validity the driver counts from the
+    // request's start.
+    let validity = lease.deadline().saturating_duration_since(began);
+    lease.release().await.map_err(|e| e.to_string())?;
     let names = (0..count)
         .map(|k| dlock_core::LockName::new(format!("lease-{k}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let granted = locker.ttl();
-    let period = granted / 3;
+    let period = validity / 3;
+    if period.is_zero() {
+        return Err(format!("the warm-up lease had no validity ({validity:?})"));
+    }
     let window = period * LEASE_PERIODS;
     let rss0 = rss_bytes();
     let t0 = Instant::now();
@@ -544,6 +552,13 @@ pub async fn held_leases(
         "dlock",
         "lease_ttl_granted",
         granted.as_secs_f64() * 1e6,
+        "us",
+    );
+    sink.add(
+        &wl,
+        "dlock",
+        "lease_validity",
+        validity.as_secs_f64() * 1e6,
         "us",
     );
     sink.add(
