@@ -476,17 +476,25 @@ pub async fn many_locks(
     Ok(())
 }
 
+/// The TTL a renewal driver counts with, from a lease's validity (`ttl − drift(ttl)`, where
+/// drift = ttl/100 + 2 ms): the driver renews every third of it. A validity measured from
+/// before the acquire began is at most the acquire's latency long, which errs towards a window
+/// of slightly more than whole periods (k or k + 1 rounds, never k − 1).
+fn driver_ttl(validity: Duration) -> Duration {
+    (validity + Duration::from_millis(2)).mul_f64(100.0 / 99.0)
+}
+
 /// How many renewal periods the held-leases window spans.
 const LEASE_PERIODS: u32 = 6;
 
 /// `count` leases held on one dlock locker: renewal rounds and requests per renewal period
-/// over a window of 6 periods, and resident memory per lease. The period is a third of a
-/// lease's validity as the renewal driver counts it (the warm-up lease's deadline less the
-/// instant its acquire began): the TTL the server granted (etcd rounds up to whole seconds,
-/// ZooKeeper negotiates the session timeout) less what the backend may not count on (the
-/// drift; on ZooKeeper also a server-tick margin, so its leases are valid for about 70 % of the
-/// session timeout and renewed that much more often). A period taken from the TTL asked for,
-/// or from the session timeout, would misjudge the rounds per period by the ratio of the two.
+/// over a window of 6 periods, and resident memory per lease. The period is a third of the TTL
+/// the renewal driver counts with, found from a lease's validity (the warm-up lease's deadline
+/// less the instant its acquire began, see [`driver_ttl`]): the TTL the server granted (etcd
+/// rounds up to whole seconds, ZooKeeper negotiates the session timeout), on ZooKeeper less a
+/// server-tick margin (its leases are valid for about 70 % of the session timeout and renewed
+/// that much more often). A period taken from the TTL asked for, or from the session timeout,
+/// would misjudge the rounds per period by the ratio of the two.
 pub async fn held_leases(
     sink: &mut Sink<'_>,
     dlock: &Dlock,
@@ -510,7 +518,7 @@ pub async fn held_leases(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let granted = locker.ttl();
-    let period = validity / 3;
+    let period = driver_ttl(validity) / 3;
     if period.is_zero() {
         return Err(format!("the warm-up lease had no validity ({validity:?})"));
     }
@@ -528,8 +536,10 @@ pub async fn held_leases(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("acquire of {count} leases: {e}"))?;
     let rss1 = rss_bytes();
-    // Let the first renewal round of the freshly acquired leases pass.
-    tokio::time::sleep(period).await;
+    // Let the first renewals of the freshly acquired leases pass: each is due a period after
+    // its own grant, so the last ones come a period after the acquiring ended, and their
+    // rounds (a few, while grants keep arriving) settle into one cadence after that.
+    tokio::time::sleep(period * 2).await;
     let (s0, p0) = (locker.stats(), probe.count().await);
     let w0 = Instant::now();
     tokio::time::sleep(window).await;
