@@ -747,3 +747,35 @@ async fn an_internal_lease_counts_neither_its_grant_nor_its_loss() {
     let stats = counters.snapshot();
     assert_eq!((stats.grants, stats.losses), (1, 1), "{stats:?}");
 }
+
+/// A lease whose own round is still in flight when the regular round starts misses that round;
+/// its next renewal must join the regular cadence, not keep a second round per period going
+/// just before each regular one (seen as 2 rounds per period holding 10,000 leases in
+/// `cargo xtask bench`).
+#[tokio::test(start_paused = true)]
+async fn a_lease_in_flight_at_the_regular_round_joins_the_next_one() {
+    let fake = Fake::new(Script::Ok);
+    // Every round that carries `b` takes 50 ms.
+    fake.slow(2, Duration::from_millis(50));
+    let d = driver(&fake);
+    let t0 = Instant::now();
+    let a = d.register(name(), FencingToken(1), t0, 1);
+    // `b`'s first renewal is due 10 ms before the regular round: it is in flight then.
+    let b = d.register(name(), FencingToken(2), t0 - Duration::from_millis(10), 2);
+    let period = TTL / 3;
+    tokio::time::sleep(period * 3).await;
+    let before = fake.calls().len();
+    tokio::time::sleep(period * 6).await;
+    let rounds = fake.calls().len() - before;
+    assert!(!a.is_lost() && !b.is_lost());
+    assert!(
+        rounds <= 7,
+        "{rounds} rounds in 6 periods: {:?}",
+        fake.calls()
+            .iter()
+            .map(|(t, ids)| (*t - t0, ids.clone()))
+            .collect::<Vec<_>>()
+    );
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+}

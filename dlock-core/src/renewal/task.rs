@@ -155,7 +155,7 @@ pub(super) async fn run<B: RenewBackend>(weak: Weak<Shared<B>>, alive: Alive<B>)
             Some(round) = inflight.next(), if !inflight.is_empty() => {
                 set_planned(&weak, None);
                 if let Some(shared) = weak.upgrade() {
-                    settle(&shared, round, &mut failures);
+                    settle(&shared, round, &mut failures, tick);
                 }
                 continue;
             }
@@ -239,7 +239,12 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// Applies a round's outcome to its leases.
-fn settle<B: RenewBackend>(shared: &Shared<B>, round: Round<B::Entry>, failures: &mut u32) {
+fn settle<B: RenewBackend>(
+    shared: &Shared<B>,
+    round: Round<B::Entry>,
+    failures: &mut u32,
+    tick: Option<Instant>,
+) {
     let Round {
         batch,
         start,
@@ -270,10 +275,10 @@ fn settle<B: RenewBackend>(shared: &Shared<B>, round: Round<B::Entry>, failures:
                         continue;
                     }
                     Renewal::Extended if cell.extend(new_deadline) => {
-                        // Next due TTL/3 after this round started, which is the next regular
-                        // round unless a slow reply made it miss one: then it goes again now.
+                        // Next due TTL/3 after this round started, or at the regular round
+                        // within a quarter period of that (see `next_due`).
                         if let Some(r) = leases.get_mut(id) {
-                            r.urgent = Some(start + period);
+                            r.urgent = Some(next_due(start, period, tick));
                         }
                         tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
                         continue;
@@ -320,6 +325,28 @@ fn settle<B: RenewBackend>(shared: &Shared<B>, round: Round<B::Entry>, failures:
     }
 }
 
+/// When a lease renewed by a round that started at `start` is due again: TTL/3 later, or at
+/// the regular round (`tick`, repeating every period) if one comes within a quarter period
+/// of that, before or after. Renewing up to a quarter period later than TTL/3 still leaves
+/// more than half the validity; without the snap, a lease whose own round was in flight when
+/// a regular round started would be renewed just before every later regular round too, in a
+/// second round per period, for as long as its round stays in flight at the tick.
+fn next_due(start: Instant, period: Duration, tick: Option<Instant>) -> Instant {
+    let due = start + period;
+    let (Some(mut t), false) = (tick, period.is_zero()) else {
+        return due;
+    };
+    let window = period / 4;
+    let earliest = due.checked_sub(window).unwrap_or(due);
+    if t < earliest {
+        // Whole periods forward to the first regular round at or after `earliest`.
+        let behind = earliest - t;
+        let steps = behind.as_nanos().div_ceil(period.as_nanos());
+        t += period.saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX));
+    }
+    if t <= due + window { t } else { due }
+}
+
 /// When to retry a lease left undecided: soon (TTL/12), and well inside its validity (a third
 /// of what is left, but not more often than every 5 ms).
 fn retry_at(now: Instant, deadline: Instant, period: Duration) -> Instant {
@@ -363,4 +390,27 @@ fn expire_and_collect<B: RenewBackend>(
         cell.mark_lost(LossReason::Expired);
     }
     batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_due_near_the_regular_round_joins_it() {
+        let p = Duration::from_secs(1);
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // No regular round planned: TTL/3 after the start.
+        assert_eq!(next_due(t0, p, None), t0 + p);
+        // A regular round 10 ms after the due time, or 10 ms before it: that round.
+        assert_eq!(next_due(t0, p, Some(t0 + p + ms(10))), t0 + p + ms(10));
+        assert_eq!(next_due(t0, p, Some(t0 + p - ms(10))), t0 + p - ms(10));
+        // The tick still points at the round this one missed: whole periods on.
+        assert_eq!(next_due(t0, p, Some(t0 + ms(10))), t0 + p + ms(10));
+        assert_eq!(next_due(t0, p, Some(t0 - p * 3 + ms(5))), t0 + p + ms(5));
+        // Half a period away: no snap.
+        assert_eq!(next_due(t0, p, Some(t0 + p + p / 2)), t0 + p);
+        assert_eq!(next_due(t0, p, Some(t0 + p / 2)), t0 + p);
+    }
 }
