@@ -4,42 +4,49 @@ use std::sync::Arc;
 
 use dlock_conformance::memory::MemoryBackend;
 use dlock_conformance::scenarios::{Fencing, run_control};
-use dlock_conformance::{Scenario, Status, TestBackend};
+use dlock_conformance::{Row, Scenario, Status, TestBackend};
 use dlock_core::memory::Defect;
 
 fn broken(defect: Defect) -> Arc<dyn TestBackend> {
     Arc::new(MemoryBackend::with_defect(defect))
 }
 
+/// Runs `scenario` on a memory locker with `defect`: the row must fail, for `why`.
+fn caught(defect: Defect, scenario: Scenario, why: &str) -> Row {
+    let label = format!("memory_{defect:?}").to_lowercase();
+    let row = run_control(broken(defect), &label, scenario, Fencing::On);
+    assert_eq!(row.status, Status::Fail, "{}", row.summary());
+    assert!(row.reason.contains(why), "{}", row.summary());
+    row
+}
+
+/// Runs `scenario` on the correct memory locker: the row must pass.
+fn passes(scenario: Scenario) -> Row {
+    let row = run_control(
+        Arc::new(MemoryBackend::new()),
+        "memory",
+        scenario,
+        Fencing::On,
+    );
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    row
+}
+
 /// A server that expires the holder before the client's deadline is caught by `slow_grant`:
 /// the contender is granted before the lease's deadline.
 #[test]
 fn slow_grant_catches_early_expiry() {
-    let row = run_control(
-        broken(Defect::EarlyExpiry),
-        "memory_earlyexpiry",
+    caught(
+        Defect::EarlyExpiry,
         Scenario::SlowGrant,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Fail, "{}", row.summary());
-    assert!(
-        row.reason
-            .contains("BEFORE the slow-granted lease's deadline"),
-        "{}",
-        row.summary()
+        "BEFORE the slow-granted lease's deadline",
     );
 }
 
 /// The correct memory backend passes the same run (so the control fails for the defect).
 #[test]
 fn slow_grant_passes_on_the_reference() {
-    let row = run_control(
-        Arc::new(MemoryBackend::new()),
-        "memory",
-        Scenario::SlowGrant,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    passes(Scenario::SlowGrant);
 }
 
 /// A client that counts each renewed deadline from the renewal's reply instead of its request
@@ -49,19 +56,10 @@ fn slow_grant_passes_on_the_reference() {
 /// renewals can see it.
 #[test]
 fn one_way_delay_catches_a_renewal_counted_from_the_reply() {
-    let row = run_control(
-        broken(Defect::RenewalFromReply),
-        "memory_renewalfromreply",
+    caught(
+        Defect::RenewalFromReply,
         Scenario::OneWayDelay,
-        Fencing::On,
-    );
-    println!("{}", row.summary());
-    assert_eq!(row.status, Status::Fail, "{}", row.summary());
-    assert!(
-        row.reason
-            .contains("the server expires the holder at the latest"),
-        "{}",
-        row.summary()
+        "the server expires the holder at the latest",
     );
 }
 
@@ -69,13 +67,7 @@ fn one_way_delay_catches_a_renewal_counted_from_the_reply() {
 /// with the server-side expiry checked: only the reply delay itself is a skipped part.
 #[test]
 fn one_way_delay_passes_on_the_reference() {
-    let row = run_control(
-        Arc::new(MemoryBackend::new()),
-        "memory",
-        Scenario::OneWayDelay,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    let row = passes(Scenario::OneWayDelay);
     let parts = row.skipped_parts();
     assert!(
         parts.iter().all(|p| !p.contains("server-side expiry")),
@@ -114,7 +106,6 @@ fn capabilities_must_match_the_declared_table() {
 /// A skip the allowlist does not name becomes a failure; a listed one stays a skip.
 #[test]
 fn unlisted_skips_fail() {
-    use dlock_conformance::Row;
     let skip = |backend: &str, reason: &str| Row {
         backend: backend.into(),
         scenario: "short_blip".into(),
@@ -138,28 +129,15 @@ fn unlisted_skips_fail() {
 /// caught by `loss_trials`: it resolves after the promised deadline in the median trial.
 #[test]
 fn loss_trials_catch_a_loss_aimed_at_the_deadline() {
-    let row = run_control(
-        broken(Defect::LossAtDeadline),
-        "memory_lossatdeadline",
+    caught(
+        Defect::LossAtDeadline,
         Scenario::LossTrials,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Fail, "{}", row.summary());
-    assert!(
-        row.reason.contains("does not fire early enough"),
-        "{}",
-        row.summary()
+        "does not fire early enough",
     );
 }
 
 /// The correct memory backend passes the same run.
 #[test]
 fn loss_trials_pass_on_the_reference() {
-    let row = run_control(
-        Arc::new(MemoryBackend::new()),
-        "memory",
-        Scenario::LossTrials,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    passes(Scenario::LossTrials);
 }
