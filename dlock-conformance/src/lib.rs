@@ -18,6 +18,8 @@ pub mod faults;
 pub mod history;
 mod macros;
 pub mod memory;
+#[cfg(feature = "criterion")]
+pub mod micro;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
