@@ -12,6 +12,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// What the proxy does with the bytes of one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +35,8 @@ pub enum Mode {
     Blackhole,
     /// Reset every open connection (RST) and every new one at once.
     Reset,
-    /// Forward bytes after this added latency.
+    /// Forward bytes this long after they were read: a latency, not a bandwidth limit (bytes
+    /// in flight do not wait for each other).
     Delay(Duration),
 }
 
@@ -259,10 +262,14 @@ enum End {
     Reset,
 }
 
-/// Bytes held during a blackhole beyond which the proxy stops reading (back-pressure, as a
-/// full TCP window would).
+/// Bytes held (in flight or behind a blackhole) beyond which the proxy stops reading
+/// (back-pressure, as a full TCP window would).
 const HOLD_CAP: usize = 8 * 1024 * 1024;
 
+/// Forwards one direction. Every read is queued with the time it is due (now, or now plus the
+/// delay in [`Mode::Delay`]) and written in order once due, so bytes in flight do not wait for
+/// each other: a delay is a latency, not one read per delay. Bytes are judged by the mode at
+/// forwarding time: a blackhole holds them (delivered if the link heals), a reset discards them.
 async fn pump(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
@@ -271,29 +278,32 @@ async fn pump(
     count: &AtomicU64,
 ) -> End {
     let mut buf = vec![0u8; 16 * 1024];
-    // Bytes held back by a blackhole: delivered if the link heals, discarded by a reset.
-    let mut held: Vec<u8> = Vec::new();
+    let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+    let mut queued = 0usize;
     let mut eof = false;
     loop {
         if *mode.borrow_and_update() == Mode::Reset || *other.borrow_and_update() == Mode::Reset {
             return End::Reset;
         }
-        let current = *mode.borrow();
-        if current != Mode::Blackhole && !held.is_empty() {
-            if let Mode::Delay(d) = current {
-                tokio::time::sleep(d).await;
+        let blocked = *mode.borrow() == Mode::Blackhole;
+        if !blocked {
+            while queue.front().is_some_and(|(due, _)| *due <= Instant::now()) {
+                let Some((_, bytes)) = queue.pop_front() else {
+                    break;
+                };
+                if to.write_all(&bytes).await.is_err() {
+                    return End::Closed;
+                }
+                queued -= bytes.len();
+                count.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             }
-            if to.write_all(&held).await.is_err() {
-                return End::Closed;
-            }
-            count.fetch_add(held.len() as u64, Ordering::Relaxed);
-            held.clear();
         }
-        if eof && held.is_empty() {
+        if eof && queue.is_empty() {
             let _ = to.shutdown().await;
             return End::Closed;
         }
-        let can_read = !eof && held.len() < HOLD_CAP;
+        let next_due = queue.front().map(|(due, _)| *due).filter(|_| !blocked);
+        let can_read = !eof && queued < HOLD_CAP;
         tokio::select! {
             read = from.read(&mut buf), if can_read => {
                 let n = match read {
@@ -303,32 +313,22 @@ async fn pump(
                     }
                     Ok(n) => n,
                 };
-                let current = *mode.borrow();
-                if let Mode::Delay(d) = current {
-                    tokio::time::sleep(d).await;
-                }
-                // Judge by the mode at forwarding time (it may have changed while delayed).
-                let current = *mode.borrow();
-                match current {
-                    // Behind held bytes, keep order: the loop top delivers them first.
-                    Mode::Blackhole => {
-                        held.extend_from_slice(&buf[..n]);
-                        continue;
-                    }
-                    _ if !held.is_empty() => {
-                        held.extend_from_slice(&buf[..n]);
-                        continue;
-                    }
-                    Mode::Reset => return End::Reset,
-                    Mode::Pass | Mode::Delay(_) => {}
-                }
-                if to.write_all(&buf[..n]).await.is_err() {
-                    return End::Closed;
-                }
-                count.fetch_add(n as u64, Ordering::Relaxed);
+                let due = match *mode.borrow() {
+                    Mode::Delay(d) => Instant::now() + d,
+                    _ => Instant::now(),
+                };
+                queued += n;
+                queue.push_back((due, buf[..n].to_vec()));
             }
+            () = sleep_until_due(next_due), if next_due.is_some() => {}
             _ = mode.changed() => {}
             _ = other.changed() => {}
         }
+    }
+}
+
+async fn sleep_until_due(due: Option<Instant>) {
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
     }
 }

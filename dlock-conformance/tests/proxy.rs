@@ -138,6 +138,34 @@ fn delay_adds_latency() {
     );
 }
 
+/// A delay is a latency, not a queue: bytes read while earlier ones are still in flight
+/// arrive one delay after they were read, not one delay after the earlier ones arrived.
+#[test]
+fn delayed_bytes_in_flight_do_not_queue_behind_each_other() {
+    const DELAY: Duration = Duration::from_millis(500);
+    let p = Proxy::start(echo_server()).expect("proxy");
+    let mut s = connect(&p);
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    p.set_direction(Direction::Upstream, Mode::Delay(DELAY));
+    s.write_all(b"a").expect("send");
+    // Sent while the first byte is in flight: due one delay after it, 20 ms later.
+    std::thread::sleep(Duration::from_millis(20));
+    let sent = Instant::now();
+    s.write_all(b"b").expect("send");
+    let mut echoed = [0u8; 2];
+    s.read_exact(&mut echoed).expect("both echoed");
+    assert_eq!(&echoed, b"ab", "order kept");
+    let took = sent.elapsed();
+    // A proxy that forwards one read per delay delivers the second byte about two delays
+    // after it was sent (1 s); the slack covers a loaded machine.
+    assert!(took >= DELAY - Duration::from_millis(5), "{took:?}");
+    assert!(
+        took < DELAY + Duration::from_millis(300),
+        "a byte sent behind another one in flight took {took:?} under a {DELAY:?} delay"
+    );
+}
+
 #[test]
 fn drop_closes_connections() {
     let p = Proxy::start(echo_server()).expect("proxy");
