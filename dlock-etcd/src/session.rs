@@ -115,96 +115,155 @@ impl KeepAlive {
         map.get(key).is_some_and(|&g| g > since)
     }
 
-    /// Sends one keep-alive and waits for its reply (at most `timeout`): `Ok((true, term))`
-    /// when the lease was extended (`term`: the raft term in the reply's header, when the
-    /// reply was ours to read), `Ok((false, _))` when etcd says the lease is gone (TTL ≤ 0 or
-    /// "lease not found"). The stream runs on the preferred member; a stream on a member that is no
-    /// longer preferred is dropped and opened again. A member that fails or does not answer in
-    /// time is skipped.
-    ///
-    /// # Cancel safety
-    /// The stream is taken out while a request is in flight and put back only after its reply
-    /// was read, so a cancelled call can never leave a stale reply for the next one: the next
-    /// call opens a fresh stream.
-    async fn once(&self, timeout: Duration) -> Result<(bool, Option<u64>), Error> {
-        const WHAT: &str = "lease keep-alive";
-        let members = &self.etcd.members;
-        let mut slot = self.stream.lock().await;
-        let preferred = members.preferred();
-        let taken = slot.take().filter(|(member, ..)| *member == preferred);
-        let member = preferred;
-        let started = Instant::now();
+    /// Sends one keep-alive on member `member`, on `taken` (the open stream to that member)
+    /// or on a new stream, and reads its reply: `Ok((true, term, stream))` when the lease was
+    /// extended (`term`: the raft term in the reply's header, when the reply was ours to
+    /// read), `Ok((false, ..))` when etcd says the lease is gone (TTL ≤ 0 or "lease not
+    /// found"). An error comes with whether etcd refused our (expired) auth token.
+    async fn try_on(
+        &self,
+        member: usize,
+        taken: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    ) -> Tried {
         let failed = |e: etcd_client::Error| {
             let stale_auth = errors::is_stale_auth(&e);
-            (errors::map(WHAT, e), stale_auth)
+            (errors::map(KEEP_ALIVE, e), stale_auth)
         };
-        let attempt = async {
-            match taken {
-                None => {
-                    // Opening the stream sends the first keep-alive and reads its reply.
-                    let client = members.client(member).await.map_err(failed)?;
-                    let mut leases = client.lease_client();
-                    match leases.keep_alive(self.lease()).await {
-                        // etcd-client reads the first reply itself: its term is not known.
-                        Ok((keeper, stream)) => Ok((true, None, Some((member, keeper, stream)))),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
-                        Err(e) => Err(failed(e)),
+        match taken {
+            None => {
+                // Opening the stream sends the first keep-alive and reads its reply.
+                let client = self.etcd.members.client(member).await.map_err(failed)?;
+                let mut leases = client.lease_client();
+                match leases.keep_alive(self.lease()).await {
+                    // etcd-client reads the first reply itself: its term is not known.
+                    Ok((keeper, stream)) => Ok((true, None, Some((member, keeper, stream)))),
+                    Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
+                    Err(e) => Err(failed(e)),
+                }
+            }
+            Some((mut keeper, mut stream)) => {
+                keeper.keep_alive().await.map_err(failed)?;
+                match stream.message().await {
+                    Ok(Some(reply)) if reply.ttl() > 0 => {
+                        let term = reply.header().map(|h| h.raft_term());
+                        Ok((true, term, Some((member, keeper, stream))))
                     }
+                    Ok(Some(_)) => Ok((false, None, None)),
+                    Ok(None) => Err((
+                        Error::unavailable("lease keep-alive: stream closed by etcd", None),
+                        false,
+                    )),
+                    Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
+                    Err(e) => Err(failed(e)),
                 }
-                Some((_, mut keeper, mut stream)) => {
-                    keeper.keep_alive().await.map_err(failed)?;
-                    match stream.message().await {
-                        Ok(Some(reply)) if reply.ttl() > 0 => {
-                            let term = reply.header().map(|h| h.raft_term());
-                            Ok((true, term, Some((member, keeper, stream))))
-                        }
-                        Ok(Some(_)) => Ok((false, None, None)),
-                        Ok(None) => Err((
-                            Error::unavailable("lease keep-alive: stream closed by etcd", None),
-                            false,
-                        )),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
-                        Err(e) => Err(failed(e)),
-                    }
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok((alive, term, pair))) => {
-                *slot = pair;
-                Ok((alive, term))
-            }
-            Ok(Err((e, stale_auth))) => {
-                if stale_auth {
-                    // The next attempt opens a new stream with a new token.
-                    self.etcd.refresh_auth(member, started + timeout).await?;
-                } else if e.kind() == dlock_core::ErrorKind::Unavailable {
-                    members.skip(member);
-                }
-                Err(e)
-            }
-            Err(_) => {
-                members.skip(member);
-                Err(errors::no_reply(WHAT, started.elapsed()))
             }
         }
     }
 
-    /// One keep-alive, tried on each member in turn: every attempt but the last is capped so
-    /// that a member that hangs cannot eat the round; the last may take the request timeout.
+    /// One keep-alive, within the request timeout: `Ok((true, term))` when the lease was
+    /// extended, `Ok((false, _))` when etcd says it is gone.
+    ///
+    /// The first try goes to the preferred member, on the open stream when it runs there. A
+    /// try still unanswered after [`Etcd::attempt_cap`] is not abandoned: that member is
+    /// skipped and the next one is tried as well, and the first reply wins — so a member that
+    /// hangs costs one cap, while a reply that is merely slow (slower than the cap on every
+    /// member) still renews. A try that fails moves on at once. A keep-alive is safe to repeat.
+    ///
+    /// # Cancel safety
+    /// The stream is taken out while tries are in flight and put back only with a reply read
+    /// to its end, so a cancelled call can never leave a stale reply for the next one: the
+    /// next call opens a fresh stream.
     async fn renew(&self) -> Result<(bool, Option<u64>), Error> {
-        let tries = self.etcd.members.len().max(1);
-        for _ in 1..tries {
-            match self.once(self.etcd.attempt_cap).await {
-                Ok(alive) => return Ok(alive),
-                Err(e) => {
-                    tracing::debug!(lease = format_args!("{:x}", self.lease()), error = %e, "keep-alive attempt failed; trying another member");
+        use futures::StreamExt;
+        use futures::stream::FuturesUnordered;
+
+        let members = &self.etcd.members;
+        let count = members.len().max(1);
+        let mut slot = self.stream.lock().await;
+        let started = Instant::now();
+        let until = started + self.etcd.request_timeout;
+        let mut taken = slot.take();
+        let mut in_flight = FuturesUnordered::new();
+        let mut launch = |in_flight: &mut FuturesUnordered<_>| -> usize {
+            let member = members.preferred();
+            let stream = taken
+                .take()
+                .filter(|(m, ..)| *m == member)
+                .map(|(_, keeper, stream)| (keeper, stream));
+            let fut = self.try_on(member, stream);
+            in_flight.push(async move { (member, fut.await) });
+            member
+        };
+        let mut newest = launch(&mut in_flight);
+        let mut hedge_at = Instant::now() + self.etcd.attempt_cap;
+        let mut backoff = Duration::from_millis(5);
+        let mut last_err: Option<Error> = None;
+        loop {
+            let may_hedge = count > 1 && in_flight.len() < count;
+            let next = tokio::select! {
+                next = in_flight.next(), if !in_flight.is_empty() => next,
+                () = tokio::time::sleep_until(hedge_at), if may_hedge && hedge_at < until => {
+                    members.skip(newest);
+                    tracing::debug!(lease = format_args!("{:x}", self.lease()), "keep-alive slow to answer; trying the next member too");
+                    newest = launch(&mut in_flight);
+                    hedge_at = Instant::now() + self.etcd.attempt_cap;
+                    continue;
                 }
+                () = tokio::time::sleep_until(until) => {
+                    members.skip(newest);
+                    return Err(last_err.unwrap_or_else(|| errors::no_reply(KEEP_ALIVE, started.elapsed())));
+                }
+            };
+            let Some((member, tried)) = next else {
+                continue;
+            };
+            let (e, stale_auth) = match tried {
+                Ok((alive, term, stream)) => {
+                    *slot = stream;
+                    return Ok((alive, term));
+                }
+                Err(failure) => failure,
+            };
+            tracing::debug!(lease = format_args!("{:x}", self.lease()), error = %e, "keep-alive attempt failed");
+            if stale_auth {
+                // The next try opens a new stream with a new token.
+                if let Err(refused) = self.etcd.refresh_auth(member, until).await {
+                    if !refused.is_retryable() {
+                        return Err(refused);
+                    }
+                }
+            } else if e.kind() != dlock_core::ErrorKind::Unavailable {
+                return Err(e);
+            } else {
+                members.skip(member);
             }
+            if in_flight.is_empty() {
+                if Instant::now() + backoff >= until {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+                newest = launch(&mut in_flight);
+                hedge_at = Instant::now() + self.etcd.attempt_cap;
+            }
+            last_err = Some(e);
         }
-        self.once(self.etcd.request_timeout).await
     }
 }
+
+/// What one keep-alive try gave: extended or not, the reply's raft term, and the stream to
+/// keep; or the error and whether etcd refused our auth token.
+type Tried = Result<
+    (
+        bool,
+        Option<u64>,
+        Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>,
+    ),
+    (Error, bool),
+>;
+
+/// What keep-alive errors are about.
+const KEEP_ALIVE: &str = "lease keep-alive";
 
 /// One session: its lease and the sentinel that keeps it renewed.
 pub(crate) struct Session {
