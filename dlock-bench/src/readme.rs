@@ -128,8 +128,11 @@ fn summary(rows: &[Row]) -> String {
             }
             _ => "–".to_string(),
         };
+        let first = g("waiters-8", "dlock", "handoff_first_p50").map_or(String::new(), |v| {
+            format!(" (first of 8: {})", fmt_value(v, "us"))
+        });
         let single = format!(
-            "{} vs {}",
+            "{} vs {}{first}",
             show(g("waiters-1", "dlock", "handoff_p50"), "us"),
             show(g("waiters-8", "dlock", "handoff_p50"), "us")
         );

@@ -368,12 +368,20 @@ pub async fn waiters(
     for &n in ns {
         let wl = format!("waiters-{n}");
         let mut handoffs = vec![Vec::new(); impls.len()];
+        // The first handoff of a round follows 300 ms of idleness; the later ones follow a
+        // handoff at once. Split, they tell a cold path from a slow one.
+        let mut firsts = vec![Vec::new(); impls.len()];
+        let mut later = vec![Vec::new(); impls.len()];
         let mut server = vec![Some(0u64); impls.len()];
         let mut client = vec![Some(0u64); impls.len()];
         let mut violations = vec![0u64; impls.len()];
         for r in 0..rounds {
             for i in order(impls.len(), r) {
                 let q = queue_round(impls[i].as_ref(), n, format!("queue-{n}-{r}"), probe).await?;
+                if let Some((first, rest)) = q.handoffs.split_first() {
+                    firsts[i].push(*first);
+                    later[i].extend_from_slice(rest);
+                }
                 handoffs[i].extend(q.handoffs);
                 server[i] = server[i].zip(q.server_requests).map(|(a, b)| a + b);
                 client[i] = client[i].zip(q.client_requests).map(|(a, b)| a + b);
@@ -386,6 +394,10 @@ pub async fn waiters(
             let mean = handoffs[i].iter().sum::<Duration>().as_secs_f64() * 1e6 / count;
             sink.add(&wl, name, "handoff_mean", mean, "us");
             sink.percentiles(&wl, name, "handoff", &mut handoffs[i]);
+            if n > 1 {
+                sink.percentiles(&wl, name, "handoff_first", &mut firsts[i]);
+                sink.percentiles(&wl, name, "handoff_later", &mut later[i]);
+            }
             if let Some(s) = server[i] {
                 sink.add(
                     &wl,
