@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Capabilities, Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{Capabilities, Election, Error, FencingStrength, FencingToken, LockName, Locker};
 
 use crate::servers::{Cluster, ServerKind};
 
@@ -119,6 +119,16 @@ pub trait TestBackend: Send + Sync + 'static {
     /// # Errors
     /// Whatever building the locker returns.
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error>;
+
+    /// A new, independent [`Election`] client (own connection / session), or `Ok(None)` when
+    /// the backend has no election: the election scenarios then skip, saying so.
+    ///
+    /// # Errors
+    /// Whatever building the client returns.
+    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        let _ = opts;
+        Ok(None)
+    }
 
     /// Everything the backend keeps at the server under `namespace` right now (keys, nodes,
     /// queue entries, leases holding locks), for leak audits. Expired entries do not count.

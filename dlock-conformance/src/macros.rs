@@ -54,6 +54,9 @@ macro_rules! conformance_tests {
                 cancel_mid_enqueue => CancelMidEnqueue,
                 leader_partition => LeaderPartition,
                 many_leases_break => ManyLeasesBreak,
+                election_single_leader => ElectionSingleLeader,
+                election_failover => ElectionFailover,
+                election_observe => ElectionObserve,
             );
 
             #[test]

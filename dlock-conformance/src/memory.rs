@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dlock_core::memory::Defect;
-use dlock_core::{Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
+use dlock_core::{Election, Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
 
 use crate::{ClientOptions, ServerExpiry, TestBackend};
 
@@ -46,6 +46,16 @@ impl MemoryBackend {
         }
     }
 
+    fn locker(&self, opts: &ClientOptions) -> Result<MemoryLocker, Error> {
+        let mut builder = MemoryLocker::builder()
+            .ttl(opts.ttl)
+            .server(self.server(&opts.namespace));
+        if let Some(d) = self.defect {
+            builder = builder.defect(d);
+        }
+        builder.build()
+    }
+
     fn server(&self, namespace: &str) -> Arc<MemoryServer> {
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(servers.entry(namespace.to_string()).or_default())
@@ -69,13 +79,11 @@ impl TestBackend for MemoryBackend {
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
-        let mut builder = MemoryLocker::builder()
-            .ttl(opts.ttl)
-            .server(self.server(&opts.namespace));
-        if let Some(d) = self.defect {
-            builder = builder.defect(d);
-        }
-        Ok(Arc::new(builder.build()?))
+        Ok(Arc::new(self.locker(&opts)?))
+    }
+
+    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts)?)))
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {

@@ -141,3 +141,63 @@ fn loss_trials_catch_a_loss_aimed_at_the_deadline() {
 fn loss_trials_pass_on_the_reference() {
     passes(Scenario::LossTrials);
 }
+
+/// A server that grants a new campaign while another leader holds the name is caught by
+/// `election_single_leader`: two leaders' beliefs overlap.
+#[test]
+fn election_single_leader_catches_two_leaders() {
+    caught(
+        Defect::DoubleGrant,
+        Scenario::ElectionSingleLeader,
+        "two leaders at once",
+    );
+}
+
+/// A server that hands every leader the same term is caught by `election_single_leader`.
+#[test]
+fn election_single_leader_catches_repeated_terms() {
+    caught(
+        Defect::NoFencing,
+        Scenario::ElectionSingleLeader,
+        "terms do not increase",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn election_single_leader_passes_on_the_reference() {
+    passes(Scenario::ElectionSingleLeader);
+}
+
+/// A server that keeps a silent leader for three TTLs is caught by `election_failover`: the
+/// new leader comes later than TTL + slack.
+#[test]
+fn election_failover_catches_a_slow_expiry() {
+    caught(
+        Defect::SlowExpiry,
+        Scenario::ElectionFailover,
+        "more than TTL + slack",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn election_failover_passes_on_the_reference() {
+    passes(Scenario::ElectionFailover);
+}
+
+/// Observers told only every other change are caught by `election_observe`.
+#[test]
+fn election_observe_catches_skipped_changes() {
+    caught(
+        Defect::ObserverSkips,
+        Scenario::ElectionObserve,
+        "the observer saw",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn election_observe_passes_on_the_reference() {
+    passes(Scenario::ElectionObserve);
+}

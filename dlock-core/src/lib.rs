@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod capabilities;
+mod election;
 mod error;
 mod fence;
 mod lease;
@@ -15,6 +16,9 @@ mod stats;
 mod token;
 
 pub use capabilities::{Capabilities, FencingStrength};
+pub use election::{
+    Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN, Proclaim, validate_value,
+};
 pub use error::{BoxError, Error, ErrorKind, LossReason, NameError, NodeError, Result};
 pub use fence::{FenceGuard, FenceRejected};
 pub use lease::{Lease, Releaser};

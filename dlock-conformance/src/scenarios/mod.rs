@@ -4,6 +4,7 @@
 
 mod basic;
 mod crash;
+mod election;
 mod enqueue;
 mod exclusion;
 mod herd;
@@ -108,11 +109,19 @@ pub enum Scenario {
     /// 1,000 leases on one locker, one broken at the server: it is lost within TTL + slack,
     /// the others stay held.
     ManyLeasesBreak,
+    /// 4 campaigners × 5 terms: no two leaders' beliefs overlap, terms strictly increase, the
+    /// server records each leader's term and value while it leads.
+    ElectionSingleLeader,
+    /// The leader's link dies: a follower leads within TTL + slack, after the old leader's
+    /// `lost()` fired, with a higher term.
+    ElectionFailover,
+    /// An observer sees every leader change and proclamation, in order, none extra.
+    ElectionObserve,
 }
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 29] = [
+    pub const ALL: [Scenario; 32] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -142,6 +151,9 @@ impl Scenario {
         Scenario::CancelMidEnqueue,
         Scenario::LeaderPartition,
         Scenario::ManyLeasesBreak,
+        Scenario::ElectionSingleLeader,
+        Scenario::ElectionFailover,
+        Scenario::ElectionObserve,
     ];
 
     /// The scenario's name (also its test function's name).
@@ -176,6 +188,9 @@ impl Scenario {
             Scenario::CancelMidEnqueue => "cancel_mid_enqueue",
             Scenario::LeaderPartition => "leader_partition",
             Scenario::ManyLeasesBreak => "many_leases_break",
+            Scenario::ElectionSingleLeader => "election_single_leader",
+            Scenario::ElectionFailover => "election_failover",
+            Scenario::ElectionObserve => "election_observe",
         }
     }
 
@@ -388,6 +403,9 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::CancelMidEnqueue => enqueue::cancel_mid_enqueue(ctx).await,
         Scenario::LeaderPartition => partition::leader_partition(ctx).await,
         Scenario::ManyLeasesBreak => many::many_leases_break(ctx).await,
+        Scenario::ElectionSingleLeader => election::election_single_leader(ctx).await,
+        Scenario::ElectionFailover => election::election_failover(ctx).await,
+        Scenario::ElectionObserve => election::election_observe(ctx).await,
     }
 }
 

@@ -5,6 +5,8 @@
 //! the way several processes share a Redis. It is the reference the conformance suite is proven
 //! on, and a test double for code that takes an `Arc<dyn Locker>`.
 
+mod election;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,12 +14,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
 use crate::options::validate_ttl;
 use crate::{
-    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Lease, LockName,
-    Locker, LossReason, RenewBackend, Renewal, RenewalDriver, Stats,
+    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Leader, Lease,
+    LockName, Locker, LossReason, RenewBackend, Renewal, RenewalDriver, Stats,
 };
 
 /// Deliberate defects, for proving that conformance checkers can fail. Never use them otherwise.
@@ -48,6 +51,16 @@ pub enum Defect {
     /// A grant that follows a holder which expired or was broken (rather than released) reuses
     /// that holder's token, as a server that lost its last counter increment would.
     ReusedToken,
+    /// Every other grant (while the fence is odd) ignores the current holder and replaces it:
+    /// two holders (leaders) at once.
+    DoubleGrant,
+    /// Election observers are told only every other leader change, as a watch that keeps
+    /// only the latest value would tell a slow observer.
+    ObserverSkips,
+    /// The server keeps a holder that stopped renewing for three TTLs instead of one: safe
+    /// (the holder's deadline is honest), but a crashed leader or holder blocks everyone for
+    /// far longer than the TTL.
+    SlowExpiry,
     /// The first attempt's grant reply "times out" ([`REPLY_DELAY`], every other grant: odd
     /// tokens); the retry finds its own earlier grant and takes it without re-arming the TTL,
     /// yet the deadline is counted from the retry (the fair-mode Redis re-grant defect).
@@ -80,12 +93,18 @@ struct NameState {
     fence: u64,
     /// The last holder went without a release (expired or broken).
     lapsed: bool,
+    /// Election observers of the name; each is told every grant and proclamation.
+    observers: Vec<UnboundedSender<Leader>>,
+    /// Changes announced so far (for [`Defect::ObserverSkips`]).
+    announced: u64,
 }
 
 struct Holder {
     owner: u64,
     expires: Instant,
     token: FencingToken,
+    /// The value the holder campaigned with or last proclaimed (empty for a plain lock).
+    value: Vec<u8>,
 }
 
 struct Waiter {
@@ -273,6 +292,7 @@ impl Backend {
             Some(Defect::LateLoss) => self
                 .ttl
                 .saturating_sub(crate::options::drift(self.ttl) + LATE_LOSS),
+            Some(Defect::SlowExpiry) => self.ttl * 3,
             _ => self.ttl,
         }
     }
@@ -285,20 +305,37 @@ impl Backend {
         }
     }
 
-    /// Grants `name` to `owner` if it is free and `owner` may go next. Returns the token.
-    fn try_grant(&self, st: &mut NameState, owner: u64, now: Instant) -> Option<FencingToken> {
+    /// Tells `st`'s election observers that `leader` leads now (or proclaimed a new value).
+    fn announce(&self, st: &mut NameState, leader: &Leader) {
+        st.announced += 1;
+        if self.defect == Some(Defect::ObserverSkips) && st.announced % 2 == 0 {
+            return;
+        }
+        st.observers.retain(|tx| tx.send(leader.clone()).is_ok());
+    }
+
+    /// Grants `name` to `owner` (with `value`) if it is free and `owner` may go next. Returns
+    /// the token.
+    fn try_grant(
+        &self,
+        st: &mut NameState,
+        owner: u64,
+        now: Instant,
+        value: &[u8],
+    ) -> Option<FencingToken> {
         if st.holder.as_ref().is_some_and(|h| h.expires <= now) {
             st.holder = None;
             st.lapsed = true;
         }
-        if st.holder.is_some() {
+        let barge = self.defect == Some(Defect::DoubleGrant) && st.fence % 2 == 1;
+        if st.holder.is_some() && !barge {
             return None;
         }
         let my_turn = match self.defect {
             Some(Defect::Lifo) => st.queue.back().is_none_or(|w| w.id == owner),
             _ => st.queue.front().is_none_or(|w| w.id == owner),
         };
-        if !my_turn {
+        if !my_turn && !barge {
             return None;
         }
         st.queue.retain(|w| w.id != owner);
@@ -316,7 +353,13 @@ impl Backend {
             owner,
             expires: now + self.server_ttl(),
             token,
+            value: value.to_vec(),
         });
+        let leader = Leader {
+            term: token,
+            value: value.to_vec(),
+        };
+        self.announce(st, &leader);
         Some(token)
     }
 
@@ -379,7 +422,11 @@ impl RenewBackend for Backend {
                 st.lapsed = false;
                 self.wake_next(st);
             }
-            if st.holder.is_none() && st.queue.is_empty() && st.fence == 0 {
+            if st.holder.is_none()
+                && st.queue.is_empty()
+                && st.fence == 0
+                && st.observers.is_empty()
+            {
                 names.remove(&entry.name);
             }
         }
@@ -446,9 +493,15 @@ impl MemoryLocker {
     }
 }
 
-#[async_trait]
-impl Locker for MemoryLocker {
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+impl MemoryLocker {
+    /// Acquires `name`, recording `value` as the holder's value; returns the lease and the
+    /// owner id the server knows the holder by.
+    async fn acquire_with(
+        &self,
+        name: &LockName,
+        opts: AcquireOptions,
+        value: &[u8],
+    ) -> Result<(Lease, u64), Error> {
         opts.validate()?;
         let began = Instant::now();
         let until = opts.wait.map(|w| began + w);
@@ -460,7 +513,7 @@ impl Locker for MemoryLocker {
             self.counters.add_requests(1);
             let mut names = b.server.names();
             let st = names.entry(name.as_str().to_owned()).or_default();
-            let granted = b.try_grant(st, owner, start);
+            let granted = b.try_grant(st, owner, start, value);
             if granted.is_none() {
                 st.queue.push_back(Waiter {
                     id: owner,
@@ -470,7 +523,7 @@ impl Locker for MemoryLocker {
             granted.map(|token| (token, start))
         };
         if let Some((token, start)) = first {
-            return Ok(self.deliver(name, token, owner, start).await);
+            return Ok((self.deliver(name, token, owner, start).await, owner));
         }
         self.counters.add_waits(1);
         let mut guard = QueueGuard {
@@ -499,11 +552,11 @@ impl Locker for MemoryLocker {
             let granted = {
                 let mut names = b.server.names();
                 let st = names.entry(name.as_str().to_owned()).or_default();
-                b.try_grant(st, owner, start)
+                b.try_grant(st, owner, start, value)
             };
             if let Some(token) = granted {
                 guard.armed = false;
-                return Ok(self.deliver(name, token, owner, start).await);
+                return Ok((self.deliver(name, token, owner, start).await, owner));
             }
             if until.is_some_and(|u| start >= u) {
                 drop(guard);
@@ -513,6 +566,13 @@ impl Locker for MemoryLocker {
             }
         }
     }
+}
+
+#[async_trait]
+impl Locker for MemoryLocker {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        Ok(self.acquire_with(name, opts, &[]).await?.0)
+    }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
@@ -520,7 +580,7 @@ impl Locker for MemoryLocker {
         self.counters.add_requests(1);
         let mut names = self.backend.server.names();
         let st = names.entry(name.as_str().to_owned()).or_default();
-        match self.backend.try_grant(st, owner, start) {
+        match self.backend.try_grant(st, owner, start, &[]) {
             Some(token) => {
                 drop(names);
                 Ok(Some(self.grant(name, token, owner, start)))
