@@ -16,7 +16,8 @@ use crate::wait::Turn;
 
 /// How one queue attempt (on one session) ended.
 enum Attempt {
-    Granted(Lease),
+    /// The lease and our key.
+    Granted(Lease, String),
     NotOwner,
     Timeout,
     Requeue,
@@ -79,6 +80,15 @@ const MAX_RETRY: Duration = Duration::from_millis(500);
 /// the outcome is unknown), the acquire waits (not a `try_acquire`) with a bounded wait, and
 /// the wait has room for the pause and another attempt. An acquire without a bounded wait
 /// gives up after one request timeout, as before.
+/// What one acquire asks: until when it may wait, whether it only tries, and the value its
+/// key carries (a campaign's; empty for a lock).
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    deadline: Option<Instant>,
+    try_only: bool,
+    value: &'a [u8],
+}
+
 fn retry_within(e: &Error, deadline: Option<Instant>, try_only: bool, pause: Duration) -> bool {
     e.kind() == ErrorKind::Unavailable
         && !try_only
@@ -103,9 +113,13 @@ impl EtcdLocker {
         range: &str,
         key: &str,
         session: &Session,
-        deadline: Option<Instant>,
-        try_only: bool,
+        ask: Ask<'_>,
     ) -> Result<Option<(Enqueue, u64)>, Error> {
+        let Ask {
+            deadline,
+            try_only,
+            value,
+        } = ask;
         let etcd = &self.inner.etcd;
         let mut backoff = FIRST_RETRY;
         loop {
@@ -113,7 +127,9 @@ impl EtcdLocker {
             // generation tells the grant whether a move happened since.
             let moving = session.ka.moving.read().await;
             let generation = session.ka.generation();
-            let enqueued = etcd.enqueue(range, key, session.lease(), deadline).await;
+            let enqueued = etcd
+                .enqueue(range, key, session.lease(), deadline, value)
+                .await;
             drop(moving);
             let e = match enqueued {
                 Ok(enqueued) => return Ok(Some((enqueued, generation))),
@@ -134,14 +150,16 @@ impl EtcdLocker {
         }
     }
 
+    /// Acquires `name` (or tries once), our key carrying `value`: the lease and our key.
     pub(crate) async fn lock(
         &self,
         name: &LockName,
         wait: Option<Duration>,
         try_only: bool,
-    ) -> Result<Option<Lease>, Error> {
+        value: &[u8],
+    ) -> Result<Option<(Lease, String)>, Error> {
         let started = Instant::now();
-        let result = self.lock_until(name, wait, try_only, started).await;
+        let result = self.lock_until(name, wait, try_only, started, value).await;
         match (result, wait) {
             // The wait ended while a request was out, but etcd had been answering through the
             // second half of the wait: the wait ran out, etcd did not. `Unavailable` is kept
@@ -167,7 +185,8 @@ impl EtcdLocker {
         wait: Option<Duration>,
         try_only: bool,
         started: Instant,
-    ) -> Result<Option<Lease>, Error> {
+        value: &[u8],
+    ) -> Result<Option<(Lease, String)>, Error> {
         let deadline = wait.map(|w| started + w);
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let mut counted_wait = false;
@@ -231,10 +250,20 @@ impl EtcdLocker {
                 slot: Some(slot),
             };
             match self
-                .attempt(name, &range, pending, deadline, try_only, &mut counted_wait)
+                .attempt(
+                    name,
+                    &range,
+                    pending,
+                    Ask {
+                        deadline,
+                        try_only,
+                        value,
+                    },
+                    &mut counted_wait,
+                )
                 .await?
             {
-                Attempt::Granted(lease) => return Ok(Some(lease)),
+                Attempt::Granted(lease, key) => return Ok(Some((lease, key))),
                 Attempt::NotOwner => return Ok(None),
                 Attempt::Timeout => {
                     return Err(Error::Timeout {
@@ -258,15 +287,17 @@ impl EtcdLocker {
         name: &LockName,
         range: &str,
         mut pending: Pending,
-        deadline: Option<Instant>,
-        try_only: bool,
+        ask: Ask<'_>,
         counted_wait: &mut bool,
     ) -> Result<Attempt, Error> {
+        let Ask {
+            deadline, try_only, ..
+        } = ask;
         let inner = &self.inner;
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
         let Some((enqueued, generation)) = self
-            .enqueue_within(name, range, &pending.key, &session, deadline, try_only)
+            .enqueue_within(name, range, &pending.key, &session, ask)
             .await?
         else {
             // The session ended while etcd did not answer: queue again on a new one.
@@ -355,7 +386,7 @@ impl EtcdLocker {
         let slot = pending.slot.take();
         drop(pending);
         let entry = Entry::Lock(LockEntry {
-            key,
+            key: key.clone(),
             rev,
             generation,
             session,
@@ -369,6 +400,6 @@ impl EtcdLocker {
         drop(moving);
         inner.etcd.counters.add_grants(1);
         tracing::debug!(lock = %name, token, "lock granted");
-        Ok(Attempt::Granted(lease))
+        Ok(Attempt::Granted(lease, key))
     }
 }

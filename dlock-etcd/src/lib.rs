@@ -3,6 +3,7 @@
 
 mod acquire;
 mod builder;
+mod election;
 mod errors;
 mod grant;
 mod keys;

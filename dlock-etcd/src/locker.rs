@@ -158,14 +158,17 @@ impl EtcdLocker {
 impl Locker for EtcdLocker {
     async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
-        match self.lock(name, opts.wait, false).await? {
-            Some(lease) => Ok(lease),
+        match self.lock(name, opts.wait, false, &[]).await? {
+            Some((lease, _)) => Ok(lease),
             None => Err(errors::unexpected("acquire", "no lease after waiting")),
         }
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        self.lock(name, None, true).await
+        Ok(self
+            .lock(name, None, true, &[])
+            .await?
+            .map(|(lease, _)| lease))
     }
 
     /// The TTL etcd grants this locker's session lease: the asked TTL rounded up to whole

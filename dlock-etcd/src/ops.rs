@@ -228,6 +228,7 @@ impl Etcd {
         key: &str,
         lease: i64,
         deadline: Option<Instant>,
+        value: &[u8],
     ) -> Result<Enqueue, Error> {
         const WHAT: &str = "enqueue transaction";
         // After our put, our key has the highest create revision in the range: the two newest
@@ -239,7 +240,7 @@ impl Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
                 TxnOp::get(range, Some(newest_two)),
             ])
             .or_else([TxnOp::get(key, None)]);

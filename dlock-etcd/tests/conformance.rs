@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{Election, Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
 
@@ -40,6 +40,21 @@ async fn holder_lease(
 }
 
 impl EtcdBackend {
+    /// A locker with the scenario's options (through its proxies when given).
+    async fn locker(&self, opts: &ClientOptions) -> Result<EtcdLocker, Error> {
+        let endpoints = match &opts.via {
+            Some(addrs) => addrs.iter().map(|a| format!("http://{a}")).collect(),
+            None => self.cluster.endpoints(),
+        };
+        EtcdLocker::builder()
+            .endpoints(endpoints)
+            .ttl(opts.ttl)
+            .prefix(opts.namespace.clone())
+            .request_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(2)))
+            .build()
+            .await
+    }
+
     /// A plain client for audits and server-side breaks (per call: each test has its own
     /// runtime, and a client's connection lives on the runtime that made it).
     async fn raw(&self) -> Result<etcd_client::Client, Error> {
@@ -60,18 +75,11 @@ impl TestBackend for EtcdBackend {
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
-        let endpoints = match &opts.via {
-            Some(addrs) => addrs.iter().map(|a| format!("http://{a}")).collect(),
-            None => self.cluster.endpoints(),
-        };
-        let locker = EtcdLocker::builder()
-            .endpoints(endpoints)
-            .ttl(opts.ttl)
-            .prefix(opts.namespace.clone())
-            .request_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(2)))
-            .build()
-            .await?;
-        Ok(Arc::new(locker))
+        Ok(Arc::new(self.locker(&opts).await?))
+    }
+
+    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
     /// Every key under the namespace (queue keys of waiters and holders). Keys of expired

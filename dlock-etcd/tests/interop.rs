@@ -3,61 +3,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
-
-/// A running `etcdctl lock <name>` that holds the lock (once granted) until interrupted.
-struct Etcdctl {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Etcdctl {
-    fn lock(endpoint: &str, name: &str) -> Self {
-        let mut child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", endpoint, "lock", "--ttl", "2", name])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start etcdctl (Debian package etcd-client)");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Etcdctl { child, lines }
-    }
-
-    /// The key etcdctl printed when granted, if it was granted within `within`.
-    fn granted_key(&self, within: Duration) -> Option<String> {
-        self.lines.recv_timeout(within).ok()
-    }
-
-    /// SIGINT: etcdctl unlocks and closes its session.
-    fn interrupt(mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::Etcdctl;
 
 /// The create revision of `key`, read with etcdctl's own view of the store.
 async fn create_revision(locker: &dlock_etcd::EtcdLocker, key: &str) -> i64 {

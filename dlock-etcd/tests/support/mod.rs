@@ -160,3 +160,66 @@ impl PrivateEtcd {
         );
     }
 }
+
+/// A running `etcdctl` (`lock`, `elect`, `elect -l`) whose output lines are collected;
+/// killed on drop.
+pub struct Etcdctl {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Etcdctl {
+    /// `etcdctl --endpoints <endpoint> <args…>`.
+    pub fn spawn(endpoint: &str, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", endpoint])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start etcdctl (Debian package etcd-client)");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Etcdctl { child, lines }
+    }
+
+    /// `etcdctl lock --ttl 2 <name>`: holds the lock once granted, until interrupted.
+    pub fn lock(endpoint: &str, name: &str) -> Self {
+        Etcdctl::spawn(endpoint, &["lock", "--ttl", "2", name])
+    }
+
+    /// The next line etcdctl printed, if one came within `within`.
+    pub fn line(&self, within: Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// The key etcdctl printed when granted, if it was granted within `within`.
+    pub fn granted_key(&self, within: Duration) -> Option<String> {
+        self.line(within)
+    }
+
+    /// SIGINT: etcdctl unlocks or resigns, and closes its session.
+    pub fn interrupt(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

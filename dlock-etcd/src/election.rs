@@ -1,0 +1,266 @@
+//! [`Election`] on etcd, in the layout of etcd's own `concurrency.Election` (and `etcdctl
+//! elect`), which is the `concurrency.Mutex` layout: each campaigner puts ONE key
+//! `<prefix>/<name>/<session lease hex>` whose value is its proclamation; the key with the
+//! lowest create revision leads, and that revision is its term (the lock's fencing token).
+//!
+//! Observing reads the whole range at one revision, then watches it from the next revision
+//! on: every event is applied in revision order to a local copy of the range, and the leader
+//! is recomputed after each revision, so every leader and every proclamation is seen, in
+//! order. A compacted or cancelled watch fails the observation (nothing is skipped silently).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{
+    AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease,
+    LockName, Locker, LossReason, Proclaim, validate_value,
+};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchOptions, WatchStream,
+};
+
+use crate::errors;
+use crate::keys;
+use crate::locker::EtcdLocker;
+use crate::ops::Etcd;
+
+/// Writes a leader's value: a put on its key, only while the key still has the create
+/// revision it led with, keeping the key's lease.
+struct EtcdProclaim {
+    etcd: Etcd,
+    key: String,
+    rev: i64,
+}
+
+#[async_trait]
+impl Proclaim for EtcdProclaim {
+    async fn proclaim(&self, lease: &Lease, value: &[u8]) -> Result<(), Error> {
+        let put = PutOptions::new().with_ignore_lease();
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                self.rev,
+            )])
+            .and_then([TxnOp::put(self.key.as_str(), value, Some(put))]);
+        let resp = self
+            .etcd
+            .call("proclaim", None, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::Lost(LossReason::Gone(format!(
+                "{}: etcd key {} is gone or re-created",
+                lease.name(),
+                self.key
+            ))))
+        }
+    }
+}
+
+/// The first key (lowest create revision) of `kvs`, as a leader.
+fn first(range: &BTreeMap<i64, (String, Vec<u8>)>) -> Option<Leader> {
+    range.iter().next().map(|(rev, (_, value))| Leader {
+        term: FencingToken(rev.unsigned_abs()),
+        value: value.clone(),
+    })
+}
+
+/// One observation: the range as of the last applied revision, and the watch from there.
+struct EtcdChanges {
+    stream: WatchStream,
+    /// Create revision → (key, value), for every key of the range.
+    range: BTreeMap<i64, (String, Vec<u8>)>,
+    /// Key → create revision.
+    revs: HashMap<String, i64>,
+    /// The last leader reported (or found at the start).
+    last: Option<Leader>,
+    /// Changes found and not yet returned.
+    pending: VecDeque<Leader>,
+}
+
+impl EtcdChanges {
+    /// Applies the events of one revision; queues a change when the leader or its value
+    /// differs from the last one.
+    fn apply(&mut self, events: &[etcd_client::Event]) {
+        for ev in events {
+            let Some(kv) = ev.kv() else { continue };
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            match ev.event_type() {
+                EventType::Put => {
+                    let rev = kv.create_revision();
+                    if let Some(old) = self.revs.insert(key.clone(), rev) {
+                        if old != rev {
+                            self.range.remove(&old);
+                        }
+                    }
+                    self.range.insert(rev, (key, kv.value().to_vec()));
+                }
+                EventType::Delete => {
+                    if let Some(rev) = self.revs.remove(&key) {
+                        self.range.remove(&rev);
+                    }
+                }
+            }
+        }
+        let now = first(&self.range);
+        if now.is_some() && now != self.last {
+            self.pending.extend(now.clone());
+        }
+        self.last = now;
+    }
+}
+
+#[async_trait]
+impl LeaderChanges for EtcdChanges {
+    async fn next(&mut self) -> Result<Leader, Error> {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                return Ok(change);
+            }
+            let resp = self
+                .stream
+                .message()
+                .await
+                .map_err(|e| errors::map("election watch", e))?;
+            let Some(resp) = resp else {
+                return Err(Error::unavailable(
+                    "election watch: the stream ended; changes may have been missed",
+                    None,
+                ));
+            };
+            if resp.canceled() || resp.compact_revision() > 0 {
+                return Err(Error::unavailable(
+                    format!(
+                        "election watch cancelled (compacted at revision {}); changes may have been missed",
+                        resp.compact_revision()
+                    ),
+                    None,
+                ));
+            }
+            // Apply revision by revision: a leader that came and went within one response is
+            // still reported.
+            let events = resp.events();
+            let mut start = 0;
+            while start < events.len() {
+                let rev = events[start]
+                    .kv()
+                    .map_or(0, etcd_client::KeyValue::mod_revision);
+                let mut end = start + 1;
+                while end < events.len()
+                    && events[end]
+                        .kv()
+                        .map_or(0, etcd_client::KeyValue::mod_revision)
+                        == rev
+                {
+                    end += 1;
+                }
+                self.apply(&events[start..end]);
+                start = end;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Election for EtcdLocker {
+    async fn campaign(
+        &self,
+        name: &LockName,
+        value: &[u8],
+        opts: AcquireOptions,
+    ) -> Result<Leadership, Error> {
+        validate_value(value)?;
+        opts.validate()?;
+        let Some((lease, key)) = self.lock(name, opts.wait, false, value).await? else {
+            return Err(errors::unexpected("campaign", "no lease after waiting"));
+        };
+        let rev = i64::try_from(lease.token().get())
+            .map_err(|_| errors::unexpected("campaign", "token out of range"))?;
+        let proclaim = EtcdProclaim {
+            etcd: self.inner.etcd.clone(),
+            key,
+            rev,
+        };
+        Ok(Leadership::new(lease, Arc::new(proclaim)))
+    }
+
+    async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
+        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = self
+            .inner
+            .etcd
+            .call("leader read", None, |c| {
+                let (mut kv, range, opts) = (c.kv_client(), range.clone(), opts.clone());
+                async move { kv.get(range, Some(opts)).await }
+            })
+            .await?;
+        Ok(resp.kvs().first().map(|kv| Leader {
+            term: FencingToken(kv.create_revision().unsigned_abs()),
+            value: kv.value().to_vec(),
+        }))
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
+        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let etcd = &self.inner.etcd;
+        let resp = etcd
+            .call("election read", None, |c| {
+                let (mut kv, range) = (c.kv_client(), range.clone());
+                async move { kv.get(range, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let at = resp
+            .header()
+            .map(etcd_client::ResponseHeader::revision)
+            .ok_or_else(|| errors::unexpected("election read", "no header"))?;
+        let mut changes_range = BTreeMap::new();
+        let mut revs = HashMap::new();
+        for kv in resp.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            revs.insert(key.clone(), kv.create_revision());
+            changes_range.insert(kv.create_revision(), (key, kv.value().to_vec()));
+        }
+        let member = etcd.members.preferred();
+        let client = etcd
+            .members
+            .client(member)
+            .await
+            .map_err(|e| errors::map("election watch", e))?;
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(at + 1);
+        let stream = tokio::time::timeout(etcd.request_timeout, async {
+            client
+                .watch_client()
+                .watch(range.as_str(), Some(opts))
+                .await
+        })
+        .await
+        .map_err(|_| errors::no_reply("election watch", etcd.request_timeout))?
+        .map_err(|e| errors::map("election watch", e))?;
+        let last = first(&changes_range);
+        Ok(Box::new(EtcdChanges {
+            stream,
+            range: changes_range,
+            revs,
+            pending: last.clone().into_iter().collect(),
+            last,
+        }))
+    }
+
+    fn ttl(&self) -> Duration {
+        Locker::ttl(self)
+    }
+}
