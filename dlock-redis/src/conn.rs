@@ -296,6 +296,11 @@ impl Node {
 }
 
 impl Node {
+    /// The client the node connects with (for a connection of one's own).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Runs a pipeline (one round trip) within `budget`, counting one request.
     pub(crate) async fn pipeline<T: FromRedisValue>(
         &self,

@@ -240,23 +240,33 @@ async fn acknowledged(inner: &Inner, p: &Pending) -> Result<(), Error> {
     Err(acked)
 }
 
-/// Hands out the lease of a grant whose request was sent at `start`.
-fn grant(inner: &Inner, name: &LockName, mut p: Pending, token: u64, start: Instant) -> Lease {
+/// Hands out the lease of a grant whose request was sent at `start`, with the owner value
+/// the lock key holds.
+fn grant(
+    inner: &Inner,
+    name: &LockName,
+    mut p: Pending,
+    token: u64,
+    start: Instant,
+) -> (Lease, String) {
     p.dirty = false;
+    let owner = std::mem::take(&mut p.owner);
     let held = Held {
         keys: p.keys.clone(),
-        owner: std::mem::take(&mut p.owner),
+        owner: owner.clone(),
     };
     drop(p);
-    inner
+    let lease = inner
         .driver
-        .register(name.clone(), FencingToken(token), start, held)
+        .register(name.clone(), FencingToken(token), start, held);
+    (lease, owner)
 }
 
+/// One attempt: the lease and its owner value, or `None` when someone else holds the lock.
 pub(super) async fn try_acquire(
     inner: &Arc<Inner>,
     name: &LockName,
-) -> Result<Option<Lease>, Error> {
+) -> Result<Option<(Lease, String)>, Error> {
     let mut p = pending(inner, Keys::new(&inner.prefix, name), None);
     let start = Instant::now();
     p.dirty = true;
@@ -296,11 +306,12 @@ async fn notified(n: Option<&Arc<Notify>>) {
     }
 }
 
+/// Waits for the lock: the lease and its owner value.
 pub(super) async fn acquire(
     inner: &Arc<Inner>,
     name: &LockName,
     wait: Option<Duration>,
-) -> Result<Lease, Error> {
+) -> Result<(Lease, String), Error> {
     if wait == Some(Duration::ZERO) {
         return try_acquire(inner, name).await?.ok_or(Error::Timeout {
             waited: Duration::ZERO,
@@ -375,9 +386,9 @@ pub(super) async fn acquire(
                     continue;
                 }
                 acknowledged(inner, &p).await?;
-                let lease = grant(inner, name, p, token, start);
+                let granted = grant(inner, name, p, token, start);
                 tracing::debug!(lock = %name, token, waited, "granted");
-                return Ok(lease);
+                return Ok(granted);
             }
             Reply::Held { .. } if inner.fair && !queued => {
                 // This attempt left nothing behind (an earlier one without a reply may have);

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod backend;
+mod election;
 mod hints;
 mod notify;
 
@@ -307,11 +308,13 @@ impl RedisLockerBuilder {
 impl Locker for RedisLocker {
     async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
-        acquire::acquire(&self.inner, name, opts.wait).await
+        Ok(acquire::acquire(&self.inner, name, opts.wait).await?.0)
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        acquire::try_acquire(&self.inner, name).await
+        Ok(acquire::try_acquire(&self.inner, name)
+            .await?
+            .map(|(lease, _)| lease))
     }
 
     fn ttl(&self) -> Duration {

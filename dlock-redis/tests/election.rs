@@ -1,0 +1,133 @@
+//! Leader election on one Redis server, beyond the shared scenarios: a leader whose key was
+//! deleted cannot proclaim, bad values send nothing, and an observer that missed
+//! announcements fails instead of skipping them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, Election, ErrorKind, LockName, Locker, MAX_VALUE_LEN};
+use dlock_redis::RedisLocker;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn shared() -> Arc<Cluster> {
+    Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn locker(ns: &str) -> RedisLocker {
+    RedisLocker::builder()
+        .url(shared().endpoints().remove(0))
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .build()
+        .expect("locker")
+}
+
+async fn conn() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(shared().endpoints().remove(0))
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection")
+}
+
+fn ns(test: &str) -> String {
+    format!("dlock-test/redis-election-{}/{test}", std::process::id())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
+    let ns = ns("deleted");
+    let l = locker(&ns);
+    let name = LockName::new("leader").expect("valid");
+    let leading = l
+        .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
+        .await
+        .expect("lead");
+    let key = format!("{}dlock:{{leader}}", l.key_prefix());
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn().await)
+        .await
+        .expect("delete the lock key from outside");
+    assert_eq!(deleted, 1, "{key}");
+    let err = leading.proclaim(b"v2").await.expect_err("the key is gone");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(l.leader(&name).await.expect("read"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_values_send_nothing_and_a_fresh_name_has_no_leader() {
+    let l = locker(&ns("edges"));
+    let name = LockName::new("fresh").expect("valid");
+    assert_eq!(l.leader(&name).await.expect("read"), None);
+    let before = l.stats().requests;
+    let err = l
+        .campaign(
+            &name,
+            &vec![b'x'; MAX_VALUE_LEN + 1],
+            AcquireOptions::wait(WAIT),
+        )
+        .await
+        .expect_err("too long");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(l.stats().requests, before, "a refused value sent a request");
+    let leading = l
+        .campaign(&name, b"ok", AcquireOptions::wait(WAIT))
+        .await
+        .expect("lead");
+    let err = leading
+        .proclaim(&vec![b'x'; MAX_VALUE_LEN + 1])
+        .await
+        .expect_err("too long");
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    let leader = l.leader(&name).await.expect("read").expect("leads");
+    assert_eq!(
+        (leader.term, leader.value.as_slice()),
+        (leading.term(), &b"ok"[..])
+    );
+    leading.resign().await.expect("resign");
+    assert_eq!(
+        l.leader(&name).await.expect("read"),
+        None,
+        "a resigned leader"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
+    let ns = ns("gap");
+    let l = locker(&ns);
+    let name = LockName::new("leader").expect("valid");
+    let mut changes = l.observe(&name).await.expect("observe");
+    let leading = l
+        .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
+        .await
+        .expect("lead");
+    let first = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .expect("in time")
+        .expect("first change");
+    assert_eq!(first.value, b"v1");
+    // Announcements the observer never sees: trimmed from the stream, as MAXLEN would after
+    // many changes.
+    leading.proclaim(b"v2").await.expect("proclaim");
+    let stream = format!("{}dlock:{{leader}}:changes", l.key_prefix());
+    let _: i64 = redis::cmd("XTRIM")
+        .arg(&stream)
+        .arg("MAXLEN")
+        .arg(0)
+        .query_async(&mut conn().await)
+        .await
+        .expect("trim");
+    leading.proclaim(b"v3").await.expect("proclaim");
+    let err = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .expect("in time")
+        .expect_err("a change was missed");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("missed"), "{err}");
+    leading.resign().await.expect("resign");
+}
