@@ -46,8 +46,10 @@ pub(crate) struct Contender {
     uuid: String,
     acls: zk::Acls<'static>,
     no_container: Arc<AtomicBool>,
-    /// The data written into our node (see `payload`).
+    /// The data written into our node (see `payload`; an election's value).
     payload: Arc<[u8]>,
+    /// The node-name marker: `lock-` (mutex) or `latch-` (election), see `paths`.
+    marker: &'static str,
     path: Option<String>,
     create_sent: bool,
     armed: bool,
@@ -60,6 +62,7 @@ impl Contender {
         acls: zk::Acls<'static>,
         no_container: Arc<AtomicBool>,
         payload: Arc<[u8]>,
+        marker: &'static str,
     ) -> Self {
         Contender {
             sess,
@@ -68,6 +71,7 @@ impl Contender {
             acls,
             no_container,
             payload,
+            marker,
             path: None,
             create_sent: false,
             armed: true,
@@ -165,7 +169,7 @@ impl Contender {
                     }
                 }
             };
-            let sorted = sorted_contenders(children);
+            let sorted = sorted_contenders(children, self.marker);
             let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
@@ -229,7 +233,7 @@ impl Contender {
         Err(Retry::Fatal(map("lock request", e)))
     }
 
-    /// Creates `<parent>/_c_<uuid>-lock-<seq>`; on a lost reply finds it by uuid instead of
+    /// Creates `<parent>/_c_<uuid>-<marker><seq>`; on a lost reply finds it by uuid instead of
     /// creating a second one. Returns the node's czxid and, when it came with the create, the
     /// parent's children listed right after it.
     ///
@@ -237,7 +241,7 @@ impl Contender {
     /// answers one session's requests in order, so the listing already holds our node and an
     /// uncontended acquire costs one round trip.
     async fn create(&mut self) -> Result<(i64, Option<(Instant, Vec<String>)>), Retry> {
-        let prefix = create_prefix(&self.parent, &self.uuid);
+        let prefix = create_prefix(&self.parent, &self.uuid, self.marker);
         let client = self.sess.client.clone();
         let counters = Arc::clone(&self.sess.counters);
         let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);

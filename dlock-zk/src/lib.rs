@@ -4,11 +4,15 @@
 mod batches;
 mod config;
 mod contend;
+mod election;
 mod errors;
 mod locker;
+mod model;
+mod observe;
 mod paths;
 mod payload;
 mod reads;
+mod record;
 mod session;
 
 pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};

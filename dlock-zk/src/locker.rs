@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 
 use crate::config::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
-use crate::paths::parent_path;
+use crate::paths::{LOCK_MARKER, parent_path};
 use crate::payload::node_payload;
 use crate::session::{NodeEntry, Session};
 
@@ -31,6 +31,10 @@ use crate::session::{NodeEntry, Session};
 /// and if the connection is cut the leases are lost at their deadline (send time of the last
 /// answered request + negotiated timeout − drift) unless the client reconnects in time. After a
 /// session ends, the next acquire opens a new session transparently.
+///
+/// The locker is also a [`dlock_core::Election`] on the same queue machinery, with nodes laid
+/// out as Curator's `LeaderLatch` lays them out (`_c_<uuid>-latch-<seq>`, holding the value);
+/// see the crate documentation's "Election" section.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -155,6 +159,7 @@ impl ZkLocker {
             self.inner.acls,
             Arc::clone(&self.inner.no_container),
             Arc::clone(&self.inner.payload),
+            LOCK_MARKER,
         );
         match c.recover_for_test(uuid.to_owned()).await {
             Ok(found) => Ok(found),
@@ -175,7 +180,7 @@ impl ZkLocker {
     }
 
     /// The live session, opening a new one if the last ended.
-    async fn session(&self) -> Result<Arc<Session>, Error> {
+    pub(crate) async fn session(&self) -> Result<Arc<Session>, Error> {
         if let Some(s) = self.current() {
             if !s.is_ended() {
                 return Ok(s);
@@ -196,13 +201,36 @@ impl ZkLocker {
         Ok(s)
     }
 
-    #[tracing::instrument(level = "debug", name = "zk.acquire", skip(self, name), fields(lock = %name))]
+    /// One mutex acquire: [`ZkLocker::contend`] with `lock-` nodes holding the locker's payload.
     async fn attempt(
         &self,
         name: &LockName,
         wait: Option<Duration>,
         single: bool,
     ) -> Result<Option<Lease>, Error> {
+        let queue = Queue {
+            marker: LOCK_MARKER,
+            payload: Arc::clone(&self.inner.payload),
+        };
+        Ok(self
+            .contend(name, wait, single, queue)
+            .await?
+            .map(|grant| grant.lease))
+    }
+
+    /// Queues in `name`'s parent with a node of `queue`'s kind and waits for its turn (or, with
+    /// `single`, checks once). The machinery of both the mutex and the election.
+    ///
+    /// # Cancel safety
+    /// Dropping the future removes our node in the background.
+    #[tracing::instrument(level = "debug", name = "zk.acquire", skip(self, name, queue), fields(lock = %name))]
+    pub(crate) async fn contend(
+        &self,
+        name: &LockName,
+        wait: Option<Duration>,
+        single: bool,
+        queue: Queue,
+    ) -> Result<Option<Grant>, Error> {
         let began = Instant::now();
         let deadline = wait.map(|w| began + w);
         let parent = self.lock_path(name);
@@ -240,7 +268,8 @@ impl ZkLocker {
                 parent.clone(),
                 self.inner.acls,
                 Arc::clone(&self.inner.no_container),
-                Arc::clone(&self.inner.payload),
+                Arc::clone(&queue.payload),
+                queue.marker,
             );
             let outcome = within(deadline, contender.run(single)).await;
             let retry = match outcome {
@@ -262,9 +291,15 @@ impl ZkLocker {
                     contender.disarm();
                     let token = FencingToken(u64::try_from(czxid).unwrap_or_default());
                     tracing::debug!(lock = %name, %token, node = %path, waited = ?began.elapsed(), "granted");
-                    let lease =
-                        sess.driver
-                            .register(name.clone(), token, proof, NodeEntry { path, czxid });
+                    let lease = sess.driver.register(
+                        name.clone(),
+                        token,
+                        proof,
+                        NodeEntry {
+                            path: path.clone(),
+                            czxid,
+                        },
+                    );
                     if sess.is_ended() {
                         // Retired between the check above and the registration.
                         if let Err(e) = lease.release().await {
@@ -272,7 +307,12 @@ impl ZkLocker {
                         }
                         Retry::SessionEnded("retired".into())
                     } else {
-                        return Ok(Some(lease));
+                        return Ok(Some(Grant {
+                            lease,
+                            path,
+                            czxid,
+                            session: sess,
+                        }));
                     }
                 }
                 Some(Ok(Outcome::Busy)) => {
@@ -323,6 +363,25 @@ impl ZkLocker {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// What kind of node a contender queues with.
+pub(crate) struct Queue {
+    /// The node-name marker (`lock-` or `latch-`, see `paths`).
+    pub(crate) marker: &'static str,
+    /// The node's data.
+    pub(crate) payload: Arc<[u8]>,
+}
+
+/// A granted contention: the lease, and the node and session it rests on.
+pub(crate) struct Grant {
+    pub(crate) lease: Lease,
+    /// Our node's full path.
+    pub(crate) path: String,
+    /// Our node's czxid (the lease's fencing token).
+    pub(crate) czxid: i64,
+    /// The session that owns the node.
+    pub(crate) session: Arc<Session>,
 }
 
 /// Runs `fut` until `deadline` (if any); `None` when the deadline passed first.

@@ -1,9 +1,11 @@
-//! Znode layout, compatible with Curator's `InterProcessMutex`.
+//! Znode layout, compatible with Curator's `InterProcessMutex` and `LeaderLatch`.
 //!
 //! A lock `name` lives in the parent `<root>/<name.encoded()>`; every contender is an
-//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-lock-<sequence>`. Contenders are ordered as Curator
-//! orders them: by the text after the last `lock-`, so the protection prefix never changes the
-//! order ([`sorted_contenders`]).
+//! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-<marker><sequence>`, the marker being `lock-` for a
+//! mutex ([`LOCK_MARKER`], as `InterProcessMutex`) and `latch-` for an election
+//! ([`LATCH_MARKER`], as `LeaderLatch`). Contenders are ordered as Curator orders them: by the
+//! text after the last marker, so the protection prefix never changes the order
+//! ([`sorted_contenders`]).
 
 use std::fmt::Write as _;
 
@@ -11,6 +13,8 @@ use dlock_core::Error;
 
 /// The lock-name marker Curator's `InterProcessMutex` uses.
 pub(crate) const LOCK_MARKER: &str = "lock-";
+/// The node-name marker Curator's `LeaderLatch` uses.
+pub(crate) const LATCH_MARKER: &str = "latch-";
 /// The protection prefix Curator puts before the uuid.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 
@@ -23,18 +27,18 @@ pub(crate) fn parent_path(root: &str, encoded: &str) -> String {
     p
 }
 
-/// The path given to a sequential create: `<parent>/_c_<uuid>-lock-`.
-pub(crate) fn create_prefix(parent: &str, uuid: &str) -> String {
+/// The path given to a sequential create: `<parent>/_c_<uuid>-<marker>`.
+pub(crate) fn create_prefix(parent: &str, uuid: &str, marker: &str) -> String {
     let mut p = String::with_capacity(parent.len() + 48);
-    let _ = write!(p, "{parent}/{PROTECTED_PREFIX}{uuid}-{LOCK_MARKER}");
+    let _ = write!(p, "{parent}/{PROTECTED_PREFIX}{uuid}-{marker}");
     p
 }
 
 /// Curator's sort key for a child of a lock's parent (`fixForSorting` of its standard lock
-/// driver): the text after the last `lock-`, or the whole name when there is none.
-pub(crate) fn sort_key(child: &str) -> &str {
-    match child.rfind(LOCK_MARKER) {
-        Some(at) => &child[at + LOCK_MARKER.len()..],
+/// driver): the text after the last `marker`, or the whole name when there is none.
+pub(crate) fn sort_key<'a>(child: &'a str, marker: &str) -> &'a str {
+    match child.rfind(marker) {
+        Some(at) => &child[at + marker.len()..],
         None => child,
     }
 }
@@ -47,16 +51,21 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// The children of a lock's parent in the order Curator's `InterProcessMutex` gives them: every
-/// child, by [`sort_key`] compared as text (ties, which sequential nodes never have, by name).
+/// The children of a lock's parent in the order Curator's `InterProcessMutex` (marker `lock-`)
+/// or `LeaderLatch` (marker `latch-`) gives them: every child, by [`sort_key`] compared as text
+/// (ties, which sequential nodes never have, by name).
 ///
 /// Text, not numbers: ZooKeeper names sequential nodes with `%010d` of the parent's cversion,
 /// which goes negative once it wraps (`lock--2147483648`), and Curator then sorts those
 /// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
 /// order keeps a dlock contender and a Curator one from each believing it is first. (Java
 /// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
-pub(crate) fn sorted_contenders(mut children: Vec<String>) -> Vec<String> {
-    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)).then_with(|| a.cmp(b)));
+pub(crate) fn sorted_contenders(mut children: Vec<String>, marker: &str) -> Vec<String> {
+    children.sort_by(|a, b| {
+        sort_key(a, marker)
+            .cmp(sort_key(b, marker))
+            .then_with(|| a.cmp(b))
+    });
     children
 }
 
@@ -221,22 +230,34 @@ mod tests {
 
     #[test]
     fn sort_key_is_the_text_after_the_last_marker() {
-        assert_eq!(sort_key("_c_1b2c-lock-0000000007"), "0000000007");
-        assert_eq!(sort_key("_c_lock-x-lock-0000000012"), "0000000012");
-        assert_eq!(sort_key("lock-0000000003"), "0000000003");
-        assert_eq!(sort_key("_c_abc-lock--000000003"), "-000000003");
-        assert_eq!(sort_key("_c_abc-lock-"), "");
-        assert_eq!(sort_key("other"), "other");
+        let key = |c| sort_key(c, LOCK_MARKER);
+        assert_eq!(key("_c_1b2c-lock-0000000007"), "0000000007");
+        assert_eq!(key("_c_lock-x-lock-0000000012"), "0000000012");
+        assert_eq!(key("lock-0000000003"), "0000000003");
+        assert_eq!(key("_c_abc-lock--000000003"), "-000000003");
+        assert_eq!(key("_c_abc-lock-"), "");
+        assert_eq!(key("other"), "other");
+        assert_eq!(
+            sort_key("_c_1b2c-latch-0000000007", LATCH_MARKER),
+            "0000000007"
+        );
+        assert_eq!(
+            sort_key("_c_1b2c-lock-0000000007", LATCH_MARKER),
+            "_c_1b2c-lock-0000000007"
+        );
     }
 
     #[test]
     fn contenders_sort_by_sequence_not_by_uuid() {
-        let sorted = sorted_contenders(vec![
-            "_c_ffff-lock-0000000002".into(),
-            "_c_0000-lock-0000000010".into(),
-            "junk".into(),
-            "_c_aaaa-lock-0000000001".into(),
-        ]);
+        let sorted = sorted_contenders(
+            vec![
+                "_c_ffff-lock-0000000002".into(),
+                "_c_0000-lock-0000000010".into(),
+                "junk".into(),
+                "_c_aaaa-lock-0000000001".into(),
+            ],
+            LOCK_MARKER,
+        );
         // As in Curator, a child without the marker takes part with its whole name as key.
         assert_eq!(
             sorted,
@@ -262,7 +283,7 @@ mod tests {
             "_c_e-lock--000000001".to_owned(),
         ];
         assert_eq!(
-            sorted_contenders(children),
+            sorted_contenders(children, LOCK_MARKER),
             [
                 "_c_e-lock--000000001",
                 "_c_c-lock--2147483647",
@@ -284,7 +305,14 @@ mod tests {
     fn layout() {
         assert_eq!(parent_path("/dlock", "a%2Fb"), "/dlock/a%2Fb");
         assert_eq!(parent_path("/", "a"), "/a");
-        assert_eq!(create_prefix("/dlock/a", "u"), "/dlock/a/_c_u-lock-");
+        assert_eq!(
+            create_prefix("/dlock/a", "u", LOCK_MARKER),
+            "/dlock/a/_c_u-lock-"
+        );
+        assert_eq!(
+            create_prefix("/dlock/a", "u", LATCH_MARKER),
+            "/dlock/a/_c_u-latch-"
+        );
         assert_eq!(node_name("/dlock/a/_c_u-lock-1"), "_c_u-lock-1");
         assert_eq!(parent_of("/dlock/a/_c_u-lock-1"), "/dlock/a");
         assert_eq!(parent_of("/a"), "/");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{Election, Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_zk::{DEFAULT_ROOT, ZkLocker};
 use zookeeper_client as zkc;
 
@@ -24,6 +24,23 @@ impl ZkBackend {
 
     fn base(namespace: &str) -> String {
         format!("{DEFAULT_ROOT}/{namespace}")
+    }
+
+    /// A locker for `opts` (through the proxies of `opts.via` when set).
+    async fn locker(&self, opts: &ClientOptions) -> Result<ZkLocker, Error> {
+        let connect = match &opts.via {
+            Some(addrs) => addrs
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => self.connect(),
+        };
+        ZkLocker::builder(connect)
+            .ttl(opts.ttl)
+            .namespace(opts.namespace.clone())
+            .build()
+            .await
     }
 
     /// A short-lived plain session for audits and server-side breaks.
@@ -59,20 +76,12 @@ impl TestBackend for ZkBackend {
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
-        let connect = match &opts.via {
-            Some(addrs) => addrs
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            None => self.connect(),
-        };
-        let locker = ZkLocker::builder(connect)
-            .ttl(opts.ttl)
-            .namespace(opts.namespace.clone())
-            .build()
-            .await?;
-        Ok(Arc::new(locker))
+        Ok(Arc::new(self.locker(&opts).await?))
+    }
+
+    /// A locker built exactly as [`ZkBackend::client`] builds one, as an [`Election`].
+    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
     /// Every contender node under the namespace (`<lock parent>/<node>`). Empty lock parents

@@ -1,0 +1,166 @@
+//! An election observer's model of the queue: the nodes the events describe, the leader
+//! reported last, and the parent's data version (see `observe`).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use dlock_core::{FencingToken, Leader};
+use zookeeper_client as zk;
+
+use crate::errors::map;
+use crate::paths::{LATCH_MARKER, sort_key};
+use crate::record::decode;
+
+/// A node's read: its data and stat, or why it could not be read.
+pub(crate) type Read = Result<(Vec<u8>, zk::Stat), zk::Error>;
+
+/// A queued node's value, as far as the observer knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    czxid: i64,
+    /// The data version read.
+    version: i32,
+    /// The data version the events seen so far account for: when it differs from `version`,
+    /// the node was written before the observer could read what it held earlier.
+    pub(crate) accounted: i32,
+    data: Vec<u8>,
+}
+
+/// The reported leader.
+#[derive(Debug, Clone)]
+pub(crate) struct Current {
+    pub(crate) name: String,
+    czxid: i64,
+    /// Its node's data version as of the last reported value.
+    version: i32,
+}
+
+/// The parent node as the observer knows it (`None`: absent).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parent {
+    /// Unknown until first read after a create.
+    pub(crate) czxid: Option<i64>,
+    pub(crate) version: i32,
+}
+
+/// The queue as the events describe it.
+#[derive(Debug, Default)]
+pub(crate) struct Model {
+    /// Every queued node by (Curator's sort key, name): the first leads. `None`: its data
+    /// could not be read before it was deleted.
+    pub(crate) nodes: BTreeMap<(String, String), Option<Known>>,
+    pub(crate) leader: Option<Current>,
+    pub(crate) parent: Option<Parent>,
+    /// The leader's node was written: the parent's proclamation record must come next.
+    pub(crate) expect_record: bool,
+}
+
+/// A node's place in the queue: Curator's sort key, then the name.
+pub(crate) fn key(name: &str) -> (String, String) {
+    (sort_key(name, LATCH_MARKER).to_owned(), name.to_owned())
+}
+
+fn term(czxid: i64) -> FencingToken {
+    FencingToken(u64::try_from(czxid).unwrap_or_default())
+}
+
+impl Model {
+    /// The node `name`'s entry after the read `read` (`None` when it was deleted first).
+    pub(crate) fn known(read: Read, accounted: i32) -> Result<Option<Known>, String> {
+        match read {
+            Ok((data, stat)) => Ok(Some(Known {
+                czxid: stat.czxid,
+                version: stat.version,
+                accounted,
+                data,
+            })),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map("observe (reading a node)", e).to_string()),
+        }
+    }
+
+    /// Recomputes the leader after a change; a new leader is reported into `out`.
+    pub(crate) fn settle(&mut self, out: &mut VecDeque<Leader>) -> Result<(), String> {
+        let Some(((_, name), known)) = self.nodes.iter().next() else {
+            self.leader = None;
+            return Ok(());
+        };
+        if self.leader.as_ref().is_some_and(|l| l.name == *name) {
+            return Ok(());
+        }
+        let (name, known) = (name.clone(), known.clone());
+        let Some(k) = known else {
+            return Err(format!(
+                "the leader {name} resigned before the observer could read its value"
+            ));
+        };
+        if k.version != k.accounted {
+            return Err(format!(
+                "the leader {name} proclaimed before the observer could read the value it campaigned with"
+            ));
+        }
+        out.push_back(Leader {
+            term: term(k.czxid),
+            value: k.data,
+        });
+        self.leader = Some(Current {
+            name,
+            czxid: k.czxid,
+            version: k.version,
+        });
+        Ok(())
+    }
+
+    /// Applies one proclamation: the parent's data as read after its change event.
+    pub(crate) fn proclaimed(
+        &mut self,
+        read: Read,
+        out: &mut VecDeque<Leader>,
+    ) -> Result<(), String> {
+        let Some(parent) = self.parent else {
+            return Err("the election's parent changed while it was thought absent".into());
+        };
+        let (data, stat) = match read {
+            Ok(r) => r,
+            Err(zk::Error::NoNode) => {
+                return Err(
+                    "the election's parent was deleted before a proclamation could be read".into(),
+                );
+            }
+            Err(e) => return Err(map("observe (reading a proclamation)", e).to_string()),
+        };
+        let expected = parent.version.saturating_add(1);
+        if parent.czxid.is_some_and(|c| c != stat.czxid) || stat.version != expected {
+            return Err(format!(
+                "proclamations were missed (the parent's data is at version {}, the next expected was {expected})",
+                stat.version
+            ));
+        }
+        self.parent = Some(Parent {
+            czxid: Some(stat.czxid),
+            version: stat.version,
+        });
+        // Data that is no record was written from outside: no leader change.
+        let Some(record) = decode(&data) else {
+            return Ok(());
+        };
+        let Some(leader) = self.leader.as_mut() else {
+            return Err("a proclamation was recorded while nobody led".into());
+        };
+        if !self.expect_record
+            || record.czxid != leader.czxid
+            || record.version != leader.version.saturating_add(1)
+        {
+            return Err(format!(
+                "a proclamation (term {}, version {}) does not follow the leader the observer knows (term {}, version {})",
+                record.czxid, record.version, leader.czxid, leader.version
+            ));
+        }
+        self.expect_record = false;
+        leader.version = record.version;
+        out.push_back(Leader {
+            term: term(record.czxid),
+            value: record.value,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,307 @@
+//! `Election` on ZooKeeper, beyond the conformance scenarios: the `LeaderLatch` layout, lost
+//! leaderships, refused values, empty elections, withdrawn campaigns, and an observer that
+//! keeps up with a leader that proclaims and resigns at once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{
+    AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName, Locker, MAX_VALUE_LEN,
+};
+use support::{contenders, eventually, locker, namespace, node_of, raw, shared};
+
+const TTL: Duration = Duration::from_secs(2);
+
+fn wait() -> AcquireOptions {
+    AcquireOptions::wait(Duration::from_secs(10))
+}
+
+/// The leader's node is `_c_<uuid>-latch-<seq>` (Curator's `LeaderLatch` with protection)
+/// holding the value, and `leader()` reads its czxid and data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_latch_nodes_holding_the_value() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("election-layout"), TTL).await;
+    let name = LockName::new("layout").unwrap();
+    let parent = l.lock_path(&name);
+    let leading = l.campaign(&name, b"participant-1", wait()).await.unwrap();
+    let z = raw(connect).await;
+    let kids = contenders(&z, &parent).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let node = &kids[0];
+    let (uuid, seq) = node
+        .strip_prefix("_c_")
+        .and_then(|rest| rest.split_once("-latch-"))
+        .unwrap_or_else(|| panic!("{node} is not a protected latch node"));
+    assert_eq!(uuid.len(), 36, "{node}");
+    assert_eq!(seq.len(), 10, "{node}");
+    let (data, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
+    assert_eq!(data, b"participant-1");
+    assert_eq!(leading.term().get(), u64::try_from(stat.czxid).unwrap());
+    assert_eq!(
+        l.leader(&name).await.unwrap(),
+        Some(Leader {
+            term: leading.term(),
+            value: b"participant-1".to_vec()
+        })
+    );
+    leading.proclaim(b"participant-1b").await.unwrap();
+    assert_eq!(
+        l.leader(&name).await.unwrap().map(|l| l.value),
+        Some(b"participant-1b".to_vec())
+    );
+    leading.resign().await.unwrap();
+    assert_eq!(l.leader(&name).await.unwrap(), None);
+}
+
+/// A leader whose node was deleted from outside can no longer proclaim: `Lost`, and nothing
+/// is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proclaim_after_the_node_was_deleted_is_lost() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("election-lost"), TTL).await;
+    let name = LockName::new("lost").unwrap();
+    let parent = l.lock_path(&name);
+    let leading = l.campaign(&name, b"v1", wait()).await.unwrap();
+    let z = raw(connect).await;
+    let node = node_of(&z, &parent, l.session_id().unwrap())
+        .await
+        .expect("our node");
+    z.delete(&node, None).await.unwrap();
+    let e = leading
+        .proclaim(b"v2")
+        .await
+        .expect_err("proclaim must fail");
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert!(contenders(&z, &parent).await.is_empty());
+    // The parent records no proclamation either.
+    if let Ok((data, _)) = z.get_data(&parent).await {
+        assert!(data.is_empty(), "{:?}", String::from_utf8_lossy(&data));
+    }
+    assert_eq!(l.leader(&name).await.unwrap(), None);
+}
+
+/// A value over `MAX_VALUE_LEN` is refused with `InvalidInput` before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_too_long_value_is_refused_before_any_io() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("election-long"), TTL).await;
+    let name = LockName::new("long").unwrap();
+    let before = l.stats().requests;
+    let e = l
+        .campaign(&name, &vec![b'x'; MAX_VALUE_LEN + 1], wait())
+        .await
+        .expect_err("too long");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert_eq!(l.stats().requests, before, "a request was sent");
+    let z = raw(connect).await;
+    assert!(contenders(&z, &l.lock_path(&name)).await.is_empty());
+    // A proclamation too long is refused the same way, and the leader keeps its value.
+    let leading = l.campaign(&name, b"short", wait()).await.unwrap();
+    let before = l.stats().requests;
+    let e = leading
+        .proclaim(&vec![b'x'; MAX_VALUE_LEN + 1])
+        .await
+        .expect_err("too long");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert_eq!(l.stats().requests, before, "a request was sent");
+    assert_eq!(
+        l.leader(&name).await.unwrap().map(|l| l.value),
+        Some(b"short".to_vec())
+    );
+    leading.resign().await.unwrap();
+}
+
+/// Nobody campaigns: no leader (the election's node need not even exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_leads_an_election_nobody_campaigns_for() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("election-empty"), TTL).await;
+    let name = LockName::new("nobody").unwrap();
+    assert_eq!(l.leader(&name).await.unwrap(), None);
+}
+
+/// A campaign dropped while it waits in line leaves no node behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_campaign_leaves_no_node() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-cancel");
+    let a = locker(connect, &ns, TTL).await;
+    let b = locker(connect, &ns, TTL).await;
+    let name = LockName::new("cancel").unwrap();
+    let parent = a.lock_path(&name);
+    let leading = a.campaign(&name, b"a", wait()).await.unwrap();
+    let z = raw(connect).await;
+    let queued =
+        tokio::time::timeout(Duration::from_millis(500), b.campaign(&name, b"b", wait())).await;
+    assert!(queued.is_err(), "b led while a did");
+    let gone = eventually(Duration::from_secs(5), || {
+        let z = z.clone();
+        let parent = parent.clone();
+        async move { contenders(&z, &parent).await.len() == 1 }
+    })
+    .await;
+    assert!(gone, "left behind: {:?}", contenders(&z, &parent).await);
+    assert!(
+        node_of(&z, &parent, b.session_id().unwrap())
+            .await
+            .is_none()
+    );
+    leading.resign().await.unwrap();
+    assert!(contenders(&z, &parent).await.is_empty());
+    assert_eq!(b.leader(&name).await.unwrap(), None);
+}
+
+/// A leader that proclaims and resigns at once (its node may be gone before the observer reads
+/// it): the observer reports the proclaimed value (from the parent's record), then the next
+/// leader, who does the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_a_proclamation_made_just_before_resigning() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-observe");
+    let (o, a, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("observe").unwrap();
+    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
+    let mut changes = o.observe(&name).await.unwrap();
+    let ta = la.term();
+    assert_eq!(
+        next(&mut changes).await,
+        Leader {
+            term: ta,
+            value: b"a1".to_vec()
+        }
+    );
+    let bname = name.clone();
+    let waiting = tokio::spawn(async move { b.campaign(&bname, b"b1", wait()).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    la.proclaim(b"a2").await.unwrap();
+    la.resign().await.unwrap();
+    let lb = waiting.await.unwrap().unwrap();
+    lb.proclaim(b"b2").await.unwrap();
+    lb.resign().await.unwrap();
+    assert_eq!(o.leader(&name).await.unwrap(), None);
+    let seen = vec![
+        next(&mut changes).await,
+        next(&mut changes).await,
+        next(&mut changes).await,
+    ];
+    assert_eq!(
+        seen[0],
+        Leader {
+            term: ta,
+            value: b"a2".to_vec()
+        }
+    );
+    assert_eq!(seen[1].value, b"b1");
+    assert!(seen[1].term > ta, "{seen:?}");
+    assert_eq!(
+        seen[2],
+        Leader {
+            term: seen[1].term,
+            value: b"b2".to_vec()
+        }
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), changes.next())
+            .await
+            .is_err(),
+        "a change nobody made"
+    );
+}
+
+/// The next change, within 5 s.
+async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
+    tokio::time::timeout(Duration::from_secs(5), changes.next())
+        .await
+        .expect("a change within 5 s")
+        .expect("the observation goes on")
+}
+
+/// A lost connection may hide changes (ZooKeeper does not replay the events of a reconnect):
+/// the observation fails with `Unavailable` rather than go on as if it saw everything, and a
+/// new observation starts from the leader then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observation_fails_when_its_connection_drops() {
+    use dlock_conformance::faults::{Mode, Proxy};
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-observe-cut");
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let o = locker(&proxy.addr().to_string(), &ns, TTL).await;
+    let a = locker(connect, &ns, TTL).await;
+    let name = LockName::new("cut").unwrap();
+    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
+    let mut changes = o.observe(&name).await.unwrap();
+    assert_eq!(next(&mut changes).await.value, b"a1");
+    proxy.set(Mode::Reset);
+    let e = tokio::time::timeout(Duration::from_secs(5), changes.next())
+        .await
+        .expect("the observation fails within 5 s")
+        .expect_err("changes may have been missed");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    // It stays failed.
+    let again = changes.next().await.expect_err("still failed");
+    assert_eq!(again.kind(), ErrorKind::Unavailable, "{again}");
+    proxy.set(Mode::Pass);
+    la.proclaim(b"a2").await.unwrap();
+    let mut fresh = o.observe(&name).await.unwrap();
+    assert_eq!(
+        next(&mut fresh).await,
+        Leader {
+            term: la.term(),
+            value: b"a2".to_vec()
+        }
+    );
+    la.resign().await.unwrap();
+}
+
+/// An observer whose locker also campaigns (its session then holds a data watch on its
+/// predecessor beside the recursive watch) still sees every change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sharing_its_session_with_a_campaign_sees_every_change() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-observe-shared");
+    let (a, b) = (
+        locker(connect, &ns, TTL).await,
+        std::sync::Arc::new(locker(connect, &ns, TTL).await),
+    );
+    let name = LockName::new("shared").unwrap();
+    let mut changes = b.observe(&name).await.unwrap();
+    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
+    let waiting = tokio::spawn({
+        let (b, name) = (std::sync::Arc::clone(&b), name.clone());
+        async move { b.campaign(&name, b"b1", wait()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    la.proclaim(b"a2").await.unwrap();
+    la.resign().await.unwrap();
+    let lb = waiting.await.unwrap().unwrap();
+    lb.proclaim(b"b2").await.unwrap();
+    let tb = lb.term();
+    let seen = [
+        next(&mut changes).await,
+        next(&mut changes).await,
+        next(&mut changes).await,
+        next(&mut changes).await,
+    ];
+    let values: Vec<&[u8]> = seen.iter().map(|l| l.value.as_slice()).collect();
+    assert_eq!(values, [&b"a1"[..], b"a2", b"b1", b"b2"], "{seen:?}");
+    assert_eq!(seen[0].term, seen[1].term);
+    assert_eq!(seen[2].term, tb);
+    assert_eq!(seen[3].term, tb);
+    assert!(seen[2].term > seen[1].term, "{seen:?}");
+    lb.resign().await.unwrap();
+}
