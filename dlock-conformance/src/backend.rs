@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Capabilities, Election, Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{
+    Capabilities, Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker,
+    Semaphore,
+};
 
 use crate::servers::{Cluster, ServerKind};
 
@@ -126,6 +129,26 @@ pub trait TestBackend: Send + Sync + 'static {
     /// # Errors
     /// Whatever building the client returns.
     async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        let _ = opts;
+        Ok(None)
+    }
+
+    /// A new, independent [`RwLocker`] client, or `Ok(None)` when the backend has no
+    /// read-write lock: the read-write scenarios then skip, saying so.
+    ///
+    /// # Errors
+    /// Whatever building the client returns.
+    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
+        let _ = opts;
+        Ok(None)
+    }
+
+    /// A new, independent [`Semaphore`] client, or `Ok(None)` when the backend has no
+    /// semaphore: the semaphore scenarios then skip, saying so.
+    ///
+    /// # Errors
+    /// Whatever building the client returns.
+    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
         let _ = opts;
         Ok(None)
     }

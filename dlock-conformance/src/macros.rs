@@ -57,6 +57,10 @@ macro_rules! conformance_tests {
                 election_single_leader => ElectionSingleLeader,
                 election_failover => ElectionFailover,
                 election_observe => ElectionObserve,
+                rw_exclusion => RwExclusion,
+                rw_writer_not_starved => RwWriterNotStarved,
+                semaphore_bound => SemaphoreBound,
+                semaphore_crash_release => SemaphoreCrashRelease,
             );
 
             #[test]

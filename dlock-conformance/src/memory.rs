@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dlock_core::memory::Defect;
-use dlock_core::{Election, Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
+use dlock_core::{
+    Election, Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer, RwLocker,
+    Semaphore,
+};
 
 use crate::{ClientOptions, ServerExpiry, TestBackend};
 
@@ -83,6 +86,14 @@ impl TestBackend for MemoryBackend {
     }
 
     async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts)?)))
+    }
+
+    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts)?)))
+    }
+
+    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
         Ok(Some(Arc::new(self.locker(&opts)?)))
     }
 

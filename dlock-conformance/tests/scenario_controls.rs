@@ -201,3 +201,68 @@ fn election_observe_catches_skipped_changes() {
 fn election_observe_passes_on_the_reference() {
     passes(Scenario::ElectionObserve);
 }
+
+/// A writer granted while readers hold is caught by `rw_exclusion`.
+#[test]
+fn rw_exclusion_catches_a_writer_among_readers() {
+    caught(
+        Defect::WriterWithReaders,
+        Scenario::RwExclusion,
+        "held together with a reader",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn rw_exclusion_passes_on_the_reference() {
+    passes(Scenario::RwExclusion);
+}
+
+/// Readers granted past a queued writer starve it: caught by `rw_writer_not_starved`.
+#[test]
+fn rw_writer_not_starved_catches_barging_readers() {
+    caught(
+        Defect::ReadersBarge,
+        Scenario::RwWriterNotStarved,
+        "the writer was starved",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn rw_writer_not_starved_passes_on_the_reference() {
+    passes(Scenario::RwWriterNotStarved);
+}
+
+/// A semaphore that grants one permit too many is caught by `semaphore_bound`.
+#[test]
+fn semaphore_bound_catches_one_permit_too_many() {
+    caught(
+        Defect::SemaphoreOverflow,
+        Scenario::SemaphoreBound,
+        "permits held at once on a semaphore of 3",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn semaphore_bound_passes_on_the_reference() {
+    passes(Scenario::SemaphoreBound);
+}
+
+/// A server that keeps a silent permit holder for three TTLs is caught by
+/// `semaphore_crash_release`.
+#[test]
+fn semaphore_crash_release_catches_a_slow_expiry() {
+    caught(
+        Defect::SlowExpiry,
+        Scenario::SemaphoreCrashRelease,
+        "later than TTL + slack",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn semaphore_crash_release_passes_on_the_reference() {
+    passes(Scenario::SemaphoreCrashRelease);
+}

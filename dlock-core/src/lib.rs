@@ -12,6 +12,8 @@ mod name;
 mod options;
 mod reentrant;
 mod renewal;
+mod rw;
+mod semaphore;
 mod stats;
 mod token;
 
@@ -28,6 +30,8 @@ pub use name::LockName;
 pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, loss_margin, validate_ttl};
 pub use reentrant::Reentrant;
 pub use renewal::{RenewBackend, Renewal, RenewalDriver};
+pub use rw::RwLocker;
+pub use semaphore::{MAX_PERMITS, Semaphore, validate_permits};
 pub use stats::{Counters, Stats};
 pub use token::FencingToken;
 

@@ -7,6 +7,7 @@ mod crash;
 mod election;
 mod enqueue;
 mod exclusion;
+mod family;
 mod herd;
 pub(crate) mod holder;
 mod lease;
@@ -117,11 +118,22 @@ pub enum Scenario {
     ElectionFailover,
     /// An observer sees every leader change and proclamation, in order, none extra.
     ElectionObserve,
+    /// 6 clients mixing reads and writes: a writer overlaps nobody, readers do hold together,
+    /// a writer's token orders it against the leases before and after it.
+    RwExclusion,
+    /// Readers keep the name read-held without a gap: a writer is still granted (FIFO across
+    /// modes), within TTL + 1 s.
+    RwWriterNotStarved,
+    /// 8 clients on a semaphore of 3: never more than 3 held, 3 reached, the count agreed.
+    SemaphoreBound,
+    /// The only permit's holder is cut off: the waiter gets it within TTL + slack, after the
+    /// holder's `lost()` fired, with a higher token.
+    SemaphoreCrashRelease,
 }
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 32] = [
+    pub const ALL: [Scenario; 36] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -154,6 +166,10 @@ impl Scenario {
         Scenario::ElectionSingleLeader,
         Scenario::ElectionFailover,
         Scenario::ElectionObserve,
+        Scenario::RwExclusion,
+        Scenario::RwWriterNotStarved,
+        Scenario::SemaphoreBound,
+        Scenario::SemaphoreCrashRelease,
     ];
 
     /// The scenario's name (also its test function's name).
@@ -191,6 +207,10 @@ impl Scenario {
             Scenario::ElectionSingleLeader => "election_single_leader",
             Scenario::ElectionFailover => "election_failover",
             Scenario::ElectionObserve => "election_observe",
+            Scenario::RwExclusion => "rw_exclusion",
+            Scenario::RwWriterNotStarved => "rw_writer_not_starved",
+            Scenario::SemaphoreBound => "semaphore_bound",
+            Scenario::SemaphoreCrashRelease => "semaphore_crash_release",
         }
     }
 
@@ -406,6 +426,10 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::ElectionSingleLeader => election::election_single_leader(ctx).await,
         Scenario::ElectionFailover => election::election_failover(ctx).await,
         Scenario::ElectionObserve => election::election_observe(ctx).await,
+        Scenario::RwExclusion => family::rw_exclusion(ctx).await,
+        Scenario::RwWriterNotStarved => family::rw_writer_not_starved(ctx).await,
+        Scenario::SemaphoreBound => family::semaphore_bound(ctx).await,
+        Scenario::SemaphoreCrashRelease => family::semaphore_crash_release(ctx).await,
     }
 }
 

@@ -78,7 +78,9 @@ impl Election for MemoryLocker {
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
         validate_value(value)?;
-        let (lease, owner) = self.acquire_with(name, opts, value).await?;
+        let (lease, owner) = self
+            .acquire_with(name, opts, value, super::Mode::Exclusive)
+            .await?;
         let proclaim = MemoryProclaim {
             backend: Arc::clone(&self.backend),
             name: name.as_str().to_owned(),

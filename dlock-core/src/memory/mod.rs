@@ -6,6 +6,7 @@
 //! on, and a test double for code that takes an `Arc<dyn Locker>`.
 
 mod election;
+mod family;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,14 @@ pub enum Defect {
     /// Every other grant (while the fence is odd) ignores the current holder and replaces it:
     /// two holders (leaders) at once.
     DoubleGrant,
+    /// A read-write writer is granted while readers hold the name (it only waits for another
+    /// writer).
+    WriterWithReaders,
+    /// Readers are granted past queued writers (the reader-preferring lock that starves
+    /// writers).
+    ReadersBarge,
+    /// A semaphore grants one permit more than it has.
+    SemaphoreOverflow,
     /// Election observers are told only every other leader change, as a watch that keeps
     /// only the latest value would tell a slow observer.
     ObserverSkips,
@@ -86,9 +95,25 @@ pub const REPLY_DELAY: Duration = Duration::from_millis(200);
 /// How much earlier than the client's deadline [`Defect::LateLoss`] expires entries.
 const LATE_LOSS: Duration = Duration::from_millis(50);
 
+/// How a request holds a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Alone: a mutex, a leader, a read-write writer.
+    Exclusive,
+    /// Beside other shared holders: a read-write reader.
+    Shared,
+    /// One of this many permits.
+    Permit(u32),
+}
+
 #[derive(Default)]
 struct NameState {
+    /// The exclusive holder.
     holder: Option<Holder>,
+    /// Shared holders: readers, or semaphore permits.
+    shared: Vec<Holder>,
+    /// The semaphore's permit count while it has holders or permit waiters.
+    permits: Option<u32>,
     queue: VecDeque<Waiter>,
     fence: u64,
     /// The last holder went without a release (expired or broken).
@@ -110,6 +135,7 @@ struct Holder {
 struct Waiter {
     id: u64,
     wake: Arc<Notify>,
+    mode: Mode,
 }
 
 /// The shared state that [`MemoryLocker`] clients lock against.
@@ -140,7 +166,11 @@ impl MemoryServer {
     pub fn expire_now(&self, name: &LockName) -> Option<FencingToken> {
         let mut names = self.names();
         let st = names.get_mut(name.as_str())?;
-        let had = st.holder.take().map(|h| h.token);
+        let had = match st.holder.take() {
+            Some(h) => Some(h.token),
+            None if !st.shared.is_empty() => Some(st.shared.remove(0).token),
+            None => None,
+        };
         st.lapsed |= had.is_some();
         if let Some(w) = st.queue.front() {
             w.wake.notify_one();
@@ -169,6 +199,12 @@ impl MemoryServer {
             if st.holder.as_ref().is_some_and(|h| h.expires > now) {
                 out.push(format!("held:{name}"));
             }
+            out.extend(
+                st.shared
+                    .iter()
+                    .filter(|h| h.expires > now)
+                    .map(|_| format!("held:{name}")),
+            );
             out.extend(st.queue.iter().map(|_| format!("queued:{name}")));
         }
         out.sort();
@@ -314,8 +350,8 @@ impl Backend {
         st.observers.retain(|tx| tx.send(leader.clone()).is_ok());
     }
 
-    /// Grants `name` to `owner` (with `value`) if it is free and `owner` may go next. Returns
-    /// the token.
+    /// Grants `name` to `owner` (with `value`) as an exclusive holder if it is free and `owner`
+    /// may go next. Returns the token.
     fn try_grant(
         &self,
         st: &mut NameState,
@@ -323,19 +359,72 @@ impl Backend {
         now: Instant,
         value: &[u8],
     ) -> Option<FencingToken> {
+        self.try_grant_as(st, owner, now, value, Mode::Exclusive)
+    }
+
+    /// Drops holders whose TTL ran out.
+    fn expire(st: &mut NameState, now: Instant) {
         if st.holder.as_ref().is_some_and(|h| h.expires <= now) {
             st.holder = None;
             st.lapsed = true;
         }
-        let barge = self.defect == Some(Defect::DoubleGrant) && st.fence % 2 == 1;
-        if st.holder.is_some() && !barge {
-            return None;
+        let before = st.shared.len();
+        st.shared.retain(|h| h.expires > now);
+        if st.shared.len() < before {
+            st.lapsed = true;
         }
-        let my_turn = match self.defect {
-            Some(Defect::Lifo) => st.queue.back().is_none_or(|w| w.id == owner),
-            _ => st.queue.front().is_none_or(|w| w.id == owner),
-        };
-        if !my_turn && !barge {
+    }
+
+    /// Whether `owner` (queued at `pos`, or not queued yet: `None`) may be granted `mode` now.
+    fn may_grant(&self, st: &NameState, owner: u64, pos: Option<usize>, mode: Mode) -> bool {
+        let ahead = &st.queue.as_slices();
+        let ahead: Vec<&Waiter> = ahead
+            .0
+            .iter()
+            .chain(ahead.1.iter())
+            .take(pos.unwrap_or(st.queue.len()))
+            .collect();
+        match mode {
+            Mode::Exclusive => {
+                let barge = self.defect == Some(Defect::DoubleGrant) && st.fence % 2 == 1;
+                let readers_ok =
+                    st.shared.is_empty() || self.defect == Some(Defect::WriterWithReaders);
+                let free = st.holder.is_none() && readers_ok;
+                let my_turn = match self.defect {
+                    Some(Defect::Lifo) => st.queue.back().is_none_or(|w| w.id == owner),
+                    _ => ahead.is_empty(),
+                };
+                barge || (free && my_turn)
+            }
+            Mode::Shared => {
+                st.holder.is_none()
+                    && (ahead.iter().all(|w| w.mode == Mode::Shared)
+                        || self.defect == Some(Defect::ReadersBarge))
+            }
+            Mode::Permit(n) => {
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                let cap = if self.defect == Some(Defect::SemaphoreOverflow) {
+                    n + 1
+                } else {
+                    n
+                };
+                st.holder.is_none() && st.shared.len() < cap && ahead.len() < cap - st.shared.len()
+            }
+        }
+    }
+
+    /// Grants `name` to `owner` (with `value`) in `mode` if it may go now. Returns the token.
+    fn try_grant_as(
+        &self,
+        st: &mut NameState,
+        owner: u64,
+        now: Instant,
+        value: &[u8],
+        mode: Mode,
+    ) -> Option<FencingToken> {
+        Self::expire(st, now);
+        let pos = st.queue.iter().position(|w| w.id == owner);
+        if !self.may_grant(st, owner, pos, mode) {
             return None;
         }
         st.queue.retain(|w| w.id != owner);
@@ -349,17 +438,24 @@ impl Backend {
         } else {
             st.fence
         });
-        st.holder = Some(Holder {
+        let holder = Holder {
             owner,
             expires: now + self.server_ttl(),
             token,
             value: value.to_vec(),
-        });
-        let leader = Leader {
-            term: token,
-            value: value.to_vec(),
         };
-        self.announce(st, &leader);
+        if mode == Mode::Exclusive {
+            st.holder = Some(holder);
+            let leader = Leader {
+                term: token,
+                value: value.to_vec(),
+            };
+            self.announce(st, &leader);
+        } else {
+            st.shared.push(holder);
+        }
+        // Shared requests queued behind this one may go too.
+        self.wake_grantable(st);
         Some(token)
     }
 
@@ -371,10 +467,30 @@ impl Backend {
                     w.wake.notify_one();
                 }
             }
+            // The head (it checks again), and the shared requests right behind it that may
+            // go as well.
             _ => {
-                if let Some(w) = st.queue.front() {
-                    w.wake.notify_one();
+                for (i, w) in st.queue.iter().enumerate() {
+                    if i == 0
+                        || (w.mode != Mode::Exclusive && self.may_grant(st, w.id, Some(i), w.mode))
+                    {
+                        w.wake.notify_one();
+                    } else {
+                        break;
+                    }
                 }
+            }
+        }
+    }
+
+    /// Wakes the queued requests that may be granted now (after a shared grant: the readers or
+    /// permit holders right behind it).
+    fn wake_grantable(&self, st: &NameState) {
+        for (i, w) in st.queue.iter().enumerate() {
+            if w.mode != Mode::Exclusive && self.may_grant(st, w.id, Some(i), w.mode) {
+                w.wake.notify_one();
+            } else {
+                break;
             }
         }
     }
@@ -390,17 +506,23 @@ impl RenewBackend for Backend {
         let mut names = self.server.names();
         let verdicts: Vec<Renewal> = entries
             .iter()
-            .map(
-                |e| match names.get_mut(&e.name).and_then(|st| st.holder.as_mut()) {
-                    Some(h) if h.owner == e.owner && h.expires > now => {
+            .map(|e| {
+                let held = names.get_mut(&e.name).and_then(|st| {
+                    st.holder
+                        .iter_mut()
+                        .chain(st.shared.iter_mut())
+                        .find(|h| h.owner == e.owner)
+                });
+                match held {
+                    Some(h) if h.expires > now => {
                         h.expires = now + self.renewed_ttl();
                         Renewal::Extended
                     }
                     _ => Renewal::Lost(LossReason::Gone(
                         "the name has another holder or none".into(),
                     )),
-                },
-            )
+                }
+            })
             .collect();
         let one_lost = verdicts.iter().any(|v| matches!(v, Renewal::Lost(_)));
         if self.defect == Some(Defect::BatchLoss) && one_lost {
@@ -421,8 +543,12 @@ impl RenewBackend for Backend {
                 st.holder = None;
                 st.lapsed = false;
                 self.wake_next(st);
+            } else if let Some(i) = st.shared.iter().position(|h| h.owner == entry.owner) {
+                st.shared.remove(i);
+                self.wake_next(st);
             }
             if st.holder.is_none()
+                && st.shared.is_empty()
                 && st.queue.is_empty()
                 && st.fence == 0
                 && st.observers.is_empty()
@@ -453,6 +579,9 @@ impl Drop for QueueGuard<'_> {
             st.queue.retain(|w| w.id != self.id);
             if was_head {
                 self.backend.wake_next(st);
+            } else {
+                // A withdrawn writer may have been all that held back the readers behind it.
+                self.backend.wake_grantable(st);
             }
         }
     }
@@ -493,6 +622,23 @@ impl MemoryLocker {
     }
 }
 
+/// Records `n` as the semaphore's permit count when nobody holds or waits for a permit of
+/// it; otherwise `n` must be the recorded count.
+fn agree_on_permits(st: &mut NameState, name: &LockName, n: u32) -> Result<(), Error> {
+    let in_use =
+        !st.shared.is_empty() || st.queue.iter().any(|w| matches!(w.mode, Mode::Permit(_)));
+    match st.permits {
+        Some(p) if in_use && p != n => Err(Error::InvalidOption {
+            option: "permits",
+            reason: format!("semaphore {name} has {p} permits; this acquire asked for {n}"),
+        }),
+        _ => {
+            st.permits = Some(n);
+            Ok(())
+        }
+    }
+}
+
 impl MemoryLocker {
     /// Acquires `name`, recording `value` as the holder's value; returns the lease and the
     /// owner id the server knows the holder by.
@@ -501,6 +647,7 @@ impl MemoryLocker {
         name: &LockName,
         opts: AcquireOptions,
         value: &[u8],
+        mode: Mode,
     ) -> Result<(Lease, u64), Error> {
         opts.validate()?;
         let began = Instant::now();
@@ -513,11 +660,16 @@ impl MemoryLocker {
             self.counters.add_requests(1);
             let mut names = b.server.names();
             let st = names.entry(name.as_str().to_owned()).or_default();
-            let granted = b.try_grant(st, owner, start, value);
+            if let Mode::Permit(n) = mode {
+                Backend::expire(st, start);
+                agree_on_permits(st, name, n)?;
+            }
+            let granted = b.try_grant_as(st, owner, start, value, mode);
             if granted.is_none() {
                 st.queue.push_back(Waiter {
                     id: owner,
                     wake: Arc::clone(&wake),
+                    mode,
                 });
             }
             granted.map(|token| (token, start))
@@ -533,12 +685,16 @@ impl MemoryLocker {
             armed: true,
         };
         loop {
-            // Sleep until notified, the holder's expiry (timer fallback), or our wait's end.
+            // Sleep until notified, a holder's expiry (timer fallback), or our wait's end.
             let holder_expiry = {
                 let names = b.server.names();
-                names
-                    .get(name.as_str())
-                    .and_then(|st| st.holder.as_ref().map(|h| h.expires))
+                names.get(name.as_str()).and_then(|st| {
+                    st.holder
+                        .iter()
+                        .chain(st.shared.iter())
+                        .map(|h| h.expires)
+                        .min()
+                })
             };
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
@@ -552,7 +708,7 @@ impl MemoryLocker {
             let granted = {
                 let mut names = b.server.names();
                 let st = names.entry(name.as_str().to_owned()).or_default();
-                b.try_grant(st, owner, start, value)
+                b.try_grant_as(st, owner, start, value, mode)
             };
             if let Some(token) = granted {
                 guard.armed = false;
@@ -571,7 +727,7 @@ impl MemoryLocker {
 #[async_trait]
 impl Locker for MemoryLocker {
     async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        Ok(self.acquire_with(name, opts, &[]).await?.0)
+        Ok(self.acquire_with(name, opts, &[], Mode::Exclusive).await?.0)
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {

@@ -1,0 +1,371 @@
+//! The read-write lock and the semaphore: writers alone and readers together, a writer not
+//! starved by readers, never more permits held than the semaphore has, and a permit freed
+//! after its holder's link dies, never before the holder knows.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, ErrorKind, RwLocker, Semaphore};
+use tokio::time::Instant;
+
+use super::util::name;
+use super::{Ctx, Verdict, ensure};
+use crate::ClientOptions;
+use crate::faults::{Mode, Proxy};
+
+/// The skip reason of a backend without a read-write lock.
+pub(crate) const NO_RW: &str = "the backend has no RwLocker";
+/// The skip reason of a backend without a semaphore.
+pub(crate) const NO_SEMAPHORE: &str = "the backend has no Semaphore";
+
+async fn rw(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn RwLocker>, Verdict> {
+    ctx.backend()
+        .rw(opts)
+        .await
+        .map_err(|e| Verdict::Fail(format!("cannot build a read-write client: {e}")))?
+        .ok_or_else(|| Verdict::Skip(NO_RW.into()))
+}
+
+async fn semaphore(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Semaphore>, Verdict> {
+    ctx.backend()
+        .semaphore(opts)
+        .await
+        .map_err(|e| Verdict::Fail(format!("cannot build a semaphore client: {e}")))?
+        .ok_or_else(|| Verdict::Skip(NO_SEMAPHORE.into()))
+}
+
+/// One read or write lease as its holder saw it.
+struct Hold {
+    who: usize,
+    write: bool,
+    token: u64,
+    /// When the lease was granted.
+    from: Instant,
+    /// When the holder stopped believing: the start of its release, or its deadline.
+    until: Instant,
+}
+
+/// 6 clients × 8 leases each on one name, a third of them writes: no write lease overlaps
+/// any other lease, readers did hold together, and a writer's token is above every lease
+/// that ended before it began and below every lease that began after it ended.
+pub(crate) async fn rw_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
+    const CLIENTS: usize = 6;
+    const LEASES_EACH: usize = 8;
+    let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
+    let lock = name("rw")?;
+    let holds: Arc<Mutex<Vec<Hold>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for who in 0..CLIENTS {
+        let c = rw(ctx, opts.clone()).await?;
+        let (lock, holds) = (lock.clone(), Arc::clone(&holds));
+        tasks.push(tokio::spawn(async move {
+            for round in 0..LEASES_EACH {
+                let write = (who + round) % 3 == 0;
+                let wait = AcquireOptions::wait(Duration::from_secs(30));
+                let lease = if write {
+                    c.write(&lock, wait).await?
+                } else {
+                    c.read(&lock, wait).await?
+                };
+                let from = Instant::now();
+                let hold = 10 + (who * 7 + round * 3) % 20;
+                tokio::time::sleep(Duration::from_millis(hold as u64)).await;
+                let until = Instant::now().min(lease.deadline());
+                let token = lease.token().get();
+                lease.release().await?;
+                holds.lock().unwrap_or_else(|p| p.into_inner()).push(Hold {
+                    who,
+                    write,
+                    token,
+                    from,
+                    until,
+                });
+            }
+            Ok::<(), dlock_core::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Verdict::Fail(format!("a client panicked: {e}")))??;
+    }
+    let holds = std::mem::take(&mut *holds.lock().unwrap_or_else(|p| p.into_inner()));
+    ensure!(
+        holds.len() == CLIENTS * LEASES_EACH,
+        "{} leases recorded, {} expected",
+        holds.len(),
+        CLIENTS * LEASES_EACH
+    );
+    let overlaps = |a: &Hold, b: &Hold| a.from < b.until && b.from < a.until;
+    for w in holds.iter().filter(|h| h.write) {
+        for o in holds.iter().filter(|o| !std::ptr::eq(*o, w)) {
+            ensure!(
+                !overlaps(w, o),
+                "a writer (client {}, token {}) held together with a {} (client {}, token {})",
+                w.who,
+                w.token,
+                if o.write { "writer" } else { "reader" },
+                o.who,
+                o.token
+            );
+            if o.until <= w.from {
+                ensure!(
+                    o.token < w.token,
+                    "a writer's token {} is not above the token {} of a lease that ended before it began",
+                    w.token,
+                    o.token
+                );
+            }
+            if o.from >= w.until {
+                ensure!(
+                    o.token > w.token,
+                    "a lease that began after a writer ended has token {}, not above the writer's {}",
+                    o.token,
+                    w.token
+                );
+            }
+        }
+    }
+    // The most readers that held at one instant (at some reader's grant).
+    let readers: Vec<&Hold> = holds.iter().filter(|h| !h.write).collect();
+    let together = readers
+        .iter()
+        .map(|r| {
+            readers
+                .iter()
+                .filter(|o| o.from <= r.from && r.from < o.until)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    ctx.figure("leases", holds.len() as u64);
+    ctx.figure("readers_together_max", together as u64);
+    ensure!(
+        together > 1,
+        "readers never held together: the read lock behaves as a mutex"
+    );
+    Ok(())
+}
+
+/// Three readers keep the name read-held without a gap (each re-reads as soon as it
+/// released, their holds overlapping); a writer then asks: it is granted within a few holds
+/// (FIFO across modes), not starved while readers keep coming.
+pub(crate) async fn rw_writer_not_starved(ctx: &Ctx) -> Result<(), Verdict> {
+    const READERS: usize = 3;
+    const HOLD: Duration = Duration::from_millis(60);
+    let bound = ctx.ttl() + Duration::from_secs(1);
+    let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
+    let lock = name("not-starved")?;
+    let writer = rw(ctx, opts.clone()).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..READERS {
+        let c = rw(ctx, opts.clone()).await?;
+        let (lock, stop, reads) = (lock.clone(), Arc::clone(&stop), Arc::clone(&reads));
+        tasks.push(tokio::spawn(async move {
+            // Staggered, so that some reader always holds.
+            tokio::time::sleep(HOLD / 3 * i as u32).await;
+            while !stop.load(Ordering::Relaxed) {
+                let lease = c
+                    .read(&lock, AcquireOptions::wait(Duration::from_secs(30)))
+                    .await?;
+                reads.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(HOLD).await;
+                lease.release().await?;
+            }
+            Ok::<(), dlock_core::Error>(())
+        }));
+    }
+    tokio::time::sleep(HOLD * 4).await;
+    let asked = Instant::now();
+    let got = writer.write(&lock, AcquireOptions::wait(bound)).await;
+    let waited = asked.elapsed();
+    let reads_during = reads.load(Ordering::Relaxed);
+    let write = match got {
+        Ok(lease) => Some(lease),
+        Err(e) if e.kind() == ErrorKind::Timeout => None,
+        Err(e) => {
+            stop.store(true, Ordering::Relaxed);
+            return Err(Verdict::Fail(format!("the writer failed: {e}")));
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    if let Some(lease) = write {
+        lease.release().await?;
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Verdict::Fail(format!("a reader panicked: {e}")))??;
+    }
+    ctx.figure_ms("writer_wait_ms", waited);
+    ctx.figure("reads", reads_during as u64);
+    ensure!(
+        waited < bound,
+        "the writer was starved: not granted in {waited:?} while readers kept reading ({reads_during} reads)"
+    );
+    Ok(())
+}
+
+/// 8 clients × 6 permits each on a semaphore of 3: never more than 3 held at once, and 3
+/// were held together; an acquire that asks for another count while permits are held fails
+/// with `InvalidInput` instead of changing it.
+pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
+    const PERMITS: u32 = 3;
+    const CLIENTS: usize = 8;
+    const EACH: usize = 6;
+    let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
+    let lock = name("semaphore")?;
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for who in 0..CLIENTS {
+        let c = semaphore(ctx, opts.clone()).await?;
+        let (lock, held, most) = (lock.clone(), Arc::clone(&held), Arc::clone(&most));
+        tasks.push(tokio::spawn(async move {
+            for round in 0..EACH {
+                let permit = c
+                    .acquire_permit(
+                        &lock,
+                        PERMITS,
+                        AcquireOptions::wait(Duration::from_secs(30)),
+                    )
+                    .await?;
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let hold = 10 + (who * 7 + round * 3) % 20;
+                tokio::time::sleep(Duration::from_millis(hold as u64)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await?;
+            }
+            Ok::<(), dlock_core::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Verdict::Fail(format!("a client panicked: {e}")))??;
+    }
+    let most = most.load(Ordering::SeqCst);
+    ctx.figure("held_together_max", most as u64);
+    ensure!(
+        most <= PERMITS as usize,
+        "{most} permits held at once on a semaphore of {PERMITS}"
+    );
+    ensure!(
+        most == PERMITS as usize,
+        "never more than {most} of {PERMITS} permits held at once by {CLIENTS} clients"
+    );
+    // Every holder agrees on the count.
+    let a = semaphore(ctx, opts.clone()).await?;
+    let b = semaphore(ctx, opts).await?;
+    let permit = a
+        .acquire_permit(
+            &lock,
+            PERMITS,
+            AcquireOptions::wait(Duration::from_secs(10)),
+        )
+        .await?;
+    let other = b
+        .acquire_permit(
+            &lock,
+            PERMITS + 1,
+            AcquireOptions::wait(Duration::from_secs(2)),
+        )
+        .await;
+    permit.release().await?;
+    match other {
+        Err(e) if e.kind() == ErrorKind::InvalidInput => Ok(()),
+        Err(e) => Err(Verdict::Fail(format!(
+            "an acquire with {} permits on a semaphore of {PERMITS} failed with {e}, not InvalidInput",
+            PERMITS + 1
+        ))),
+        Ok(p) => {
+            let _ = p.release().await;
+            Err(Verdict::Fail(format!(
+                "an acquire with {} permits on a semaphore of {PERMITS} in use was granted",
+                PERMITS + 1
+            )))
+        }
+    }
+}
+
+/// A semaphore of one permit: its holder's link goes silent (or, in process, its renewal
+/// stops) while another client waits: the waiter gets the permit within TTL + slack, never
+/// before the holder's `lost()` fired, with a higher token.
+pub(crate) async fn semaphore_crash_release(ctx: &Ctx) -> Result<(), Verdict> {
+    let ttl = ctx.ttl();
+    let lock = name("semaphore-crash")?;
+    let proxies = ctx
+        .backend()
+        .node_addrs()
+        .iter()
+        .map(|a| Proxy::start(*a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
+    let mut opts = ClientOptions::new(ctx.ns(), ttl);
+    if !proxies.is_empty() {
+        opts = opts.via(proxies.iter().map(Proxy::addr).collect());
+    }
+    let holder = semaphore(ctx, opts).await?;
+    let waiter = semaphore(ctx, ClientOptions::new(ctx.ns(), ttl)).await?;
+    let caps = ctx.capabilities().await?;
+    let permit = holder
+        .acquire_permit(&lock, 1, AcquireOptions::wait(Duration::from_secs(10)))
+        .await?;
+    let old_token = permit.token();
+    let lost = permit.lost();
+    let lost_at = tokio::spawn(async move {
+        let reason = lost.await;
+        (Instant::now(), reason)
+    });
+    let wait = ttl * 3 + caps.crash_release_slack + Duration::from_secs(5);
+    let (w, l) = (Arc::clone(&waiter), lock.clone());
+    let waiting = tokio::spawn(async move {
+        let got = w.acquire_permit(&l, 1, AcquireOptions::wait(wait)).await;
+        (Instant::now(), got)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ensure!(
+        !waiting.is_finished(),
+        "the waiter got the only permit while its holder was alive"
+    );
+    let cut = Instant::now();
+    if proxies.is_empty() {
+        permit.stop_renewal_for_test();
+    } else {
+        proxies.iter().for_each(|p| p.set(Mode::Blackhole));
+    }
+    let (got_at, got) = waiting
+        .await
+        .map_err(|e| Verdict::Fail(format!("the waiter panicked: {e}")))?;
+    let new = got.map_err(|e| {
+        Verdict::Fail(format!(
+            "the permit was not freed after its holder was cut off: {e}"
+        ))
+    })?;
+    let (lost_t, reason) = lost_at
+        .await
+        .map_err(|e| Verdict::Fail(format!("the lost() task panicked: {e}")))?;
+    proxies.iter().for_each(|p| p.set(Mode::Pass));
+    let after = got_at.saturating_duration_since(cut);
+    let bound = caps.crash_release_within + caps.crash_release_slack;
+    ctx.figure_ms("release_ms", after);
+    ctx.figure_ms("bound_ms", bound);
+    ensure!(
+        lost_t <= got_at,
+        "the cut-off holder learned of its loss ({reason}) {:?} after the waiter got the permit",
+        lost_t.saturating_duration_since(got_at)
+    );
+    ensure!(
+        after <= bound,
+        "the permit was freed {after:?} after its holder was cut off, later than TTL + slack ({bound:?})"
+    );
+    ensure!(
+        new.token() > old_token,
+        "the new permit's token ({}) is not above the lost one's ({old_token})",
+        new.token()
+    );
+    new.release().await?;
+    drop(permit);
+    Ok(())
+}
