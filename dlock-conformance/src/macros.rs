@@ -61,6 +61,7 @@ macro_rules! conformance_tests {
                 rw_writer_not_starved => RwWriterNotStarved,
                 semaphore_bound => SemaphoreBound,
                 semaphore_crash_release => SemaphoreCrashRelease,
+                family_cancel => FamilyCancel,
             );
 
             #[test]

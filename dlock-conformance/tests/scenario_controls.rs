@@ -266,3 +266,24 @@ fn semaphore_crash_release_catches_a_slow_expiry() {
 fn semaphore_crash_release_passes_on_the_reference() {
     passes(Scenario::SemaphoreCrashRelease);
 }
+
+/// A request whose queue entry outlives its cancellation is caught by `family_cancel`.
+#[test]
+fn family_cancel_catches_a_cancelled_request_left_queued() {
+    caught(
+        Defect::CancelLeavesEntry,
+        Scenario::FamilyCancel,
+        "a cancelled request left entries behind",
+    );
+}
+
+/// The correct memory backend passes the same run, on all three primitives.
+#[test]
+fn family_cancel_passes_on_the_reference() {
+    let row = passes(Scenario::FamilyCancel);
+    assert!(
+        row.summary().contains("election,write,permit"),
+        "{}",
+        row.summary()
+    );
+}

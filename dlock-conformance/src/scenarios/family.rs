@@ -369,3 +369,161 @@ pub(crate) async fn semaphore_crash_release(ctx: &Ctx) -> Result<(), Verdict> {
     drop(permit);
     Ok(())
 }
+
+/// What one request of a family primitive holds.
+enum Held {
+    Lease(dlock_core::Lease),
+    Leader(dlock_core::Leadership),
+}
+
+impl Held {
+    async fn release(self) -> Result<(), dlock_core::Error> {
+        match self {
+            Held::Lease(l) => l.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+type Pending = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Held, dlock_core::Error>> + Send + 'static>,
+>;
+
+/// A client's request for `lock` in one primitive (a campaign, a write lease, the only permit).
+type Request = Box<dyn Fn() -> Pending + Send + Sync>;
+
+/// Three clients' requests of primitive `kind`, or `None` when the backend lacks it.
+async fn requests(
+    ctx: &Ctx,
+    kind: &str,
+    lock: &dlock_core::LockName,
+) -> Result<Option<Vec<Request>>, Verdict> {
+    let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
+    let wait = AcquireOptions::forever();
+    let failed = |e: dlock_core::Error| Verdict::Fail(format!("cannot build a {kind} client: {e}"));
+    let mut out: Vec<Request> = Vec::new();
+    for _ in 0..3 {
+        let lock = lock.clone();
+        let request: Option<Request> = match kind {
+            "election" => ctx
+                .backend()
+                .election(opts.clone())
+                .await
+                .map_err(failed)?
+                .map(|c| -> Request {
+                    Box::new(move || {
+                        let (c, lock) = (Arc::clone(&c), lock.clone());
+                        Box::pin(
+                            async move { Ok(Held::Leader(c.campaign(&lock, b"v", wait).await?)) },
+                        )
+                    })
+                }),
+            "write" => ctx
+                .backend()
+                .rw(opts.clone())
+                .await
+                .map_err(failed)?
+                .map(|c| -> Request {
+                    Box::new(move || {
+                        let (c, lock) = (Arc::clone(&c), lock.clone());
+                        Box::pin(async move { Ok(Held::Lease(c.write(&lock, wait).await?)) })
+                    })
+                }),
+            _ => ctx
+                .backend()
+                .semaphore(opts.clone())
+                .await
+                .map_err(failed)?
+                .map(|c| -> Request {
+                    Box::new(move || {
+                        let (c, lock) = (Arc::clone(&c), lock.clone());
+                        Box::pin(
+                            async move { Ok(Held::Lease(c.acquire_permit(&lock, 1, wait).await?)) },
+                        )
+                    })
+                }),
+        };
+        match request {
+            Some(r) => out.push(r),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// For each family primitive the backend has (a campaign, a write lease, a semaphore's only
+/// permit): a request dropped while queued behind a holder leaves nothing behind within
+/// 500 ms, and the request queued after it is granted within TTL/2 of the holder's release.
+pub(crate) async fn family_cancel(ctx: &Ctx) -> Result<(), Verdict> {
+    let mut ran = Vec::new();
+    for kind in ["election", "write", "permit"] {
+        let lock = name(&format!("cancel-{kind}"))?;
+        let Some(reqs) = requests(ctx, kind, &lock).await? else {
+            continue;
+        };
+        ran.push(kind);
+        let held = reqs[0]().await?;
+        let alone = ctx.leftovers().await?;
+        let b = tokio::spawn(reqs[1]());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let with_b = ctx.leftovers().await?;
+        let c = tokio::spawn(reqs[2]());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let with_both = ctx.leftovers().await?;
+        b.abort();
+        ensure!(
+            b.await.is_err_and(|e| e.is_cancelled()),
+            "{kind}: the cancelled request completed"
+        );
+        let b_entries = with_b.len().saturating_sub(alone.len());
+        let want = with_both.len().saturating_sub(b_entries);
+        let began = Instant::now();
+        loop {
+            let now = ctx.leftovers().await?;
+            if now.len() == want {
+                break;
+            }
+            if began.elapsed() > Duration::from_millis(500) {
+                return Err(Verdict::Fail(format!(
+                    "{kind}: a cancelled request left entries behind: holder only {alone:?}, with both waiters {with_both:?}, after cancelling {now:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let released = Instant::now();
+        held.release().await?;
+        let bound = ctx.ttl() / 2;
+        let granted = match tokio::time::timeout(ctx.ttl() * 2, c).await {
+            Ok(Ok(Ok(h))) => h,
+            Ok(Ok(Err(e))) => {
+                return Err(Verdict::Fail(format!(
+                    "{kind}: the next request failed: {e}"
+                )));
+            }
+            Ok(Err(e)) => {
+                return Err(Verdict::Fail(format!(
+                    "{kind}: the next request panicked: {e}"
+                )));
+            }
+            Err(_) => {
+                return Err(Verdict::Fail(format!(
+                    "{kind}: the request behind a cancelled one was not granted in 2 × TTL"
+                )));
+            }
+        };
+        let handoff = released.elapsed();
+        granted.release().await?;
+        ctx.figure_ms(&format!("{kind}_handoff_ms"), handoff);
+        ensure!(
+            handoff < bound,
+            "{kind}: the request behind a cancelled one was granted {handoff:?} after the release, not within TTL/2"
+        );
+    }
+    if ran.is_empty() {
+        return Err(Verdict::Skip(
+            "the backend has no Election, RwLocker or Semaphore".into(),
+        ));
+    }
+    ctx.figure("primitives", ran.join(","));
+    Ok(())
+}

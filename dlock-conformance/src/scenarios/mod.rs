@@ -129,11 +129,14 @@ pub enum Scenario {
     /// The only permit's holder is cut off: the waiter gets it within TTL + slack, after the
     /// holder's `lost()` fired, with a higher token.
     SemaphoreCrashRelease,
+    /// For each family primitive the backend has: a request dropped while queued leaves
+    /// nothing behind, and the next one is granted promptly.
+    FamilyCancel,
 }
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 36] = [
+    pub const ALL: [Scenario; 37] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -170,6 +173,7 @@ impl Scenario {
         Scenario::RwWriterNotStarved,
         Scenario::SemaphoreBound,
         Scenario::SemaphoreCrashRelease,
+        Scenario::FamilyCancel,
     ];
 
     /// The scenario's name (also its test function's name).
@@ -211,6 +215,7 @@ impl Scenario {
             Scenario::RwWriterNotStarved => "rw_writer_not_starved",
             Scenario::SemaphoreBound => "semaphore_bound",
             Scenario::SemaphoreCrashRelease => "semaphore_crash_release",
+            Scenario::FamilyCancel => "family_cancel",
         }
     }
 
@@ -430,6 +435,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::RwWriterNotStarved => family::rw_writer_not_starved(ctx).await,
         Scenario::SemaphoreBound => family::semaphore_bound(ctx).await,
         Scenario::SemaphoreCrashRelease => family::semaphore_crash_release(ctx).await,
+        Scenario::FamilyCancel => family::family_cancel(ctx).await,
     }
 }
 

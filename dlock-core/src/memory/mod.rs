@@ -63,6 +63,8 @@ pub enum Defect {
     ReadersBarge,
     /// A semaphore grants one permit more than it has.
     SemaphoreOverflow,
+    /// A request dropped while queued keeps its queue entry (until its locker is dropped).
+    CancelLeavesEntry,
     /// Election observers are told only every other leader change, as a watch that keeps
     /// only the latest value would tell a slow observer.
     ObserverSkips,
@@ -570,7 +572,7 @@ struct QueueGuard<'a> {
 
 impl Drop for QueueGuard<'_> {
     fn drop(&mut self) {
-        if !self.armed {
+        if !self.armed || self.backend.defect == Some(Defect::CancelLeavesEntry) {
             return;
         }
         let mut names = self.backend.server.names();
