@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{AcquireOptions, Lease, LockName, Locker, Stats};
+use dlock_core::{AcquireOptions, Election, Lease, LockName, Locker, Stats};
 use dlock_etcd::EtcdLocker;
 use dlock_redis::{RedisLocker, RedlockLocker};
 use dlock_zk::ZkLocker;
@@ -95,12 +95,20 @@ impl<L: Locker> Client for DlockClient<L> {
     }
 }
 
+/// One built dlock locker of any backend.
+enum Built {
+    Redis(RedisLocker),
+    Redlock(RedlockLocker),
+    Etcd(EtcdLocker),
+    Zk(ZkLocker),
+}
+
 impl Dlock {
-    /// A locker (one connection / session) as a `Client` and as a `Locker`.
-    pub async fn locker(&self, ttl: Duration) -> Result<Arc<dyn Locker>, String> {
+    /// A locker of this backend (one connection / session).
+    async fn build(&self, ttl: Duration) -> Result<Built, String> {
         let ns = self.namespace.as_str();
         Ok(match &self.kind {
-            DlockKind::Redis(url) => Arc::new(
+            DlockKind::Redis(url) => Built::Redis(
                 RedisLocker::builder()
                     .url(url)
                     .ttl(ttl)
@@ -108,7 +116,7 @@ impl Dlock {
                     .build()
                     .map_err(|e| err("RedisLocker")(&e))?,
             ),
-            DlockKind::Redlock(urls) => Arc::new(
+            DlockKind::Redlock(urls) => Built::Redlock(
                 RedlockLocker::builder()
                     .nodes(urls.clone())
                     .ttl(ttl)
@@ -116,7 +124,7 @@ impl Dlock {
                     .build()
                     .map_err(|e| err("RedlockLocker")(&e))?,
             ),
-            DlockKind::Etcd(endpoints) => Arc::new(
+            DlockKind::Etcd(endpoints) => Built::Etcd(
                 EtcdLocker::builder()
                     .endpoints(endpoints.clone())
                     .ttl(ttl)
@@ -125,7 +133,7 @@ impl Dlock {
                     .await
                     .map_err(|e| err("EtcdLocker")(&e))?,
             ),
-            DlockKind::Zk(connect) => Arc::new(
+            DlockKind::Zk(connect) => Built::Zk(
                 ZkLocker::builder(connect)
                     .ttl(ttl)
                     .namespace(ns)
@@ -134,6 +142,26 @@ impl Dlock {
                     .map_err(|e| err("ZkLocker")(&e))?,
             ),
         })
+    }
+
+    /// A locker (one connection / session) as a `Locker`.
+    pub async fn locker(&self, ttl: Duration) -> Result<Arc<dyn Locker>, String> {
+        Ok(match self.build(ttl).await? {
+            Built::Redis(l) => Arc::new(l),
+            Built::Redlock(l) => Arc::new(l),
+            Built::Etcd(l) => Arc::new(l),
+            Built::Zk(l) => Arc::new(l),
+        })
+    }
+
+    /// A locker as an `Election` (Redlock has none).
+    pub async fn elector(&self, ttl: Duration) -> Result<Arc<dyn Election>, String> {
+        match self.build(ttl).await? {
+            Built::Redis(l) => Ok(Arc::new(l)),
+            Built::Etcd(l) => Ok(Arc::new(l)),
+            Built::Zk(l) => Ok(Arc::new(l)),
+            Built::Redlock(_) => Err("Redlock has no election".into()),
+        }
     }
 }
 

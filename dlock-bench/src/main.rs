@@ -11,6 +11,7 @@
 //! `--readme FILE` runs nothing: it rewrites the generated section of FILE from a run's
 //! `results.json` (`--from`, default `<out>/results.json`).
 
+mod elect;
 mod http;
 mod impls;
 #[cfg(test)]
@@ -29,12 +30,15 @@ use std::time::{Duration, Instant};
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 
+use elect::{DlockElection, EtcdElectionPeer};
 use impls::{Dlock, DlockKind, EtcdFloor, EtcdPeer, Impl, RedisFloor, Rslock, ZkFloor, ZkPeer};
 use probe::Probe;
 use stats::{Row, Sink};
 
 const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
 const WAITERS: [usize; 4] = [1, 8, 32, 64];
+/// The N of the leadership-handoff workloads (`election-N`).
+const ELECTION_WAITERS: [usize; 2] = [1, 8];
 
 struct Args {
     quick: bool,
@@ -156,6 +160,8 @@ struct Backend {
     name: &'static str,
     /// floor, dlock, peer.
     impls: Vec<Arc<dyn Impl>>,
+    /// dlock's election and, where one runs here, a peer's (leadership handoffs).
+    elections: Vec<Arc<dyn Impl>>,
     dlock: Dlock,
     probe: Probe,
     cluster: Arc<Cluster>,
@@ -199,6 +205,12 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                         prefix: prefix("rslock"),
                     }),
                 ],
+                // Redlock keeps no election.
+                elections: if name == "redis" {
+                    vec![Arc::new(DlockElection(dlock(kind.clone())))]
+                } else {
+                    Vec::new()
+                },
                 dlock: dlock(kind),
                 probe: Probe::Redis(conns),
                 cluster: c,
@@ -218,6 +230,13 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                     Arc::new(EtcdPeer {
                         endpoints: eps.clone(),
                         prefix: prefix("peer"),
+                    }),
+                ],
+                elections: vec![
+                    Arc::new(DlockElection(dlock(DlockKind::Etcd(eps.clone())))),
+                    Arc::new(EtcdElectionPeer {
+                        endpoints: eps.clone(),
+                        prefix: prefix("peer-election"),
                     }),
                 ],
                 dlock: dlock(DlockKind::Etcd(eps)),
@@ -242,6 +261,9 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                         base: format!("{base}-peer"),
                     }),
                 ],
+                elections: vec![Arc::new(DlockElection(dlock(DlockKind::Zk(
+                    connect.clone(),
+                ))))],
                 dlock: dlock(DlockKind::Zk(connect)),
                 probe: Probe::Zk(c.addrs()),
                 cluster: c,
@@ -272,6 +294,19 @@ async fn run_backend(
     let t = Instant::now();
     workloads::waiters(&mut sink, &b.impls, &WAITERS, plan.queue_rounds, &b.probe).await?;
     step("N waiters", t);
+    if !b.elections.is_empty() {
+        let t = Instant::now();
+        workloads::waiters_as(
+            &mut sink,
+            "election",
+            &b.elections,
+            &ELECTION_WAITERS,
+            plan.queue_rounds,
+            &b.probe,
+        )
+        .await?;
+        step("leadership handoffs", t);
+    }
     let t = Instant::now();
     workloads::many_locks(&mut sink, &b.impls, plan.many, plan.many_rounds).await?;
     step("distinct locks", t);

@@ -364,9 +364,22 @@ pub async fn waiters(
     rounds: usize,
     probe: &Probe,
 ) -> Result<(), String> {
+    waiters_as(sink, "waiters", impls, ns, rounds, probe).await
+}
+
+/// [`waiters`] reported under the workload names `<label>-N` (e.g. `election-8` for leadership
+/// handoffs, where an acquire is a campaign and a release a resignation).
+pub async fn waiters_as(
+    sink: &mut Sink<'_>,
+    label: &str,
+    impls: &[Arc<dyn Impl>],
+    ns: &[usize],
+    rounds: usize,
+    probe: &Probe,
+) -> Result<(), String> {
     let impls: Vec<&Arc<dyn Impl>> = impls.iter().filter(|i| i.contends()).collect();
     for &n in ns {
-        let wl = format!("waiters-{n}");
+        let wl = format!("{label}-{n}");
         let mut handoffs = vec![Vec::new(); impls.len()];
         // The first handoff of a round follows 300 ms of idleness; the later ones follow a
         // handoff at once. Split, they tell a cold path from a slow one.
@@ -377,7 +390,13 @@ pub async fn waiters(
         let mut violations = vec![0u64; impls.len()];
         for r in 0..rounds {
             for i in order(impls.len(), r) {
-                let q = queue_round(impls[i].as_ref(), n, format!("queue-{n}-{r}"), probe).await?;
+                let q = queue_round(
+                    impls[i].as_ref(),
+                    n,
+                    format!("{label}-queue-{n}-{r}"),
+                    probe,
+                )
+                .await?;
                 if let Some((first, rest)) = q.handoffs.split_first() {
                     firsts[i].push(*first);
                     later[i].extend_from_slice(rest);
