@@ -9,14 +9,16 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::errors::{map, session_ended, transient};
-use crate::paths::{create_prefix, is_ours, node_name, sorted_contenders};
+use crate::paths::{create_prefix, is_ours, node_name};
+use crate::rule::{Rule, Turn};
+use crate::semaphore::check_permits;
 use crate::session::{DeleteTarget, Session, delete_target};
 
 /// How an attempt ended when it did not fail.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Our node is the lowest: the lock is ours. `proof` is when the request that showed it
-    /// was sent (the session was alive then).
+    /// Our node holds by its rule (for a mutex: it is the lowest). `proof` is when the request
+    /// that showed it was sent (the session was alive then).
     Granted {
         path: String,
         czxid: i64,
@@ -48,8 +50,8 @@ pub(crate) struct Contender {
     no_container: Arc<AtomicBool>,
     /// The data written into our node (see `payload`; an election's value).
     payload: Arc<[u8]>,
-    /// The node-name marker: `lock-` (mutex) or `latch-` (election), see `paths`.
-    marker: &'static str,
+    /// The primitive: the node-name marker, the order and when the node holds (see `rule`).
+    rule: Rule,
     path: Option<String>,
     create_sent: bool,
     armed: bool,
@@ -62,7 +64,7 @@ impl Contender {
         acls: zk::Acls<'static>,
         no_container: Arc<AtomicBool>,
         payload: Arc<[u8]>,
-        marker: &'static str,
+        rule: Rule,
     ) -> Self {
         Contender {
             sess,
@@ -71,7 +73,7 @@ impl Contender {
             acls,
             no_container,
             payload,
-            marker,
+            rule,
             path: None,
             create_sent: false,
             armed: true,
@@ -126,8 +128,9 @@ impl Contender {
         }
     }
 
-    /// Creates our node (protected) and waits for it to become the lowest. With `single`,
-    /// returns [`Outcome::Busy`] instead of waiting.
+    /// Creates our node (protected) and waits for it to hold by the contender's rule. With
+    /// `single`, returns [`Outcome::Busy`] instead of waiting. A semaphore permit first checks
+    /// its permit count against the earliest holder's (see `semaphore`).
     ///
     /// Cancel safety: dropping the future leaves the contender armed; dropping the contender
     /// removes its node in the background.
@@ -143,6 +146,7 @@ impl Contender {
         let counters = Arc::clone(&self.sess.counters);
         let client = self.sess.client.clone();
         let mut waited = false;
+        let mut agreed = !matches!(self.rule, Rule::Lease { .. });
         loop {
             let (proof, children) = match prefetched.take() {
                 Some(listing) => listing,
@@ -169,31 +173,63 @@ impl Contender {
                     }
                 }
             };
-            let sorted = sorted_contenders(children, self.marker);
+            let sorted = self.rule.sort(children);
             let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
-            if index == 0 {
-                return Ok(Outcome::Granted { path, czxid, proof });
+            if !agreed {
+                if let Rule::Lease { permits } = self.rule {
+                    let ahead = sorted.get(..index).unwrap_or_default();
+                    match check_permits(&self.sess, &self.parent, ahead, permits).await {
+                        Ok(None) => agreed = true,
+                        Ok(Some(e)) => return Err(Retry::Fatal(e)),
+                        Err(e) => {
+                            self.classify(e)?;
+                            pause().await;
+                            continue;
+                        }
+                    }
+                }
             }
-            if single {
-                return Ok(Outcome::Busy);
-            }
+            let watch = match self.rule.turn(&sorted, index) {
+                Turn::Granted => return Ok(Outcome::Granted { path, czxid, proof }),
+                _ if single => return Ok(Outcome::Busy),
+                Turn::Node(node) => Some(node),
+                Turn::Children => None,
+            };
             if !waited {
                 waited = true;
                 counters.add_waits(1);
             }
-            let predecessor = format!("{}/{}", self.parent, sorted[index - 1]);
-            tracing::trace!(node = %me, %predecessor, "waiting for the predecessor");
             counters.add_requests(1);
-            // getData rather than exists: a watch is left only when the node exists.
-            let watcher = match client.get_and_watch_data(&predecessor).await {
-                Ok((_, _, watcher)) => watcher,
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => {
-                    self.classify(e)?;
-                    pause().await;
-                    continue;
+            let watcher = match watch {
+                Some(node) => {
+                    let predecessor = format!("{}/{node}", self.parent);
+                    tracing::trace!(node = %me, %predecessor, "waiting for the predecessor");
+                    // getData rather than exists: a watch is left only when the node exists.
+                    match client.get_and_watch_data(&predecessor).await {
+                        Ok((_, _, watcher)) => watcher,
+                        Err(zk::Error::NoNode) => continue,
+                        Err(e) => {
+                            self.classify(e)?;
+                            pause().await;
+                            continue;
+                        }
+                    }
+                }
+                None => {
+                    tracing::trace!(node = %me, parent = %self.parent, "waiting for a change of the queue");
+                    match client.list_and_watch_children(&self.parent).await {
+                        // Our turn came before the watch was set: list again behind a sync.
+                        Ok((now, _)) if self.holds_in(&now, &me) => continue,
+                        Ok((_, watcher)) => watcher,
+                        Err(zk::Error::NoNode) => return Err(self.vanished()),
+                        Err(e) => {
+                            self.classify(e)?;
+                            pause().await;
+                            continue;
+                        }
+                    }
                 }
             };
             let event = watcher.changed().await;
@@ -202,6 +238,16 @@ impl Contender {
                 return Err(self.ended(&format!("{}", event.session_state)));
             }
         }
+    }
+
+    /// Whether our node `me` holds (or is gone) in the listing `children`: either way the
+    /// caller lists again behind a sync rather than waiting.
+    fn holds_in(&self, children: &[String], me: &str) -> bool {
+        let sorted = self.rule.sort(children.to_vec());
+        sorted
+            .iter()
+            .position(|n| n == me)
+            .is_none_or(|i| self.rule.turn(&sorted, i) == Turn::Granted)
     }
 
     /// Our node was not found: because the session ended, or because someone deleted it. The
@@ -241,7 +287,7 @@ impl Contender {
     /// answers one session's requests in order, so the listing already holds our node and an
     /// uncontended acquire costs one round trip.
     async fn create(&mut self) -> Result<(i64, Option<(Instant, Vec<String>)>), Retry> {
-        let prefix = create_prefix(&self.parent, &self.uuid, self.marker);
+        let prefix = create_prefix(&self.parent, &self.uuid, self.rule.marker());
         let client = self.sess.client.clone();
         let counters = Arc::clone(&self.sess.counters);
         let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);

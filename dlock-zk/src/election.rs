@@ -17,6 +17,7 @@ use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
 use crate::paths::{LATCH_MARKER, parent_of, sorted_contenders};
 use crate::record::encode;
+use crate::rule::Rule;
 use crate::session::Session;
 
 /// How many times [`ZkLocker::leader`] lists the queue again when the leader it read resigned
@@ -155,8 +156,9 @@ impl Election for ZkLocker {
         validate_value(value)?;
         opts.validate()?;
         let queue = Queue {
-            marker: LATCH_MARKER,
+            rule: Rule::First(LATCH_MARKER),
             payload: Arc::from(value),
+            under: None,
         };
         let Some(grant) = self.contend(name, opts.wait, false, queue).await? else {
             return Err(Error::backend(

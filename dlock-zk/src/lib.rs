@@ -13,6 +13,9 @@ mod paths;
 mod payload;
 mod reads;
 mod record;
+mod rule;
+mod rw;
+mod semaphore;
 mod session;
 
 pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};

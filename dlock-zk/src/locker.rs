@@ -17,6 +17,7 @@ use crate::config::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
 use crate::paths::{LOCK_MARKER, parent_path};
 use crate::payload::node_payload;
+use crate::rule::Rule;
 use crate::session::{NodeEntry, Session};
 
 /// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
@@ -34,7 +35,11 @@ use crate::session::{NodeEntry, Session};
 ///
 /// The locker is also a [`dlock_core::Election`] on the same queue machinery, with nodes laid
 /// out as Curator's `LeaderLatch` lays them out (`_c_<uuid>-latch-<seq>`, holding the value);
-/// see the crate documentation's "Election" section.
+/// see the crate documentation's "Election" section. It is a [`dlock_core::RwLocker`]
+/// (Curator's `InterProcessReadWriteLock` layout: `__READ__` and `__WRIT__` nodes in one
+/// queue) and a [`dlock_core::Semaphore`] (`InterProcessSemaphoreV2`'s: a `locks` mutex
+/// guarding acquisition, `leases` holding the permits), on the same machinery; see the crate
+/// documentation's "Read-write lock and semaphore" section.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -159,7 +164,7 @@ impl ZkLocker {
             self.inner.acls,
             Arc::clone(&self.inner.no_container),
             Arc::clone(&self.inner.payload),
-            LOCK_MARKER,
+            Rule::First(LOCK_MARKER),
         );
         match c.recover_for_test(uuid.to_owned()).await {
             Ok(found) => Ok(found),
@@ -209,8 +214,9 @@ impl ZkLocker {
         single: bool,
     ) -> Result<Option<Lease>, Error> {
         let queue = Queue {
-            marker: LOCK_MARKER,
-            payload: Arc::clone(&self.inner.payload),
+            rule: Rule::First(LOCK_MARKER),
+            payload: self.payload(),
+            under: None,
         };
         Ok(self
             .contend(name, wait, single, queue)
@@ -218,8 +224,14 @@ impl ZkLocker {
             .map(|grant| grant.lease))
     }
 
-    /// Queues in `name`'s parent with a node of `queue`'s kind and waits for its turn (or, with
-    /// `single`, checks once). The machinery of both the mutex and the election.
+    /// The data of every node this locker creates (see `payload`).
+    pub(crate) fn payload(&self) -> Arc<[u8]> {
+        Arc::clone(&self.inner.payload)
+    }
+
+    /// Queues in `name`'s parent (or its child `queue.under`) with a node of `queue`'s kind
+    /// and waits for its turn (or, with `single`, checks once). The machinery of the mutex,
+    /// the election, the read-write lock and the semaphore.
     ///
     /// # Cancel safety
     /// Dropping the future removes our node in the background.
@@ -233,7 +245,10 @@ impl ZkLocker {
     ) -> Result<Option<Grant>, Error> {
         let began = Instant::now();
         let deadline = wait.map(|w| began + w);
-        let parent = self.lock_path(name);
+        let parent = match queue.under {
+            Some(child) => format!("{}/{child}", self.lock_path(name)),
+            None => self.lock_path(name),
+        };
         let mut restarts: u32 = 0;
         let mut open_backoff = Duration::from_millis(20);
         loop {
@@ -269,7 +284,7 @@ impl ZkLocker {
                 self.inner.acls,
                 Arc::clone(&self.inner.no_container),
                 Arc::clone(&queue.payload),
-                queue.marker,
+                queue.rule,
             );
             let outcome = within(deadline, contender.run(single)).await;
             let retry = match outcome {
@@ -367,10 +382,13 @@ impl ZkLocker {
 
 /// What kind of node a contender queues with.
 pub(crate) struct Queue {
-    /// The node-name marker (`lock-` or `latch-`, see `paths`).
-    pub(crate) marker: &'static str,
+    /// The primitive (node-name marker, order, grant rule; see `rule`).
+    pub(crate) rule: Rule,
     /// The node's data.
     pub(crate) payload: Arc<[u8]>,
+    /// The child of the lock's parent to queue in (a semaphore's `locks` or `leases`), or
+    /// `None` for the parent itself.
+    pub(crate) under: Option<&'static str>,
 }
 
 /// A granted contention: the lease, and the node and session it rests on.

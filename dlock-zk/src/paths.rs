@@ -1,11 +1,16 @@
-//! Znode layout, compatible with Curator's `InterProcessMutex` and `LeaderLatch`.
+//! Znode layout, compatible with Curator's `InterProcessMutex`, `LeaderLatch`,
+//! `InterProcessReadWriteLock` and `InterProcessSemaphoreV2`.
 //!
 //! A lock `name` lives in the parent `<root>/<name.encoded()>`; every contender is an
 //! EPHEMERAL_SEQUENTIAL child `_c_<uuid>-<marker><sequence>`, the marker being `lock-` for a
-//! mutex ([`LOCK_MARKER`], as `InterProcessMutex`) and `latch-` for an election
-//! ([`LATCH_MARKER`], as `LeaderLatch`). Contenders are ordered as Curator orders them: by the
-//! text after the last marker, so the protection prefix never changes the order
-//! ([`sorted_contenders`]).
+//! mutex ([`LOCK_MARKER`], as `InterProcessMutex`), `latch-` for an election
+//! ([`LATCH_MARKER`], as `LeaderLatch`), `__READ__` / `__WRIT__` for a read-write lock
+//! ([`READ_MARKER`], [`WRITE_MARKER`], as `InterProcessReadWriteLock`). A semaphore uses two
+//! children of the parent, as `InterProcessSemaphoreV2`: [`SEMAPHORE_LOCKS`] (a mutex of
+//! `lock-` nodes guarding acquisition) and [`SEMAPHORE_LEASES`] (`lease-` nodes,
+//! [`LEASE_MARKER`]). Contenders are ordered as Curator orders them: by the text after the
+//! last marker, so the protection prefix never changes the order ([`sorted_contenders`]; the
+//! per-primitive order and grant rule are in `rule`).
 
 use std::fmt::Write as _;
 
@@ -15,6 +20,16 @@ use dlock_core::Error;
 pub(crate) const LOCK_MARKER: &str = "lock-";
 /// The node-name marker Curator's `LeaderLatch` uses.
 pub(crate) const LATCH_MARKER: &str = "latch-";
+/// The read-node marker of Curator's `InterProcessReadWriteLock`.
+pub(crate) const READ_MARKER: &str = "__READ__";
+/// The write-node marker of Curator's `InterProcessReadWriteLock`.
+pub(crate) const WRITE_MARKER: &str = "__WRIT__";
+/// The lease-node marker of Curator's `InterProcessSemaphoreV2`.
+pub(crate) const LEASE_MARKER: &str = "lease-";
+/// The child of a semaphore's parent holding its guard mutex (`InterProcessSemaphoreV2`).
+pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
+/// The child of a semaphore's parent holding its lease nodes (`InterProcessSemaphoreV2`).
+pub(crate) const SEMAPHORE_LEASES: &str = "leases";
 /// The protection prefix Curator puts before the uuid.
 pub(crate) const PROTECTED_PREFIX: &str = "_c_";
 
@@ -60,12 +75,13 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
 /// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
 /// order keeps a dlock contender and a Curator one from each believing it is first. (Java
 /// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
-pub(crate) fn sorted_contenders(mut children: Vec<String>, marker: &str) -> Vec<String> {
-    children.sort_by(|a, b| {
-        sort_key(a, marker)
-            .cmp(sort_key(b, marker))
-            .then_with(|| a.cmp(b))
-    });
+pub(crate) fn sorted_contenders(children: Vec<String>, marker: &str) -> Vec<String> {
+    sorted_by(children, |c| sort_key(c, marker))
+}
+
+/// `children` ordered by `key` compared as text (ties by name).
+pub(crate) fn sorted_by(mut children: Vec<String>, key: impl Fn(&str) -> &str) -> Vec<String> {
+    children.sort_by(|a, b| key(a).cmp(key(b)).then_with(|| a.cmp(b)));
     children
 }
 

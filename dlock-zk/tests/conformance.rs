@@ -7,7 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Election, Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{
+    Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
+};
 use dlock_zk::{DEFAULT_ROOT, ZkLocker};
 use zookeeper_client as zkc;
 
@@ -84,14 +86,32 @@ impl TestBackend for ZkBackend {
         Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
-    /// Every contender node under the namespace (`<lock parent>/<node>`). Empty lock parents
-    /// are container nodes the server reaps by itself, so they do not count.
+    /// A locker built exactly as [`ZkBackend::client`] builds one, as a [`RwLocker`].
+    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
+    }
+
+    /// A locker built exactly as [`ZkBackend::client`] builds one, as a [`Semaphore`].
+    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
+    }
+
+    /// Every contender node under the namespace (`<lock parent>/<node>`, and a semaphore's
+    /// `<lock parent>/locks/<node>` and `<lock parent>/leases/<node>`). Empty lock parents
+    /// (and a semaphore's `locks` and `leases`) are container nodes the server reaps by
+    /// itself, so they do not count.
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
         let z = self.raw().await?;
         let base = Self::base(namespace);
         let mut out = Vec::new();
         for parent in children(&z, &base).await? {
             for node in children(&z, &format!("{base}/{parent}")).await? {
+                if node == "locks" || node == "leases" {
+                    for sub in children(&z, &format!("{base}/{parent}/{node}")).await? {
+                        out.push(format!("{parent}/{node}/{sub}"));
+                    }
+                    continue;
+                }
                 out.push(format!("{parent}/{node}"));
             }
         }

@@ -451,6 +451,22 @@ async fn requests(
     Ok(Some(out))
 }
 
+/// How many times `e` is in `v`.
+fn count(v: &[String], e: &str) -> usize {
+    v.iter().filter(|x| *x == e).count()
+}
+
+/// `a` less `b`, as multisets.
+fn minus(a: &[String], b: &[String]) -> Vec<String> {
+    let mut out = a.to_vec();
+    for e in b {
+        if let Some(i) = out.iter().position(|x| x == e) {
+            out.remove(i);
+        }
+    }
+    out
+}
+
 /// For each family primitive the backend has (a campaign, a write lease, a semaphore's only
 /// permit): a request dropped while queued behind a holder leaves nothing behind within
 /// 500 ms, and the request queued after it is granted within TTL/2 of the holder's release.
@@ -475,17 +491,23 @@ pub(crate) async fn family_cancel(ctx: &Ctx) -> Result<(), Verdict> {
             b.await.is_err_and(|e| e.is_cancelled()),
             "{kind}: the cancelled request completed"
         );
-        let b_entries = with_b.len().saturating_sub(alone.len());
-        let want = with_both.len().saturating_sub(b_entries);
+        // B's entries: what appeared when it queued. Each must be gone (as many times as it
+        // appeared), whatever C's own entries do meanwhile (a semaphore's guard moves on).
+        let b_entries = minus(&with_b, &alone);
+        let expected = minus(&with_both, &b_entries);
         let began = Instant::now();
         loop {
             let now = ctx.leftovers().await?;
-            if now.len() == want {
+            let left: Vec<&String> = b_entries
+                .iter()
+                .filter(|e| count(&now, e) > count(&expected, e))
+                .collect();
+            if left.is_empty() {
                 break;
             }
             if began.elapsed() > Duration::from_millis(500) {
                 return Err(Verdict::Fail(format!(
-                    "{kind}: a cancelled request left entries behind: holder only {alone:?}, with both waiters {with_both:?}, after cancelling {now:?}"
+                    "{kind}: a cancelled request left entries behind: {left:?} (holder only {alone:?}, with both waiters {with_both:?}, after cancelling {now:?})"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
