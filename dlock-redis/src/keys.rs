@@ -82,6 +82,33 @@ impl Keys {
     }
 }
 
+/// The keys of one name's read-write lock or semaphore (see `family_scripts`), in the name's
+/// hash tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FamilyKeys {
+    /// `<lock>:holders`: member `<mode>:<owner>` → expiry in server milliseconds (a sorted set).
+    pub(crate) holders: String,
+    /// `<lock>:holders:q`: the FIFO queue of waiting requests (a list).
+    pub(crate) queue: String,
+    /// `<lock>:holders:qt`: queue entry → deadline in server milliseconds (a hash).
+    pub(crate) deadlines: String,
+    /// `<lock>:fence`: the name's fencing counter, shared with the mutex.
+    pub(crate) fence: String,
+}
+
+impl FamilyKeys {
+    /// The family keys of the name whose mutex keys are `keys`.
+    pub(crate) fn of(keys: &Keys) -> Self {
+        let holders = format!("{}:holders", keys.lock);
+        FamilyKeys {
+            queue: format!("{holders}:q"),
+            deadlines: format!("{holders}:qt"),
+            fence: keys.fence.clone(),
+            holders,
+        }
+    }
+}
+
 /// A random 128-bit value, hex-encoded: unique per acquire call across all clients.
 pub(crate) fn random_id() -> String {
     let mut bytes = [0u8; 16];
@@ -107,6 +134,11 @@ mod tests {
         assert_eq!(k.fence, "ns/dlock:{a/b}:fence");
         assert_eq!(k.queue, "ns/dlock:{a/b}:q");
         assert_eq!(k.deadlines, "ns/dlock:{a/b}:qt");
+        let f = FamilyKeys::of(&k);
+        assert_eq!(f.holders, "ns/dlock:{a/b}:holders");
+        assert_eq!(f.queue, "ns/dlock:{a/b}:holders:q");
+        assert_eq!(f.deadlines, "ns/dlock:{a/b}:holders:qt");
+        assert_eq!(f.fence, "ns/dlock:{a/b}:fence");
     }
 
     #[test]

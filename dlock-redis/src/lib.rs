@@ -3,9 +3,11 @@
 //!
 //! Both implement [`dlock_core::Locker`]: fencing tokens with every grant, automatic renewal of
 //! every held lease in one round trip per period, a loss signal that fires before anyone else
-//! can be granted the lock, and release on crash after the TTL.
+//! can be granted the lock, and release on crash after the TTL. [`RedisLocker`] also implements
+//! [`dlock_core::Election`], [`dlock_core::RwLocker`] and [`dlock_core::Semaphore`].
 
 mod conn;
+mod family_scripts;
 mod keys;
 mod redlock;
 mod scripts;

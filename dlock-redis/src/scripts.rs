@@ -82,7 +82,7 @@ end
 /// expires: Redlock's nodes must agree on their counters (each node's clock would differ and
 /// cost a fence write-back round per grant), and its majority-max rule keeps tokens increasing
 /// when a minority of nodes loses its counters.
-const TOKEN_PRELUDE: &str = r#"
+pub(crate) const TOKEN_PRELUDE: &str = r#"
 local function next_token(fence, life)
   local tok = tonumber(redis.call('GET', fence) or '0') + 1
   if tonumber(life) > 0 then

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
 
 fn name(s: &str) -> LockName {
@@ -36,6 +36,18 @@ const RULES: &[&str] = &[
     "+hset",
     "+hdel",
     "+publish",
+];
+
+/// What the read-write lock and the semaphore need on top of [`RULES`] (as the README says).
+const FAMILY_RULES: &[&str] = &[
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zremrangebyscore",
+    "+zcard",
+    "+zscore",
+    "+pexpireat",
+    "+lrange",
 ];
 
 async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
@@ -187,4 +199,37 @@ async fn a_refused_release_never_reserves_without_notifying() {
         "the lock was reserved ({value:?}) but its head was never told"
     );
     waiting.abort();
+}
+
+/// The documented rules plus the family's: reads, a queued write with its notification,
+/// renewal, permits and releases all work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_family_acl_rules_suffice() {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    let ns = "dlock-test/acl/family";
+    let rules: Vec<&str> = RULES.iter().chain(FAMILY_RULES).copied().collect();
+    acl_user(&url, "dlock-family", ns, &rules).await;
+    let a = locker(addr, "dlock-family", "pw", ns);
+    let b = locker(addr, "dlock-family", "pw", ns);
+    let lock = name("rw");
+    let wait = AcquireOptions::wait(Duration::from_secs(2));
+    let read = a.read(&lock, wait).await.expect("read");
+    let (b2, l2) = (b.clone(), lock.clone());
+    let writing = tokio::spawn(async move {
+        b2.write(&l2, AcquireOptions::wait(Duration::from_secs(10)))
+            .await
+    });
+    // Long enough for renewals (TTL/3) and for the writer to queue.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    read.check().expect("renewed under the ACL");
+    read.release().await.expect("release");
+    let write = writing.await.expect("join").expect("handoff under the ACL");
+    write.release().await.expect("release");
+    let permit = a
+        .acquire_permit(&name("sem"), 2, wait)
+        .await
+        .expect("permit");
+    permit.release().await.expect("release");
 }

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Inner;
-use super::backend::{Held, SingleBackend};
+use super::backend::{Held, SingleBackend, Slot};
 use super::notify::Notifier;
 use crate::conn::{is_slow, millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
@@ -115,7 +115,7 @@ impl Pending {
 }
 
 /// How long a timed-out acquire waits for its withdrawal before returning.
-const CLEANUP_GRACE: Duration = Duration::from_millis(100);
+pub(super) const CLEANUP_GRACE: Duration = Duration::from_millis(100);
 
 impl Drop for Pending {
     fn drop(&mut self) {
@@ -180,7 +180,7 @@ async fn attempt(
 
 /// The longest a fair waiter sleeps without refreshing its queue entry (its fallback timer):
 /// the TTL, at most [`MAX_REFRESH`].
-fn refresh_period(ttl: Duration) -> Duration {
+pub(super) fn refresh_period(ttl: Duration) -> Duration {
     ttl.min(MAX_REFRESH)
 }
 
@@ -192,7 +192,7 @@ const MAX_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long a waiter's queue entry lives without a refresh: three refresh periods, so it only
 /// expires when the waiter is gone (or its link to the server is).
-fn entry_lifetime(ttl: Duration) -> Duration {
+pub(super) fn entry_lifetime(ttl: Duration) -> Duration {
     refresh_period(ttl).saturating_mul(3)
 }
 
@@ -254,6 +254,7 @@ fn grant(
     let held = Held {
         keys: p.keys.clone(),
         owner: owner.clone(),
+        slot: Slot::Lock,
     };
     drop(p);
     let lease = inner

@@ -3,6 +3,7 @@
 mod acquire;
 mod backend;
 mod election;
+mod family;
 mod hints;
 mod notify;
 
@@ -51,6 +52,11 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// baton when it was the head); an `acquire` that times out withdraws before it returns (waiting
 /// at most 100 ms for a hung server). A grant whose reply was never seen is deleted by owner
 /// value, so nothing is left behind.
+///
+/// It also implements [`RwLocker`](dlock_core::RwLocker) and
+/// [`Semaphore`](dlock_core::Semaphore): holders in the sorted set `<prefix>dlock:{name}:holders`
+/// with a FIFO queue across modes (in fair and spin mode alike), renewed in the same round trip
+/// as the mutex leases; see the crate README's "Read-write lock and semaphore".
 ///
 /// Every client of one name must use the same mode: a non-fair client ignores the queue.
 /// Other clients that lock the same key with a plain `SET key value NX PX` exclude and are
