@@ -9,10 +9,12 @@ use tokio::time::Instant;
 use crate::errors;
 use crate::keys;
 use crate::locker::EtcdLocker;
-use crate::ops::{Enqueue, Etcd};
+use crate::ops::{Behind, Enqueue, Etcd};
+use crate::queue::{Queue, Rule};
 use crate::session::{Entry, LockEntry, Session, spawn_cleanup};
 use crate::slots::{Busy, SlotGuard};
 use crate::wait::Turn;
+use crate::wait_permits::PermitWait;
 
 /// How one queue attempt (on one session) ended.
 enum Attempt {
@@ -76,12 +78,8 @@ const FIRST_RETRY: Duration = Duration::from_millis(20);
 /// The longest such pause.
 const MAX_RETRY: Duration = Duration::from_millis(500);
 
-/// Whether a failed request of an acquire is sent again: etcd did not answer (`Unavailable`,
-/// the outcome is unknown), the acquire waits (not a `try_acquire`) with a bounded wait, and
-/// the wait has room for the pause and another attempt. An acquire without a bounded wait
-/// gives up after one request timeout, as before.
 /// What one acquire asks: until when it may wait, whether it only tries, and the value its
-/// key carries (a campaign's; empty for a lock).
+/// key carries (a campaign's, a permit count; empty for a lock or a read-write lease).
 #[derive(Clone, Copy)]
 struct Ask<'a> {
     deadline: Option<Instant>,
@@ -89,6 +87,18 @@ struct Ask<'a> {
     value: &'a [u8],
 }
 
+/// The error of a key its queue refuses: a permit count other than the semaphore's.
+fn refused(reason: String) -> Error {
+    Error::InvalidOption {
+        option: "permits",
+        reason,
+    }
+}
+
+/// Whether a failed request of an acquire is sent again: etcd did not answer (`Unavailable`,
+/// the outcome is unknown), the acquire waits (not a `try_acquire`) with a bounded wait, and
+/// the wait has room for the pause and another attempt. An acquire without a bounded wait
+/// gives up after one request timeout, as before.
 fn retry_within(e: &Error, deadline: Option<Instant>, try_only: bool, pause: Duration) -> bool {
     e.kind() == ErrorKind::Unavailable
         && !try_only
@@ -110,7 +120,7 @@ impl EtcdLocker {
     async fn enqueue_within(
         &self,
         name: &LockName,
-        range: &str,
+        q: &Queue,
         key: &str,
         session: &Session,
         ask: Ask<'_>,
@@ -127,9 +137,7 @@ impl EtcdLocker {
             // generation tells the grant whether a move happened since.
             let moving = session.ka.moving.read().await;
             let generation = session.ka.generation();
-            let enqueued = etcd
-                .enqueue(range, key, session.lease(), deadline, value)
-                .await;
+            let enqueued = etcd.enqueue(q, key, session.lease(), deadline, value).await;
             drop(moving);
             let e = match enqueued {
                 Ok(enqueued) => return Ok(Some((enqueued, generation))),
@@ -150,7 +158,8 @@ impl EtcdLocker {
         }
     }
 
-    /// Acquires `name` (or tries once), our key carrying `value`: the lease and our key.
+    /// Acquires the mutex `name` (or tries once), our key carrying `value`: the lease and
+    /// our key.
     pub(crate) async fn lock(
         &self,
         name: &LockName,
@@ -158,8 +167,32 @@ impl EtcdLocker {
         try_only: bool,
         value: &[u8],
     ) -> Result<Option<(Lease, String)>, Error> {
+        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        self.lock_in(name, &Queue::mutex(range), wait, try_only, value)
+            .await
+    }
+
+    /// Acquires `name` in the queue `q` (a mutex, a reader, a writer, a permit), or tries
+    /// once, our key carrying `value`: the lease and our key.
+    ///
+    /// # Errors
+    /// As [`Locker::acquire`](dlock_core::Locker::acquire); [`Error::InvalidOption`] when the
+    /// queue refuses our key (a permit count other than the semaphore's).
+    ///
+    /// # Cancel safety
+    /// Dropping the future deletes our queue key in the background (see `Pending`).
+    pub(crate) async fn lock_in(
+        &self,
+        name: &LockName,
+        q: &Queue,
+        wait: Option<Duration>,
+        try_only: bool,
+        value: &[u8],
+    ) -> Result<Option<(Lease, String)>, Error> {
         let started = Instant::now();
-        let result = self.lock_until(name, wait, try_only, started, value).await;
+        let result = self
+            .lock_until(name, q, wait, try_only, started, value)
+            .await;
         match (result, wait) {
             // The wait ended while a request was out, but etcd had been answering through the
             // second half of the wait: the wait ran out, etcd did not. `Unavailable` is kept
@@ -182,13 +215,13 @@ impl EtcdLocker {
     async fn lock_until(
         &self,
         name: &LockName,
+        q: &Queue,
         wait: Option<Duration>,
         try_only: bool,
         started: Instant,
         value: &[u8],
     ) -> Result<Option<(Lease, String)>, Error> {
         let deadline = wait.map(|w| started + w);
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let mut counted_wait = false;
         let mut backoff = FIRST_RETRY;
         loop {
@@ -204,7 +237,7 @@ impl EtcdLocker {
                 }
                 Err(e) => return Err(e),
             };
-            let key = keys::contender_key(&range, session.id());
+            let key = q.key(session.id());
             let slot = if try_only {
                 match self.inner.slots.try_lock(&key) {
                     Ok(slot) => slot,
@@ -252,7 +285,7 @@ impl EtcdLocker {
             match self
                 .attempt(
                     name,
-                    &range,
+                    q,
                     pending,
                     Ask {
                         deadline,
@@ -285,7 +318,7 @@ impl EtcdLocker {
     async fn attempt(
         &self,
         name: &LockName,
-        range: &str,
+        q: &Queue,
         mut pending: Pending,
         ask: Ask<'_>,
         counted_wait: &mut bool,
@@ -297,7 +330,7 @@ impl EtcdLocker {
         let session = Arc::clone(&pending.session);
         // On error `pending` is dropped: the key (revision unknown) is deleted in the background.
         let Some((enqueued, generation)) = self
-            .enqueue_within(name, range, &pending.key, &session, ask)
+            .enqueue_within(name, q, &pending.key, &session, ask)
             .await?
         else {
             // The session ended while etcd did not answer: queue again on a new one.
@@ -329,6 +362,11 @@ impl EtcdLocker {
                 tracing::debug!(lock = %name, key = %pending.key, "our queue key vanished while enqueueing; queueing again");
                 return Ok(Attempt::Requeue);
             }
+            Enqueue::Refused { rev, reason } => {
+                pending.rev = Some(rev);
+                pending.delete_now().await;
+                return Err(refused(reason));
+            }
         };
         if enq.rev <= 0 {
             return Err(errors::unexpected(
@@ -338,7 +376,7 @@ impl EtcdLocker {
         }
         let rev = enq.rev;
         pending.rev = Some(rev);
-        if let Some(pred) = enq.predecessor {
+        if let Some(behind) = enq.behind {
             if try_only {
                 pending.delete_now().await;
                 return Ok(Attempt::NotOwner);
@@ -347,24 +385,48 @@ impl EtcdLocker {
                 *counted_wait = true;
                 inner.etcd.counters.add_waits(1);
             }
-            let turn = self
-                .wait_turn(
-                    name,
-                    range,
-                    &pending.key,
-                    rev,
-                    pred,
-                    enq.header_rev,
-                    &session,
-                    deadline,
-                )
-                .await;
+            let turn = match (behind, q.rule) {
+                (Behind::Permits(ahead), Rule::Permits(permits)) => {
+                    let wait = PermitWait {
+                        name,
+                        range: &q.ahead,
+                        key: &pending.key,
+                        rev,
+                        permits,
+                    };
+                    self.wait_permits(wait, ahead, enq.header_rev, &session, deadline)
+                        .await
+                }
+                (Behind::Key(pred), _) => {
+                    self.wait_turn(
+                        name,
+                        &q.ahead,
+                        &pending.key,
+                        rev,
+                        pred,
+                        enq.header_rev,
+                        &session,
+                        deadline,
+                    )
+                    .await
+                }
+                (Behind::Permits(_), Rule::Last) => {
+                    return Err(errors::unexpected(
+                        "enqueue",
+                        "a permit count for a queue without permits",
+                    ));
+                }
+            };
             match turn {
                 Ok(Turn::Owner) => {}
                 Ok(Turn::Requeue) => return Ok(Attempt::Requeue),
                 Ok(Turn::Timeout) => {
                     pending.delete_now().await;
                     return Ok(Attempt::Timeout);
+                }
+                Ok(Turn::Refused(reason)) => {
+                    pending.delete_now().await;
+                    return Err(refused(reason));
                 }
                 // etcd failed until the wait ended: `pending` deletes the key in the background.
                 Err(e) => return Err(e),

@@ -3,6 +3,9 @@
 //! A lock named `n` under prefix `p` is the key range `p/<n encoded>/`; each contender puts ONE
 //! key `p/<n encoded>/<session lease id in lowercase hex>` attached to its session lease. The
 //! contender whose key has the lowest create revision holds the lock.
+//!
+//! The read-write lock and the semaphore of `n` put their keys in sub-ranges of that range
+//! (`read/`, `write/`, `permit/`; see `queue.rs`), so no key of theirs is a mutex key.
 
 use dlock_core::LockName;
 
@@ -27,6 +30,31 @@ pub(crate) fn etcd_mutex_name(prefix: &str, name: &LockName, raw: bool) -> Strin
 /// etcd's `Mutex` writes it (`fmt.Sprintf("%s%x", pfx, leaseID)`).
 pub(crate) fn contender_key(range: &str, lease_id: i64) -> String {
     format!("{range}{lease_id:x}")
+}
+
+/// A read, write or permit key: `<sub-range><request number in hex>/<session lease hex>`.
+/// The request number (unique in the process) lets several requests of one locker queue on
+/// one name at once; the key still ends with the session's lease id, as every key of the
+/// session does.
+pub(crate) fn request_key(sub_range: &str, request: u64, lease_id: i64) -> String {
+    format!("{sub_range}{request:x}/{lease_id:x}")
+}
+
+/// The range of a read-write lock's readers: `<lock range>read/`, as etcd's recipes
+/// `RWMutex` (created with the prefix `<prefix>/<name>`) names its read keys.
+pub(crate) fn read_range(lock_range: &str) -> String {
+    format!("{lock_range}read/")
+}
+
+/// The range of a read-write lock's writers: `<lock range>write/` (etcd's recipes
+/// `RWMutex`).
+pub(crate) fn write_range(lock_range: &str) -> String {
+    format!("{lock_range}write/")
+}
+
+/// The range of a semaphore's permit keys: `<lock range>permit/`.
+pub(crate) fn permit_range(lock_range: &str) -> String {
+    format!("{lock_range}permit/")
 }
 
 #[cfg(test)]
@@ -55,6 +83,27 @@ mod tests {
         let range = lock_range("/locks", &name, true);
         assert_eq!(range, "/locks/orders/42/");
         assert_eq!(contender_key(&range, 0xab), "/locks/orders/42/ab");
+    }
+
+    #[test]
+    fn family_ranges_lie_apart_from_mutex_keys() {
+        let name = LockName::new("orders/42").expect("valid");
+        let range = lock_range("app", &name, false);
+        assert_eq!(read_range(&range), "app/orders%2F42/read/");
+        assert_eq!(write_range(&range), "app/orders%2F42/write/");
+        assert_eq!(permit_range(&range), "app/orders%2F42/permit/");
+        // A mutex key is `<range><hex>`: it never lies in a sub-range (hex has no '/').
+        let mutex_key = contender_key(&range, 0x1f);
+        for sub in [
+            read_range(&range),
+            write_range(&range),
+            permit_range(&range),
+        ] {
+            assert!(!mutex_key.starts_with(&sub));
+            let key = request_key(&sub, 0x2a, 0x1f);
+            assert_eq!(key, format!("{sub}2a/1f"));
+            assert!(key.starts_with(&range) && key.ends_with("/1f"));
+        }
     }
 
     #[test]

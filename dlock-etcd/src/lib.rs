@@ -5,16 +5,20 @@ mod acquire;
 mod builder;
 mod election;
 mod errors;
+mod family;
 mod grant;
 mod keys;
 mod locker;
 mod members;
 mod ops;
+mod permits;
+mod queue;
 mod reconcile;
 mod relocate;
 mod session;
 mod slots;
 mod wait;
+mod wait_permits;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL,

@@ -29,6 +29,11 @@ use crate::slots::Slots;
 /// a release wakes exactly one waiter, in FIFO order. The fencing token is the key's create
 /// revision. See the crate documentation for the full algorithm.
 ///
+/// The same locker is an [`Election`](dlock_core::Election), a
+/// [`RwLocker`](dlock_core::RwLocker) and a [`Semaphore`](dlock_core::Semaphore) on the same
+/// session (crate documentation, "Read-write lock and semaphore"); use one name for one of
+/// them only.
+///
 /// Cloning is cheap and shares the session.
 #[derive(Clone)]
 pub struct EtcdLocker {

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::errors;
 use crate::members::Members;
+use crate::queue::{Queue, Rule};
 
 /// The etcd clients with the locker's request timeout and counters.
 #[derive(Clone)]
@@ -40,8 +41,19 @@ pub(crate) struct Enqueued {
     pub(crate) rev: i64,
     /// The store revision the reads were made at.
     pub(crate) header_rev: i64,
-    /// The key with the highest create revision below ours, if any (`None`: we own the lock).
-    pub(crate) predecessor: Option<String>,
+    /// What we wait behind (`None`: we hold).
+    pub(crate) behind: Option<Behind>,
+}
+
+/// What a queued key waits behind.
+#[derive(Debug)]
+pub(crate) enum Behind {
+    /// The newest key created before ours in the queue's `ahead` range (mutex, reader,
+    /// writer): we hold once no such key is left.
+    Key(String),
+    /// This many keys of a semaphore were created before ours, as many as its permits or
+    /// more: we hold once fewer are left.
+    Permits(u64),
 }
 
 /// How the enqueue transaction ended.
@@ -55,6 +67,9 @@ pub(crate) enum Enqueue {
     /// Our key existed from an earlier request but vanished before we could read its place:
     /// queue again.
     KeyGone,
+    /// Our key (created at `rev`) asks for something the queue refuses (a semaphore's permit
+    /// count that differs from the one it is held with): delete it and fail.
+    Refused { rev: i64, reason: String },
 }
 
 /// What re-checking after a wake-up found.
@@ -222,15 +237,26 @@ impl Etcd {
     /// A put under a lease etcd no longer knows fails with "lease not found": that is
     /// [`Enqueue::SessionGone`], not an error (an operator revoked the lease, or it expired
     /// before our keep-alive told us).
+    ///
+    /// A semaphore's queue is enqueued by [`Etcd::enqueue_permits`]. For a reader, whose key
+    /// lies outside the range it waits on, the newest key of that range is its predecessor.
     pub(crate) async fn enqueue(
         &self,
-        range: &str,
+        q: &Queue,
         key: &str,
         lease: i64,
         deadline: Option<Instant>,
         value: &[u8],
     ) -> Result<Enqueue, Error> {
         const WHAT: &str = "enqueue transaction";
+        if let Rule::Permits(permits) = q.rule {
+            return self
+                .enqueue_permits(&q.ahead, key, lease, deadline, value, permits)
+                .await;
+        }
+        let range = q.ahead.as_str();
+        // Whether our key is one of the range it waits on (all but a reader's).
+        let in_range = key.starts_with(range);
         // After our put, our key has the highest create revision in the range: the two newest
         // keys are ours and our predecessor.
         let newest_two = GetOptions::new()
@@ -266,22 +292,26 @@ impl Etcd {
             let kvs =
                 get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
             let rev = header_rev;
-            let mine = kvs
-                .first()
-                .ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
-            if mine.key() != key.as_bytes() || mine.create_revision() != rev {
-                return Err(errors::unexpected(
-                    WHAT,
-                    "our key is not the newest in its range",
-                ));
-            }
-            let predecessor = kvs
-                .get(1)
-                .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+            let before = if in_range {
+                let mine = kvs
+                    .first()
+                    .ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
+                if mine.key() != key.as_bytes() || mine.create_revision() != rev {
+                    return Err(errors::unexpected(
+                        WHAT,
+                        "our key is not the newest in its range",
+                    ));
+                }
+                kvs.get(1)
+            } else {
+                kvs.first()
+            };
+            let behind =
+                before.map(|kv| Behind::Key(String::from_utf8_lossy(kv.key()).into_owned()));
             Ok(Enqueue::Queued(Enqueued {
                 rev,
                 header_rev,
-                predecessor,
+                behind,
             }))
         } else {
             // Our key exists already (a retried request of ours, or an older queue entry of
@@ -296,7 +326,7 @@ impl Etcd {
                 Recheck::Owner => Enqueue::Queued(Enqueued {
                     rev,
                     header_rev,
-                    predecessor: None,
+                    behind: None,
                 }),
                 Recheck::Behind {
                     predecessor,
@@ -304,7 +334,7 @@ impl Etcd {
                 } => Enqueue::Queued(Enqueued {
                     rev,
                     header_rev,
-                    predecessor: Some(predecessor),
+                    behind: Some(Behind::Key(predecessor)),
                 }),
             })
         }
@@ -408,13 +438,21 @@ impl Etcd {
     }
 }
 
-fn header_revision(resp: &TxnResponse) -> Option<i64> {
+pub(crate) fn header_revision(resp: &TxnResponse) -> Option<i64> {
     resp.header().map(etcd_client::ResponseHeader::revision)
 }
 
-fn get_kvs(ops: &[TxnOpResponse], at: usize) -> Option<&[KeyValue]> {
+pub(crate) fn get_kvs(ops: &[TxnOpResponse], at: usize) -> Option<&[KeyValue]> {
     match ops.get(at)? {
         TxnOpResponse::Get(get) => Some(get.kvs()),
+        _ => None,
+    }
+}
+
+/// The count of the range read at `at` in a transaction's results.
+pub(crate) fn get_count(ops: &[TxnOpResponse], at: usize) -> Option<i64> {
+    match ops.get(at)? {
+        TxnOpResponse::Get(get) => Some(get.count()),
         _ => None,
     }
 }

@@ -64,11 +64,13 @@ impl EtcdLocker {
         }
         loop {
             tracing::trace!(lock = %name, %key, %pred, "waiting for the predecessor's deletion");
-            let opened = match bounded(self.open_watch(&pred), session, deadline).await {
-                Cut::Done(r) => r,
-                Cut::SessionEnded => return Ok(Turn::Requeue),
-                Cut::Deadline => return Ok(Turn::Timeout),
-            };
+            let delete_of_pred = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            let opened =
+                match bounded(self.open_watch(&pred, delete_of_pred), session, deadline).await {
+                    Cut::Done(r) => r,
+                    Cut::SessionEnded => return Ok(Turn::Requeue),
+                    Cut::Deadline => return Ok(Turn::Timeout),
+                };
             let (mut stream, watch_rev) = match opened {
                 Ok(v) => v,
                 Err(e) => {
@@ -137,7 +139,7 @@ impl EtcdLocker {
     /// After a failed request while waiting: pause (backoff), or end the wait when the session
     /// ended (`Requeue` is signalled as `Ok` by the caller's next step) or the deadline came
     /// (the error is returned: etcd did not answer within the wait).
-    async fn transient(
+    pub(crate) async fn transient(
         &self,
         e: Error,
         backoff: &mut Duration,
@@ -156,11 +158,14 @@ impl EtcdLocker {
         }
     }
 
-    /// Opens a watch on `key` for deletions from the current revision; returns the stream and
-    /// the revision the watch starts after.
-    async fn open_watch(&self, key: &str) -> Result<(etcd_client::WatchStream, i64), Error> {
+    /// Opens a watch on `key` (with `opts`: deletions only, a prefix...) from the current
+    /// revision; returns the stream and the revision the watch starts after.
+    pub(crate) async fn open_watch(
+        &self,
+        key: &str,
+        opts: WatchOptions,
+    ) -> Result<(etcd_client::WatchStream, i64), Error> {
         let etcd = &self.inner.etcd;
-        let opts = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let open = async {
             let mut stream = etcd
                 .call("watch", None, |c| {
@@ -198,7 +203,7 @@ impl EtcdLocker {
 
 /// etcd's watch resync period: an unsynced watcher is served within it.
 /// (A watcher registered just after a resync tick waits a whole period, plus the sync itself.)
-const RESYNC_PERIOD: Duration = Duration::from_millis(120);
+pub(crate) const RESYNC_PERIOD: Duration = Duration::from_millis(120);
 
 /// How one watch of the predecessor ended.
 enum Woke {
@@ -218,16 +223,19 @@ pub(crate) enum Turn {
     Requeue,
     /// The caller's wait elapsed.
     Timeout,
+    /// The queue refuses our key (a semaphore's permit count that differs from the one it is
+    /// held with): delete it and fail with this reason.
+    Refused(String),
 }
 
 /// A future cut short by the end of the session or the caller's deadline.
-enum Cut<T> {
+pub(crate) enum Cut<T> {
     Done(T),
     SessionEnded,
     Deadline,
 }
 
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     fut: impl std::future::Future<Output = T>,
     session: &Session,
     deadline: Option<Instant>,

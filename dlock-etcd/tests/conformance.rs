@@ -7,7 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
-use dlock_core::{Election, Error, FencingStrength, FencingToken, LockName, Locker};
+use dlock_core::{
+    Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
+};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
 
@@ -79,6 +81,14 @@ impl TestBackend for EtcdBackend {
     }
 
     async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
+    }
+
+    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
+        Ok(Some(Arc::new(self.locker(&opts).await?)))
+    }
+
+    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
         Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 

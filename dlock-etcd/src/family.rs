@@ -1,0 +1,82 @@
+//! [`RwLocker`] and [`Semaphore`] on etcd: the mutex's queue (session lease, key slots,
+//! predecessor watch, renewal driver) with another key range and grant rule per primitive
+//! (see `queue.rs`, and the crate documentation's "Read-write lock and semaphore").
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock_core::{
+    AcquireOptions, Error, Lease, LockName, Locker, RwLocker, Semaphore, validate_permits,
+};
+
+use crate::errors;
+use crate::keys;
+use crate::locker::EtcdLocker;
+use crate::permits::count_value;
+use crate::queue::Queue;
+
+impl EtcdLocker {
+    /// Waits in `q` for `name`, as [`Locker::acquire`] does.
+    async fn acquire_in(
+        &self,
+        name: &LockName,
+        q: &Queue,
+        opts: AcquireOptions,
+        value: &[u8],
+    ) -> Result<Lease, Error> {
+        opts.validate()?;
+        match self.lock_in(name, q, opts.wait, false, value).await? {
+            Some((lease, _)) => Ok(lease),
+            None => Err(errors::unexpected("acquire", "no lease after waiting")),
+        }
+    }
+
+    /// The lock range of `name`: `<prefix>/<name>/`.
+    fn range_of(&self, name: &LockName) -> String {
+        keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
+    }
+}
+
+/// Read and write leases in the layout of etcd's recipes `RWMutex` (created with the prefix
+/// [`EtcdLocker::etcd_mutex_name`]): readers' keys under `<prefix>/<name>/read/`, writers'
+/// under `<prefix>/<name>/write/`, one key per request (`<request number>/<session lease
+/// hex>`). A reader waits for the last writer key created before its own, a writer for the
+/// last key of either kind. The fencing token is the key's create revision.
+#[async_trait]
+impl RwLocker for EtcdLocker {
+    async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        let q = Queue::read(&self.range_of(name));
+        self.acquire_in(name, &q, opts, &[]).await
+    }
+
+    async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        let q = Queue::write(&self.range_of(name));
+        self.acquire_in(name, &q, opts, &[]).await
+    }
+
+    fn ttl(&self) -> Duration {
+        Locker::ttl(self)
+    }
+}
+
+/// Permits as keys `<prefix>/<name>/permit/<request number>/<session lease hex>`, each
+/// carrying its permit count in decimal; the keys with the `permits` lowest create revisions
+/// hold, and the earliest live key's count is the semaphore's. The fencing token is the key's
+/// create revision. One locker may hold several permits of a name.
+#[async_trait]
+impl Semaphore for EtcdLocker {
+    async fn acquire_permit(
+        &self,
+        name: &LockName,
+        permits: u32,
+        opts: AcquireOptions,
+    ) -> Result<Lease, Error> {
+        validate_permits(permits)?;
+        let q = Queue::permits(&self.range_of(name), permits);
+        self.acquire_in(name, &q, opts, &count_value(permits)).await
+    }
+
+    fn ttl(&self) -> Duration {
+        Locker::ttl(self)
+    }
+}

@@ -1,0 +1,210 @@
+//! The semaphore's requests. A permit key carries its permit count in decimal; the count of
+//! the earliest live key of the semaphore (lowest create revision) is the semaphore's, and a
+//! key with another count is refused when it enqueues or re-reads.
+
+use dlock_core::Error;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+};
+use tokio::time::Instant;
+
+use crate::errors;
+use crate::ops::{Behind, Enqueue, Enqueued, Etcd, get_count, get_kvs, header_revision};
+
+/// What a read of a semaphore's queue found.
+#[derive(Debug)]
+pub(crate) enum PermitCheck {
+    /// Our key is gone (lease expired or the key was deleted).
+    KeyGone,
+    /// `ahead` keys were created before ours; the reads were made at `header_rev`.
+    Ahead { ahead: u64, header_rev: i64 },
+    /// The earliest key records another permit count.
+    Refused(String),
+}
+
+/// The value a permit key carries: its permit count in decimal ASCII.
+pub(crate) fn count_value(permits: u32) -> Vec<u8> {
+    permits.to_string().into_bytes()
+}
+
+/// The earliest key of a range, with its value.
+fn earliest() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+/// Why `permits` is refused, given the earliest key of `range`; `None` when they agree (or
+/// the range is empty).
+fn disagreement(range: &str, earliest: Option<&KeyValue>, permits: u32) -> Option<String> {
+    let kv = earliest?;
+    let found = std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok());
+    match found {
+        Some(f) if f == permits => None,
+        Some(f) => Some(format!(
+            "{permits} differs from the {f} permits the semaphore {range} is held or awaited with"
+        )),
+        None => Some(format!(
+            "the earliest key of {range} ({}) records no permit count",
+            String::from_utf8_lossy(kv.key())
+        )),
+    }
+}
+
+/// What a semaphore waits behind, given how many keys are ahead.
+fn behind(ahead: u64, permits: u32) -> Option<Behind> {
+    (ahead >= u64::from(permits)).then_some(Behind::Permits(ahead))
+}
+
+impl Etcd {
+    /// One transaction: create our permit key (carrying `value`, the count) under the
+    /// session lease unless it exists, count the semaphore's keys and read its earliest one.
+    /// Our key is the newest, so every other key counted is ahead of it.
+    ///
+    /// # Errors
+    /// As [`Etcd::enqueue`]; a count that differs from the earliest key's is
+    /// [`Enqueue::Refused`], not an error (the caller deletes the key first).
+    pub(crate) async fn enqueue_permits(
+        &self,
+        range: &str,
+        key: &str,
+        lease: i64,
+        deadline: Option<Instant>,
+        value: &[u8],
+        permits: u32,
+    ) -> Result<Enqueue, Error> {
+        const WHAT: &str = "permit enqueue transaction";
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
+                // Without filters, etcd's count is exact (with them it is not filtered).
+                TxnOp::get(
+                    range,
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+                TxnOp::get(range, Some(earliest())),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let reply = self
+            .call(WHAT, deadline, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
+                async move {
+                    match kv.txn(txn).await {
+                        Ok(resp) => Ok(Some(resp)),
+                        Err(e) if errors::is_lease_not_found(&e) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        let Some(resp) = reply else {
+            return Ok(Enqueue::SessionGone);
+        };
+        let header_rev =
+            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let ops = resp.op_responses();
+        if resp.succeeded() {
+            let rev = header_rev;
+            let total =
+                get_count(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no count result"))?;
+            let ahead = u64::try_from(total.saturating_sub(1))
+                .map_err(|_| errors::unexpected(WHAT, format!("count {total} without our key")))?;
+            let first =
+                get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+            if let Some(reason) = disagreement(range, first.first(), permits) {
+                return Ok(Enqueue::Refused { rev, reason });
+            }
+            Ok(Enqueue::Queued(Enqueued {
+                rev,
+                header_rev,
+                behind: behind(ahead, permits),
+            }))
+        } else {
+            // Our key exists already (a retried request of ours): keep its place.
+            let kvs = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
+            let rev = kvs
+                .first()
+                .map(KeyValue::create_revision)
+                .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
+            Ok(
+                match self
+                    .recheck_permits(range, key, rev, permits, deadline)
+                    .await?
+                {
+                    PermitCheck::KeyGone => Enqueue::KeyGone,
+                    PermitCheck::Refused(reason) => Enqueue::Refused { rev, reason },
+                    PermitCheck::Ahead { ahead, header_rev } => Enqueue::Queued(Enqueued {
+                        rev,
+                        header_rev,
+                        behind: behind(ahead, permits),
+                    }),
+                },
+            )
+        }
+    }
+
+    /// One read-only transaction: does our key still exist with our revision, how many keys
+    /// of the semaphore were created before it (their keys only), and the earliest key's
+    /// count against ours.
+    ///
+    /// # Errors
+    /// As [`Etcd::call`], or [`Error::Backend`] on a malformed reply.
+    pub(crate) async fn recheck_permits(
+        &self,
+        range: &str,
+        key: &str,
+        rev: i64,
+        permits: u32,
+        deadline: Option<Instant>,
+    ) -> Result<PermitCheck, Error> {
+        const WHAT: &str = "permit re-check transaction";
+        // etcd reads the whole range for a filtered read anyway; a limit would not help.
+        let before_us = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_max_create_revision(rev.saturating_sub(1).max(1));
+        let txn = Txn::new().and_then([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(range, Some(before_us)),
+            TxnOp::get(range, Some(earliest())),
+        ]);
+        let resp = self
+            .call(WHAT, deadline, |c| {
+                let (mut kv, txn) = (c.kv_client(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        let header_rev =
+            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+        let ops = resp.op_responses();
+        let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
+        if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
+            return Ok(PermitCheck::KeyGone);
+        }
+        let ahead = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        // Never count our own key (a filter of revision 1 would not exclude it).
+        let ahead = ahead.iter().filter(|kv| kv.create_revision() < rev).count() as u64;
+        let first = get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        if let Some(reason) = disagreement(range, first.first(), permits) {
+            return Ok(PermitCheck::Refused(reason));
+        }
+        Ok(PermitCheck::Ahead { ahead, header_rev })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_decimal_and_only_equal_counts_agree() {
+        assert_eq!(count_value(3), b"3");
+        assert!(behind(2, 3).is_none());
+        assert!(matches!(behind(3, 3), Some(Behind::Permits(3))));
+        assert!(disagreement("r/", None, 3).is_none());
+    }
+}

@@ -1,0 +1,383 @@
+//! The read-write lock and the semaphore on etcd: the edges the conformance scenarios do not
+//! reach (permit counts that disagree, cancelled waits, FIFO across modes, the key layout).
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
+use dlock_etcd::EtcdLocker;
+use dlock_etcd::etcd_client::GetOptions;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn wait() -> AcquireOptions {
+    AcquireOptions::wait(WAIT)
+}
+
+/// Every key under `ns/`, sorted.
+async fn keys_under(locker: &EtcdLocker, ns: &str) -> Vec<String> {
+    let resp = locker
+        .client()
+        .clone()
+        .get(
+            format!("{ns}/"),
+            Some(GetOptions::new().with_prefix().with_keys_only()),
+        )
+        .await
+        .expect("list the namespace");
+    let mut keys: Vec<String> = resp
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Polls until nothing is left under `ns/` (a dropped acquire deletes its key in the
+/// background), or panics with what is left after 5 s.
+async fn assert_no_keys(locker: &EtcdLocker, ns: &str) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let keys = keys_under(locker, ns).await;
+        if keys.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "keys left behind: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_permit_count_other_than_the_held_one_is_invalid_input() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("sem-count");
+        let (a, b) = (
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+        );
+        let name = LockName::new("pool").expect("valid");
+        let held = a.acquire_permit(&name, 2, wait()).await.expect("a permit");
+        let other = b.acquire_permit(&name, 3, wait()).await;
+        assert_eq!(
+            other.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::InvalidInput),
+            "{other:?}"
+        );
+        // Also while the permits are only awaited: a full semaphore of 1, a waiter of 1, and
+        // an acquire with 2.
+        let c = support::locker(&cluster, &ns).await;
+        let one = LockName::new("one").expect("valid");
+        let only = a.acquire_permit(&one, 1, wait()).await.expect("the permit");
+        let (b2, one2) = (b.clone(), one.clone());
+        let waiter = tokio::spawn(async move { b2.acquire_permit(&one2, 1, wait()).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "a second permit of a semaphore of 1");
+        let refused = c.acquire_permit(&one, 2, wait()).await;
+        assert_eq!(
+            refused.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::InvalidInput),
+            "{refused:?}"
+        );
+        let only_token = only.token();
+        only.release().await.expect("release");
+        let next = waiter.await.expect("task").expect("the waiter's permit");
+        assert!(next.token() > only_token);
+        // The refused acquires left no key; the same count is still served.
+        let again = c.acquire_permit(&name, 2, wait()).await.expect("2 of 2");
+        for lease in [next, again, held] {
+            lease.release().await.expect("release");
+        }
+        assert_no_keys(&a, &ns).await;
+    });
+}
+
+#[test]
+fn zero_permits_is_invalid_input_without_a_request() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("sem-zero");
+        let locker = support::locker(&cluster, &ns).await;
+        let name = LockName::new("pool").expect("valid");
+        let before = locker.stats().requests;
+        let zero = locker.acquire_permit(&name, 0, wait()).await;
+        assert_eq!(
+            zero.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::InvalidInput),
+            "{zero:?}"
+        );
+        let too_many = locker
+            .acquire_permit(&name, dlock_core::MAX_PERMITS + 1, wait())
+            .await;
+        assert_eq!(
+            too_many.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::InvalidInput),
+            "{too_many:?}"
+        );
+        assert_eq!(locker.stats().requests, before, "a request was sent");
+    });
+}
+
+#[test]
+fn dropped_read_write_and_permit_waits_leave_no_key() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("family-drop");
+        let (holder, waiter) = (
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+        );
+        let rw = LockName::new("rw").expect("valid");
+        let sem = LockName::new("sem").expect("valid");
+        let write = holder.write(&rw, wait()).await.expect("write");
+        let permit = holder
+            .acquire_permit(&sem, 1, wait())
+            .await
+            .expect("permit");
+        let before = keys_under(&holder, &ns).await;
+        assert_eq!(before.len(), 2, "{before:?}");
+
+        // Each wait is queued (its key exists), then dropped.
+        let (w, n) = (waiter.clone(), rw.clone());
+        let reading = tokio::spawn(async move { w.read(&n, wait()).await });
+        let (w, n) = (waiter.clone(), rw.clone());
+        let writing = tokio::spawn(async move { w.write(&n, wait()).await });
+        let (w, n) = (waiter.clone(), sem.clone());
+        let permitting = tokio::spawn(async move { w.acquire_permit(&n, 1, wait()).await });
+        let until = tokio::time::Instant::now() + WAIT;
+        while keys_under(&holder, &ns).await.len() < 5 {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the waits never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for task in [&reading, &writing, &permitting] {
+            assert!(!task.is_finished(), "granted while held");
+            task.abort();
+        }
+        for task in [reading, writing, permitting] {
+            assert!(task.await.is_err_and(|e| e.is_cancelled()));
+        }
+        write.release().await.expect("release");
+        permit.release().await.expect("release");
+        assert_no_keys(&holder, &ns).await;
+    });
+}
+
+#[test]
+fn a_reader_behind_a_waiting_writer_waits_for_it() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("rw-fifo");
+        let (r1, w, r2) = (
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+        );
+        let name = LockName::new("doc").expect("valid");
+        let first = r1.read(&name, wait()).await.expect("first read");
+        let (wl, n) = (w.clone(), name.clone());
+        let writing = tokio::spawn(async move { wl.write(&n, wait()).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writing.is_finished(), "a writer beside a reader");
+        let (rl, n) = (r2.clone(), name.clone());
+        let reading = tokio::spawn(async move { rl.read(&n, wait()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !reading.is_finished(),
+            "a reader that came after a waiting writer was granted before it"
+        );
+        let first_token = first.token();
+        first.release().await.expect("release");
+        let write = writing.await.expect("task").expect("the writer");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!reading.is_finished(), "a reader beside the writer");
+        assert!(write.token() > first_token);
+        let write_token = write.token();
+        write.release().await.expect("release");
+        let second = reading.await.expect("task").expect("the second read");
+        assert!(second.token() > write_token);
+        second.release().await.expect("release");
+        assert_no_keys(&r1, &ns).await;
+    });
+}
+
+/// Permits are released in any order: a waiter gets in when ANY holder releases, not only
+/// the earliest.
+#[test]
+fn a_permit_waiter_gets_in_when_any_holder_releases() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("sem-any-order");
+        let lockers = [
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+        ];
+        let name = LockName::new("pool").expect("valid");
+        let oldest = lockers[0]
+            .acquire_permit(&name, 2, wait())
+            .await
+            .expect("1 of 2");
+        let newer = lockers[1]
+            .acquire_permit(&name, 2, wait())
+            .await
+            .expect("2 of 2");
+        let (l, n) = (lockers[2].clone(), name.clone());
+        let waiting = tokio::spawn(async move { l.acquire_permit(&n, 2, wait()).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "a third permit of 2");
+        let newer_token = newer.token();
+        newer.release().await.expect("release the newer permit");
+        let third = tokio::time::timeout(Duration::from_secs(2), waiting)
+            .await
+            .expect("the waiter got in after the newer holder released")
+            .expect("task")
+            .expect("permit");
+        assert!(third.token() > newer_token);
+        third.release().await.expect("release");
+        oldest.release().await.expect("release");
+        assert_no_keys(&lockers[0], &ns).await;
+    });
+}
+
+/// The keys lie where etcd's recipes `RWMutex` (created with `etcd_mutex_name`) puts its own,
+/// and the permit keys apart from the mutex's (one name is one primitive: the names differ):
+/// `<sub-range><request number hex>/<session lease hex>`.
+#[test]
+fn keys_follow_the_documented_layout() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("family-layout");
+        let locker = support::locker(&cluster, &ns).await;
+        let rw = LockName::new("a/b").expect("valid");
+        let sem = LockName::new("c").expect("valid");
+        let read = locker.read(&rw, wait()).await.expect("read");
+        let permit = locker
+            .acquire_permit(&sem, 4, wait())
+            .await
+            .expect("permit");
+        let lease = locker.session_lease().await.expect("a session");
+        let (rw_base, sem_base) = (locker.etcd_mutex_name(&rw), locker.etcd_mutex_name(&sem));
+        let is_key = |key: &str, sub: &str| {
+            key.strip_prefix(sub)
+                .and_then(|rest| rest.strip_suffix(&format!("/{lease:x}")))
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_hexdigit()))
+        };
+        let keys = keys_under(&locker, &ns).await;
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(is_key(&keys[0], &format!("{rw_base}/read/")), "{keys:?}");
+        assert!(is_key(&keys[1], &format!("{sem_base}/permit/")), "{keys:?}");
+        let value = locker
+            .client()
+            .clone()
+            .get(keys[1].as_str(), None)
+            .await
+            .expect("read the permit key");
+        assert_eq!(value.kvs().first().map(|kv| kv.value()), Some(&b"4"[..]));
+        read.release().await.expect("release");
+        let write = locker.write(&rw, wait()).await.expect("write");
+        let keys = keys_under(&locker, &ns).await;
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(is_key(&keys[0], &format!("{rw_base}/write/")), "{keys:?}");
+        write.release().await.expect("release");
+        permit.release().await.expect("release");
+        assert_no_keys(&locker, &ns).await;
+    });
+}
+
+/// Requests of one locker have keys of their own: it holds several reads, or several
+/// permits, of one name at once, and its own writer waits for its readers.
+#[test]
+fn one_locker_holds_several_reads_and_permits() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("family-one-locker");
+        let locker = support::locker(&cluster, &ns).await;
+        let rw = LockName::new("doc").expect("valid");
+        let quick = AcquireOptions::wait(Duration::from_secs(2));
+        let r1 = locker.read(&rw, quick).await.expect("read 1");
+        let r2 = locker.read(&rw, quick).await.expect("read 2 beside read 1");
+        let blocked = locker
+            .write(&rw, AcquireOptions::wait(Duration::from_millis(300)))
+            .await;
+        assert_eq!(
+            blocked.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::Timeout),
+            "{blocked:?}"
+        );
+        let sem = LockName::new("pool").expect("valid");
+        let p1 = locker.acquire_permit(&sem, 2, quick).await.expect("1 of 2");
+        let p2 = locker.acquire_permit(&sem, 2, quick).await.expect("2 of 2");
+        let third = locker
+            .acquire_permit(&sem, 2, AcquireOptions::wait(Duration::from_millis(300)))
+            .await;
+        assert_eq!(
+            third.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::Timeout),
+            "{third:?}"
+        );
+        for lease in [r1, r2, p1, p2] {
+            lease.release().await.expect("release");
+        }
+        let w = locker
+            .write(&rw, quick)
+            .await
+            .expect("write once the reads are gone");
+        w.release().await.expect("release");
+        assert_no_keys(&locker, &ns).await;
+    });
+}
+
+/// A writer of etcd's recipes `RWMutex` (its key `<pfx>/write/<nanos>`, put here by hand on a
+/// lease of its own) holds the name: dlock's readers and writers wait for it, and get in once
+/// it is deleted.
+#[test]
+fn a_recipes_rwmutex_writer_key_blocks_dlock_readers_and_writers() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("family-recipes");
+        let (r, w) = (
+            support::locker(&cluster, &ns).await,
+            support::locker(&cluster, &ns).await,
+        );
+        let name = LockName::new("doc").expect("valid");
+        let foreign = format!("{}/write/1700000000000000000", r.etcd_mutex_name(&name));
+        let mut c = r.client().clone();
+        let put = c
+            .put(foreign.as_str(), "", None)
+            .await
+            .expect("the recipe's key");
+        let foreign_rev = put.header().map(|h| h.revision()).expect("a header");
+        let (rl, n) = (r.clone(), name.clone());
+        let reading = tokio::spawn(async move { rl.read(&n, wait()).await });
+        // The reader queues first, the writer behind it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (wl, n) = (w.clone(), name.clone());
+        let writing = tokio::spawn(async move { wl.write(&n, wait()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !reading.is_finished(),
+            "a reader beside the recipe's writer"
+        );
+        assert!(
+            !writing.is_finished(),
+            "a writer beside the recipe's writer"
+        );
+        c.delete(foreign.as_str(), None)
+            .await
+            .expect("the recipe unlocks");
+        let read = reading.await.expect("task").expect("read");
+        assert!(read.token().get() > foreign_rev.unsigned_abs());
+        read.release().await.expect("release");
+        let write = writing.await.expect("task").expect("write");
+        write.release().await.expect("release");
+        assert_no_keys(&r, &ns).await;
+    });
+}
