@@ -46,14 +46,50 @@ struct Hold {
     until: Instant,
 }
 
-/// 6 clients × 8 leases each on one name, a third of them writes: no write lease overlaps
-/// any other lease, readers did hold together, and a writer's token is above every lease
-/// that ended before it began and below every lease that began after it ended.
+/// Two readers hold together and a writer then waits; after that, 6 clients × 8 leases each
+/// on one name, a third of them writes: no write lease overlaps any other lease, and a
+/// writer's token is above every lease that ended before it began and below every lease
+/// that began after it ended. (How many readers overlap in the churn is a figure: it depends
+/// on timing.)
 pub(crate) async fn rw_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
     const CLIENTS: usize = 6;
     const LEASES_EACH: usize = 8;
     let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
     let lock = name("rw")?;
+    // First, deterministically: two readers hold together, and a writer is not let in.
+    {
+        let (a, b, w) = (
+            rw(ctx, opts.clone()).await?,
+            rw(ctx, opts.clone()).await?,
+            rw(ctx, opts.clone()).await?,
+        );
+        let wait = AcquireOptions::wait(Duration::from_secs(10));
+        let ra = a.read(&lock, wait).await?;
+        let rb = match b.read(&lock, wait).await {
+            Ok(r) => r,
+            Err(e) => {
+                return Err(Verdict::Fail(format!(
+                    "readers never held together: a second reader was not granted while one held ({e})"
+                )));
+            }
+        };
+        let intruder = w
+            .write(&lock, AcquireOptions::wait(Duration::from_millis(300)))
+            .await;
+        ra.release().await?;
+        rb.release().await?;
+        match intruder {
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            Err(e) => return Err(Verdict::Fail(format!("the writer failed: {e}"))),
+            Ok(lease) => {
+                let _ = lease.release().await;
+                return Err(Verdict::Fail(
+                    "a writer was granted while two readers held: held together with a reader"
+                        .into(),
+                ));
+            }
+        }
+    }
     let holds: Arc<Mutex<Vec<Hold>>> = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for who in 0..CLIENTS {
@@ -140,10 +176,6 @@ pub(crate) async fn rw_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
         .unwrap_or(0);
     ctx.figure("leases", holds.len() as u64);
     ctx.figure("readers_together_max", together as u64);
-    ensure!(
-        together > 1,
-        "readers never held together: the read lock behaves as a mutex"
-    );
     Ok(())
 }
 
@@ -207,8 +239,9 @@ pub(crate) async fn rw_writer_not_starved(ctx: &Ctx) -> Result<(), Verdict> {
     Ok(())
 }
 
-/// 8 clients × 6 permits each on a semaphore of 3: never more than 3 held at once, and 3
-/// were held together; an acquire that asks for another count while permits are held fails
+/// 3 permits held at once on a semaphore of 3 and a fourth acquire kept waiting; then 8
+/// clients × 6 permits each: never more than 3 held at once (how many were is a figure: it
+/// depends on timing); an acquire that asks for another count while permits are held fails
 /// with `InvalidInput` instead of changing it.
 pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
     const PERMITS: u32 = 3;
@@ -216,6 +249,45 @@ pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
     const EACH: usize = 6;
     let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
     let lock = name("semaphore")?;
+    // First, deterministically: N holders at once, and an N + 1st is not let in.
+    {
+        let wait = AcquireOptions::wait(Duration::from_secs(10));
+        let mut permits = Vec::new();
+        for _ in 0..PERMITS {
+            let c = semaphore(ctx, opts.clone()).await?;
+            match c.acquire_permit(&lock, PERMITS, wait).await {
+                Ok(p) => permits.push(p),
+                Err(e) => {
+                    return Err(Verdict::Fail(format!(
+                        "never more than {} of {PERMITS} permits held at once: the next acquire failed ({e})",
+                        permits.len()
+                    )));
+                }
+            }
+        }
+        let extra = semaphore(ctx, opts.clone()).await?;
+        let intruder = extra
+            .acquire_permit(
+                &lock,
+                PERMITS,
+                AcquireOptions::wait(Duration::from_millis(300)),
+            )
+            .await;
+        for p in permits {
+            p.release().await?;
+        }
+        match intruder {
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            Err(e) => return Err(Verdict::Fail(format!("the extra acquire failed: {e}"))),
+            Ok(p) => {
+                let _ = p.release().await;
+                return Err(Verdict::Fail(format!(
+                    "{} permits held at once on a semaphore of {PERMITS}: an extra acquire was granted while {PERMITS} were held",
+                    PERMITS + 1
+                )));
+            }
+        }
+    }
     let held = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -250,10 +322,6 @@ pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
     ensure!(
         most <= PERMITS as usize,
         "{most} permits held at once on a semaphore of {PERMITS}"
-    );
-    ensure!(
-        most == PERMITS as usize,
-        "never more than {most} of {PERMITS} permits held at once by {CLIENTS} clients"
     );
     // Every holder agrees on the count.
     let a = semaphore(ctx, opts.clone()).await?;

@@ -118,13 +118,14 @@ pub enum Scenario {
     ElectionFailover,
     /// An observer sees every leader change and proclamation, in order, none extra.
     ElectionObserve,
-    /// 6 clients mixing reads and writes: a writer overlaps nobody, readers do hold together,
-    /// a writer's token orders it against the leases before and after it.
+    /// Two readers hold together while a writer waits; then 6 clients mixing reads and writes:
+    /// a writer overlaps nobody, its token orders it against the leases before and after it.
     RwExclusion,
     /// Readers keep the name read-held without a gap: a writer is still granted (FIFO across
     /// modes), within TTL + 1 s.
     RwWriterNotStarved,
-    /// 8 clients on a semaphore of 3: never more than 3 held, 3 reached, the count agreed.
+    /// A semaphore of 3: 3 held at once and a fourth kept waiting; then 8 clients churning:
+    /// never more than 3 held; the count agreed.
     SemaphoreBound,
     /// The only permit's holder is cut off: the waiter gets it within TTL + slack, after the
     /// holder's `lost()` fired, with a higher token.
