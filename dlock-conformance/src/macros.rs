@@ -62,6 +62,8 @@ macro_rules! conformance_tests {
                 semaphore_bound => SemaphoreBound,
                 semaphore_crash_release => SemaphoreCrashRelease,
                 family_cancel => FamilyCancel,
+                rw_lost_before_stolen => RwLostBeforeStolen,
+                family_crash_release => FamilyCrashRelease,
             );
 
             #[test]

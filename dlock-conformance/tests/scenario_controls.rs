@@ -176,7 +176,7 @@ fn election_failover_catches_a_slow_expiry() {
     caught(
         Defect::SlowExpiry,
         Scenario::ElectionFailover,
-        "more than TTL + slack",
+        "later than TTL + slack",
     );
 }
 
@@ -286,4 +286,31 @@ fn family_cancel_passes_on_the_reference() {
         "{}",
         row.summary()
     );
+}
+
+/// A server that expires entries at half the TTL hands a cut-off writer's name to a reader
+/// before the writer knows: caught by `rw_lost_before_stolen`.
+#[test]
+fn rw_lost_before_stolen_catches_an_early_expiry() {
+    caught(
+        Defect::EarlyExpiry,
+        Scenario::RwLostBeforeStolen,
+        "learned of its loss",
+    );
+}
+
+/// A server that keeps a silent holder for three TTLs is caught by `rw_lost_before_stolen`.
+#[test]
+fn rw_lost_before_stolen_catches_a_slow_expiry() {
+    caught(
+        Defect::SlowExpiry,
+        Scenario::RwLostBeforeStolen,
+        "later than TTL + slack",
+    );
+}
+
+/// The correct memory backend passes the same run.
+#[test]
+fn rw_lost_before_stolen_passes_on_the_reference() {
+    passes(Scenario::RwLostBeforeStolen);
 }

@@ -1,14 +1,17 @@
 //! Holder processes that crash or freeze: SIGKILL (crash release) and SIGSTOP past the TTL
 //! (a GC-pause-like freeze, with a fenced resource).
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, FenceGuard, FencingStrength, FencingToken, drift};
 use tokio::time::Instant;
 
-use super::holder::{HolderProcess, field};
+use super::holder::{HolderProcess, Primitive, field};
 use super::util::{mono_ns, name};
 use super::{Ctx, Verdict, ensure};
+use crate::ClientOptions;
 
 fn skip_in_process(ctx: &Ctx) -> Result<(), Verdict> {
     if ctx.backend().node_addrs().is_empty() {
@@ -23,61 +26,159 @@ fn skip_in_process(ctx: &Ctx) -> Result<(), Verdict> {
 /// request and no later than TTL + slack after the kill.
 pub(crate) async fn crash_release(ctx: &Ctx) -> Result<(), Verdict> {
     skip_in_process(ctx)?;
-    let ttl = ctx.ttl();
     let lock = name("crash")?;
     let contender = ctx.client().await?;
-    let caps = contender.capabilities();
     let mut holder = HolderProcess::start(ctx, &lock).await?;
-    let l2 = lock.clone();
-    let wait = ttl * 3 + caps.crash_release_slack + Duration::from_secs(5);
+    let wait = AcquireOptions::wait(waiter_budget(ctx).await?);
+    let acquire = async move { contender.acquire(&lock, wait).await };
+    let lease = killed_while_waiting(
+        ctx,
+        &mut holder,
+        "the lock",
+        "crash_release",
+        acquire,
+        |l| l.token().get(),
+    )
+    .await?;
+    lease.release().await?;
+    Ok(())
+}
+
+/// [`crash_release`] for each family primitive the backend has: a process holding a
+/// leadership, a write lease, or a semaphore's only permit is SIGKILLed while another client
+/// waits for it.
+pub(crate) async fn family_crash_release(ctx: &Ctx) -> Result<(), Verdict> {
+    skip_in_process(ctx)?;
+    let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
+    let wait = AcquireOptions::wait(waiter_budget(ctx).await?);
+    let backend = Arc::clone(ctx.backend());
+    let built = |e: dlock_core::Error| Verdict::Fail(format!("cannot build a client: {e}"));
+    let mut ran = Vec::new();
+    if let Some(e) = backend.election(opts.clone()).await.map_err(built)? {
+        let lock = name("crash-election")?;
+        let mut holder = HolderProcess::start_holding(ctx, &lock, Primitive::Leader).await?;
+        let campaign = async move { e.campaign(&lock, b"next", wait).await };
+        let led = killed_while_waiting(
+            ctx,
+            &mut holder,
+            "the leadership",
+            "election",
+            campaign,
+            |l| l.term().get(),
+        )
+        .await?;
+        led.resign().await?;
+        ran.push(Primitive::Leader.name());
+    }
+    if let Some(rw) = backend.rw(opts.clone()).await.map_err(built)? {
+        let lock = name("crash-write")?;
+        let mut holder = HolderProcess::start_holding(ctx, &lock, Primitive::Write).await?;
+        let read = async move { rw.read(&lock, wait).await };
+        let lease = killed_while_waiting(
+            ctx,
+            &mut holder,
+            "the write-held name",
+            "write",
+            read,
+            |l| l.token().get(),
+        )
+        .await?;
+        lease.release().await?;
+        ran.push(Primitive::Write.name());
+    }
+    if let Some(s) = backend.semaphore(opts).await.map_err(built)? {
+        let lock = name("crash-permit")?;
+        let mut holder = HolderProcess::start_holding(ctx, &lock, Primitive::Permit).await?;
+        let acquire = async move { s.acquire_permit(&lock, 1, wait).await };
+        let permit = killed_while_waiting(
+            ctx,
+            &mut holder,
+            "the only permit",
+            "permit",
+            acquire,
+            |l| l.token().get(),
+        )
+        .await?;
+        permit.release().await?;
+        ran.push(Primitive::Permit.name());
+    }
+    if ran.is_empty() {
+        return Err(Verdict::Skip(
+            "the backend has no Election, RwLocker or Semaphore".into(),
+        ));
+    }
+    ctx.figure("primitives", ran.join(","));
+    Ok(())
+}
+
+/// How long a waiter for a crashed holder may wait: far past the bound it is checked against.
+async fn waiter_budget(ctx: &Ctx) -> Result<Duration, Verdict> {
+    let caps = ctx.capabilities().await?;
+    Ok(ctx.ttl() * 3 + caps.crash_release_slack + Duration::from_secs(5))
+}
+
+/// `holder` (a process holding `what`) is SIGKILLed while `waiter` waits for it. Fails unless
+/// the waiter is still waiting 100 ms in, then is granted no earlier than TTL − drift after
+/// the holder's request and no later than TTL + slack after the kill, with a token above the
+/// holder's (`token` reads it from the grant) where the backend fences. Figures:
+/// `<key>_ms` (kill to grant) and `<key>_since_holder_request_ms`.
+async fn killed_while_waiting<T, W>(
+    ctx: &Ctx,
+    holder: &mut HolderProcess,
+    what: &str,
+    key: &str,
+    waiter: W,
+    token: fn(&T) -> u64,
+) -> Result<T, Verdict>
+where
+    T: Send + 'static,
+    W: Future<Output = Result<T, dlock_core::Error>> + Send + 'static,
+{
+    let caps = ctx.capabilities().await?;
+    let ttl = ctx.ttl();
     let waiting = tokio::spawn(async move {
-        let got = contender.acquire(&l2, AcquireOptions::wait(wait)).await;
+        let got = waiter.await;
         (Instant::now(), mono_ns(), got)
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    if waiting.is_finished() {
-        return Err(Verdict::Fail(
-            "the contender got the lock while the holder process was alive".into(),
-        ));
-    }
+    ensure!(
+        !waiting.is_finished(),
+        "the contender got {what} while the holder process was alive"
+    );
     let killed = Instant::now();
     holder.kill();
     let (got_t, got_ns, got) = waiting
         .await
         .map_err(|e| Verdict::Fail(format!("the contender panicked: {e}")))?;
-    let lease = got.map_err(|e| {
+    let got = got.map_err(|e| {
         Verdict::Fail(format!(
-            "the lock was not released after the holder crashed: {e}"
+            "{what} was not released after the holder crashed: {e}"
         ))
     })?;
     let after_kill = got_t.saturating_duration_since(killed);
     let after_grant = Duration::from_nanos(got_ns.saturating_sub(holder.start_ns));
-    ctx.figure_ms("crash_release_ms", after_kill);
-    ctx.figure_ms("since_holder_request_ms", after_grant);
-    ctx.figure_ms(
-        "bound_ms",
-        caps.crash_release_within + caps.crash_release_slack,
-    );
-    let token = lease.token().get();
-    lease.release().await?;
+    let latest = caps.crash_release_within + caps.crash_release_slack;
+    ctx.figure_ms(&format!("{key}_ms"), after_kill);
+    ctx.figure_ms(&format!("{key}_since_holder_request_ms"), after_grant);
+    ctx.figure_ms("bound_ms", latest);
     let earliest = ttl.saturating_sub(drift(ttl));
     ensure!(
         after_grant >= earliest,
-        "the lock was free {after_grant:?} after the crashed holder's request, before TTL − drift ({earliest:?})"
+        "{what} was free {after_grant:?} after the crashed holder's request, before TTL − drift ({earliest:?})"
     );
-    let latest = caps.crash_release_within + caps.crash_release_slack;
     ensure!(
         after_kill <= latest,
-        "the lock became free {after_kill:?} after the crash, later than TTL + slack ({latest:?})"
+        "{what} became free {after_kill:?} after the crash, later than TTL + slack ({latest:?})"
     );
     if caps.fencing != FencingStrength::None {
+        let new = token(&got);
         ensure!(
-            token > holder.token,
-            "the token after the crash ({token}) is not above the crashed holder's ({})",
+            new > holder.token,
+            "the token for {what} after the crash ({new}) is not above the crashed holder's ({})",
             holder.token
         );
     }
-    Ok(())
+    Ok(got)
 }
 
 /// A holder process frozen (SIGSTOP) past its TTL: a contender acquires with a higher token;

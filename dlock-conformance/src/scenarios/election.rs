@@ -4,13 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Election, Leader};
+use dlock_core::{AcquireOptions, Election, Leader, Leadership};
 use tokio::time::Instant;
 
+use super::takeover::{Link, take_over, waiter_budget};
 use super::util::name;
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
-use crate::faults::{Mode, Proxy};
 
 /// The skip reason of a backend without an election.
 pub(crate) const NO_ELECTION: &str = "the backend has no Election";
@@ -136,81 +136,30 @@ pub(crate) async fn election_single_leader(ctx: &Ctx) -> Result<(), Verdict> {
 
 /// A leader whose link goes silent (or, in process, whose renewal stops) while a follower
 /// campaigns: the follower leads within TTL + slack of the cut, never before the old leader's
-/// `lost()` fired, with a higher term, and the server then records it as the leader.
+/// `lost()` fired, with a higher term (see [`take_over`]), and the server then records it as
+/// the leader.
 pub(crate) async fn election_failover(ctx: &Ctx) -> Result<(), Verdict> {
     let ttl = ctx.ttl();
     let lock = name("failover")?;
-    let proxies = ctx
-        .backend()
-        .node_addrs()
-        .iter()
-        .map(|a| Proxy::start(*a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let mut opts = ClientOptions::new(ctx.ns(), ttl);
-    if !proxies.is_empty() {
-        opts = opts.via(proxies.iter().map(Proxy::addr).collect());
-    }
+    let (link, opts) = Link::start(ctx, ClientOptions::new(ctx.ns(), ttl))?;
     let old = election(ctx, opts).await?;
     let follower = election(ctx, ClientOptions::new(ctx.ns(), ttl)).await?;
-    let caps = ctx.capabilities().await?;
     let leading = old
         .campaign(&lock, b"old", AcquireOptions::wait(Duration::from_secs(10)))
         .await?;
-    let old_term = leading.term();
-    let lost = leading.lost();
-    let lost_at = tokio::spawn(async move {
-        let reason = lost.await;
-        (Instant::now(), reason)
-    });
-    let wait = ttl * 3 + caps.crash_release_slack + Duration::from_secs(5);
+    let wait = AcquireOptions::wait(waiter_budget(ctx).await?);
     let (f, l) = (Arc::clone(&follower), lock.clone());
-    let following = tokio::spawn(async move {
-        let got = f.campaign(&l, b"new", AcquireOptions::wait(wait)).await;
-        (Instant::now(), got)
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    ensure!(
-        !following.is_finished(),
-        "the follower led while the leader was alive"
-    );
-    let cut = Instant::now();
-    if proxies.is_empty() {
-        leading.lease().stop_renewal_for_test();
-    } else {
-        proxies.iter().for_each(|p| p.set(Mode::Blackhole));
-    }
-    let (led_at, got) = following
-        .await
-        .map_err(|e| Verdict::Fail(format!("the follower panicked: {e}")))?;
-    let new =
-        got.map_err(|e| Verdict::Fail(format!("no new leader after the leader was cut off: {e}")))?;
-    let (lost_t, reason) = lost_at
-        .await
-        .map_err(|e| Verdict::Fail(format!("the lost() task panicked: {e}")))?;
-    proxies.iter().for_each(|p| p.set(Mode::Pass));
-    let after = led_at.saturating_duration_since(cut);
-    let bound = caps.crash_release_within + caps.crash_release_slack;
-    ctx.figure_ms("failover_ms", after);
-    ctx.figure_ms("bound_ms", bound);
-    ctx.figure_ms(
-        "old_lost_before_new_ms",
-        led_at.saturating_duration_since(lost_t),
-    );
-    ensure!(
-        lost_t <= led_at,
-        "the old leader learned of its loss ({reason}) {:?} after the new leader took over",
-        lost_t.saturating_duration_since(led_at)
-    );
-    ensure!(
-        after <= bound,
-        "a new leader took {after:?} after the leader was cut off, more than TTL + slack ({bound:?})"
-    );
-    ensure!(
-        new.term() > old_term,
-        "the new leader's term ({}) is not above the old one's ({old_term})",
-        new.term()
-    );
+    let campaign = async move { f.campaign(&l, b"new", wait).await };
+    let new = take_over(
+        ctx,
+        &link,
+        leading.lease(),
+        "the leadership",
+        "failover",
+        campaign,
+        |new: &Leadership| new.term().get(),
+    )
+    .await?;
     let seen = follower.leader(&lock).await?;
     let expected = leader(new.term().get(), "new");
     ensure!(

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, ErrorKind, Lease, RwLocker, Semaphore};
 use tokio::time::Instant;
 
+use super::takeover::{Link, take_over, waiter_budget};
 use super::util::name;
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
-use crate::faults::{Mode, Proxy};
 
 /// The skip reason of a backend without a read-write lock.
 pub(crate) const NO_RW: &str = "the backend has no RwLocker";
@@ -359,83 +359,71 @@ pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
 
 /// A semaphore of one permit: its holder's link goes silent (or, in process, its renewal
 /// stops) while another client waits: the waiter gets the permit within TTL + slack, never
-/// before the holder's `lost()` fired, with a higher token.
+/// before the holder's `lost()` fired, with a higher token (see [`take_over`]).
 pub(crate) async fn semaphore_crash_release(ctx: &Ctx) -> Result<(), Verdict> {
     let ttl = ctx.ttl();
     let lock = name("semaphore-crash")?;
-    let proxies = ctx
-        .backend()
-        .node_addrs()
-        .iter()
-        .map(|a| Proxy::start(*a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let mut opts = ClientOptions::new(ctx.ns(), ttl);
-    if !proxies.is_empty() {
-        opts = opts.via(proxies.iter().map(Proxy::addr).collect());
-    }
+    let (link, opts) = Link::start(ctx, ClientOptions::new(ctx.ns(), ttl))?;
     let holder = semaphore(ctx, opts).await?;
     let waiter = semaphore(ctx, ClientOptions::new(ctx.ns(), ttl)).await?;
-    let caps = ctx.capabilities().await?;
     let permit = holder
         .acquire_permit(&lock, 1, AcquireOptions::wait(Duration::from_secs(10)))
         .await?;
-    let old_token = permit.token();
-    let lost = permit.lost();
-    let lost_at = tokio::spawn(async move {
-        let reason = lost.await;
-        (Instant::now(), reason)
-    });
-    let wait = ttl * 3 + caps.crash_release_slack + Duration::from_secs(5);
-    let (w, l) = (Arc::clone(&waiter), lock.clone());
-    let waiting = tokio::spawn(async move {
-        let got = w.acquire_permit(&l, 1, AcquireOptions::wait(wait)).await;
-        (Instant::now(), got)
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    ensure!(
-        !waiting.is_finished(),
-        "the waiter got the only permit while its holder was alive"
-    );
-    let cut = Instant::now();
-    if proxies.is_empty() {
-        permit.stop_renewal_for_test();
-    } else {
-        proxies.iter().for_each(|p| p.set(Mode::Blackhole));
-    }
-    let (got_at, got) = waiting
-        .await
-        .map_err(|e| Verdict::Fail(format!("the waiter panicked: {e}")))?;
-    let new = got.map_err(|e| {
-        Verdict::Fail(format!(
-            "the permit was not freed after its holder was cut off: {e}"
-        ))
-    })?;
-    let (lost_t, reason) = lost_at
-        .await
-        .map_err(|e| Verdict::Fail(format!("the lost() task panicked: {e}")))?;
-    proxies.iter().for_each(|p| p.set(Mode::Pass));
-    let after = got_at.saturating_duration_since(cut);
-    let bound = caps.crash_release_within + caps.crash_release_slack;
-    ctx.figure_ms("release_ms", after);
-    ctx.figure_ms("bound_ms", bound);
-    ensure!(
-        lost_t <= got_at,
-        "the cut-off holder learned of its loss ({reason}) {:?} after the waiter got the permit",
-        lost_t.saturating_duration_since(got_at)
-    );
-    ensure!(
-        after <= bound,
-        "the permit was freed {after:?} after its holder was cut off, later than TTL + slack ({bound:?})"
-    );
-    ensure!(
-        new.token() > old_token,
-        "the new permit's token ({}) is not above the lost one's ({old_token})",
-        new.token()
-    );
-    new.release().await?;
+    let wait = AcquireOptions::wait(waiter_budget(ctx).await?);
+    let l = lock.clone();
+    let acquire = async move { waiter.acquire_permit(&l, 1, wait).await };
+    let taken = take_over(
+        ctx,
+        &link,
+        &permit,
+        "the only permit",
+        "release",
+        acquire,
+        lease_token,
+    )
+    .await?;
+    taken.release().await?;
     drop(permit);
     Ok(())
+}
+
+/// A writer cut off while a reader waits, then a reader cut off while a writer waits: each
+/// waiter is granted within TTL + slack of the cut, never before the cut-off holder's `lost()`
+/// fired, with a higher token (see [`take_over`]).
+pub(crate) async fn rw_lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
+    let ttl = ctx.ttl();
+    let lock = name("rw-lost")?;
+    let waiter = rw(ctx, ClientOptions::new(ctx.ns(), ttl)).await?;
+    for (held_write, what, key) in [
+        (true, "the read lease", "writer_cut"),
+        (false, "the write lease", "reader_cut"),
+    ] {
+        let (link, opts) = Link::start(ctx, ClientOptions::new(ctx.ns(), ttl))?;
+        let holder = rw(ctx, opts).await?;
+        let ten = AcquireOptions::wait(Duration::from_secs(10));
+        let held = if held_write {
+            holder.write(&lock, ten).await?
+        } else {
+            holder.read(&lock, ten).await?
+        };
+        let wait = AcquireOptions::wait(waiter_budget(ctx).await?);
+        let (w, l) = (Arc::clone(&waiter), lock.clone());
+        let request = async move {
+            if held_write {
+                w.read(&l, wait).await
+            } else {
+                w.write(&l, wait).await
+            }
+        };
+        let taken = take_over(ctx, &link, &held, what, key, request, lease_token).await?;
+        taken.release().await?;
+        drop(held);
+    }
+    Ok(())
+}
+
+fn lease_token(lease: &Lease) -> u64 {
+    lease.token().get()
 }
 
 /// What one request of a family primitive holds.

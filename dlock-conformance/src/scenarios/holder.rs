@@ -2,7 +2,9 @@
 //! `__crash_holder` test. Killing or pausing it (SIGKILL / SIGSTOP) really stops it, renewal
 //! task included.
 //!
-//! Protocol: the child acquires the lock named in [`CRASH_HOLDER_VAR`] and prints
+//! Protocol: the child acquires the lock named in [`CRASH_HOLDER_VAR`] (in the [`Primitive`]
+//! named there: a mutex lease, a leadership, a write or read lease, a semaphore's only
+//! permit) and prints
 //! `DLOCK_HOLDER granted token=<t> start_ns=<request start> at_ns=<reply>`; then it reads commands on stdin, one per line:
 //! - `check` → `DLOCK_HOLDER state lost=<bool> deadline_ns=<ns> token=<t>`
 //! - `release` → `DLOCK_HOLDER released ok=<bool>`
@@ -15,7 +17,7 @@ use std::process::{Child, ChildStdin};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName};
+use dlock_core::{AcquireOptions, Leadership, Lease, LockName};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::util::{mono_ns, within};
@@ -24,9 +26,108 @@ use crate::servers::process::{self, Launch};
 use crate::{ClientOptions, TestBackend};
 
 /// The variable that turns the hidden `__crash_holder` test into a holder process:
-/// `<namespace>|<lock name>|<ttl ms>`.
+/// `<namespace>|<lock name>|<ttl ms>|<primitive>`.
 pub const CRASH_HOLDER_VAR: &str = "DLOCK_CRASH_HOLDER";
 const TAG: &str = "DLOCK_HOLDER";
+
+/// What a holder process holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    /// A [`dlock_core::Locker`] lease.
+    Mutex,
+    /// A [`dlock_core::Election`] leadership.
+    Leader,
+    /// A [`dlock_core::RwLocker`] write lease.
+    Write,
+    /// The permit of a [`dlock_core::Semaphore`] of one.
+    Permit,
+}
+
+impl Primitive {
+    /// The primitive's name in [`CRASH_HOLDER_VAR`] and in messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Leader => "election",
+            Primitive::Write => "write",
+            Primitive::Permit => "permit",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Primitive> {
+        [
+            Primitive::Mutex,
+            Primitive::Leader,
+            Primitive::Write,
+            Primitive::Permit,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+}
+
+/// What the holder process holds, as the process holds it.
+enum Holding {
+    Lease(Lease),
+    Leader(Leadership),
+}
+
+impl Holding {
+    fn lease(&self) -> &Lease {
+        match self {
+            Holding::Lease(l) => l,
+            Holding::Leader(l) => l.lease(),
+        }
+    }
+
+    async fn release(self) -> Result<(), dlock_core::Error> {
+        match self {
+            Holding::Lease(l) => l.release().await,
+            Holding::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// The holder process's request for `lock` in `kind`.
+async fn hold(
+    backend: &dyn TestBackend,
+    opts: ClientOptions,
+    kind: Primitive,
+    lock: &LockName,
+) -> Result<Holding, String> {
+    let wait = AcquireOptions::wait(Duration::from_secs(30));
+    let missing = || format!("the backend has no {}", kind.name());
+    let built = |e: dlock_core::Error| format!("cannot build the holder's client: {e}");
+    let held = match kind {
+        Primitive::Mutex => {
+            let c = backend.client(opts).await.map_err(built)?;
+            Holding::Lease(c.acquire(lock, wait).await.map_err(|e| e.to_string())?)
+        }
+        Primitive::Leader => {
+            let c = backend.election(opts).await.map_err(built)?;
+            let c = c.ok_or_else(missing)?;
+            Holding::Leader(
+                c.campaign(lock, b"crashing", wait)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        Primitive::Write => {
+            let c = backend.rw(opts).await.map_err(built)?.ok_or_else(missing)?;
+            Holding::Lease(c.write(lock, wait).await.map_err(|e| e.to_string())?)
+        }
+        Primitive::Permit => {
+            let c = backend.semaphore(opts).await.map_err(built)?;
+            let c = c.ok_or_else(missing)?;
+            Holding::Lease(
+                c.acquire_permit(lock, 1, wait)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+    };
+    Ok(held)
+}
 
 /// The parent's handle on a holder process. Killed when dropped.
 pub(crate) struct HolderProcess {
@@ -43,9 +144,18 @@ pub(crate) struct HolderProcess {
 }
 
 impl HolderProcess {
-    /// Starts the holder and waits until it reports its grant.
+    /// Starts a mutex holder and waits until it reports its grant.
     pub(crate) async fn start(ctx: &Ctx, lock: &LockName) -> Result<HolderProcess, Verdict> {
-        let mut holder = HolderProcess::spawn(ctx, lock)?;
+        HolderProcess::start_holding(ctx, lock, Primitive::Mutex).await
+    }
+
+    /// Starts a holder of `kind` and waits until it reports its grant.
+    pub(crate) async fn start_holding(
+        ctx: &Ctx,
+        lock: &LockName,
+        kind: Primitive,
+    ) -> Result<HolderProcess, Verdict> {
+        let mut holder = HolderProcess::spawn_holding(ctx, lock, kind)?;
         holder.granted().await?;
         Ok(holder)
     }
@@ -69,14 +179,29 @@ impl HolderProcess {
         Ok(())
     }
 
-    /// Starts the process; it begins acquiring `lock` (and may wait in its queue).
+    /// Starts a mutex holder process; it begins acquiring `lock` (and may wait in its queue).
     pub(crate) fn spawn(ctx: &Ctx, lock: &LockName) -> Result<HolderProcess, Verdict> {
+        HolderProcess::spawn_holding(ctx, lock, Primitive::Mutex)
+    }
+
+    /// Starts a holder process of `kind`; it begins requesting `lock`.
+    pub(crate) fn spawn_holding(
+        ctx: &Ctx,
+        lock: &LockName,
+        kind: Primitive,
+    ) -> Result<HolderProcess, Verdict> {
         let exe = std::env::current_exe()
             .map_err(|e| Verdict::Fail(format!("cannot find the test binary: {e}")))?;
         let mut env = ctx.backend().child_env();
         env.push((
             CRASH_HOLDER_VAR.into(),
-            format!("{}|{}|{}", ctx.ns(), lock, ctx.ttl().as_millis()),
+            format!(
+                "{}|{}|{}|{}",
+                ctx.ns(),
+                lock,
+                ctx.ttl().as_millis(),
+                kind.name()
+            ),
         ));
         env.push(("RUST_BACKTRACE".into(), "0".into()));
         let launch = Launch {
@@ -213,10 +338,13 @@ pub fn crash_holder_main(factory: fn() -> Arc<dyn TestBackend>) {
     let Ok(spec) = std::env::var(CRASH_HOLDER_VAR) else {
         return;
     };
-    let mut parts = spec.splitn(3, '|');
-    let (Some(ns), Some(lock), Some(ttl)) = (parts.next(), parts.next(), parts.next()) else {
+    let mut parts = spec.splitn(4, '|');
+    let (Some(ns), Some(lock), Some(ttl), Some(kind)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         panic!("malformed {CRASH_HOLDER_VAR}={spec:?}");
     };
+    let kind = Primitive::parse(kind).unwrap_or_else(|| panic!("bad primitive in {spec:?}"));
     let ttl = Duration::from_millis(
         ttl.parse()
             .unwrap_or_else(|e| panic!("bad ttl in {spec:?}: {e}")),
@@ -229,21 +357,16 @@ pub fn crash_holder_main(factory: fn() -> Arc<dyn TestBackend>) {
         .unwrap_or_else(|e| panic!("cannot build a runtime: {e}"));
     runtime.block_on(async move {
         let backend = factory();
-        let client = backend
-            .client(ClientOptions::new(ns, ttl))
-            .await
-            .unwrap_or_else(|e| panic!("cannot build the holder's client: {e}"));
         let start_ns = mono_ns();
-        let lease = client
-            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(30)))
+        let held = hold(&*backend, ClientOptions::new(ns, ttl), kind, &lock)
             .await
-            .unwrap_or_else(|e| panic!("the holder cannot acquire {lock}: {e}"));
+            .unwrap_or_else(|e| panic!("the holder cannot take {lock} ({}): {e}", kind.name()));
         let granted_ns = mono_ns();
         say(&format!(
             "granted token={} start_ns={start_ns} at_ns={granted_ns}",
-            lease.token()
+            held.lease().token()
         ));
-        let lost = lease.lost();
+        let lost = held.lease().lost();
         tokio::spawn(async move {
             let reason = lost.await;
             say(&format!("lost at_ns={} reason={reason}", mono_ns()));
@@ -258,9 +381,9 @@ pub fn crash_holder_main(factory: fn() -> Arc<dyn TestBackend>) {
                 }
             }
         });
-        let mut lease = Some(lease);
+        let mut lease = Some(held);
         while let Some(cmd) = rx.recv().await {
-            match (cmd.trim(), lease.as_ref()) {
+            match (cmd.trim(), lease.as_ref().map(Holding::lease)) {
                 ("check", Some(l)) => {
                     let now = tokio::time::Instant::now();
                     let deadline = l.deadline();

@@ -19,6 +19,7 @@ mod private;
 mod queue;
 mod restart;
 mod slow;
+mod takeover;
 pub(crate) mod util;
 pub(crate) mod workload;
 
@@ -133,11 +134,18 @@ pub enum Scenario {
     /// For each family primitive the backend has: a request dropped while queued leaves
     /// nothing behind, and the next one is granted promptly.
     FamilyCancel,
+    /// A writer cut off while a reader waits, then a reader cut off while a writer waits: each
+    /// waiter granted within TTL + slack, after the holder's `lost()` fired, with a higher token.
+    RwLostBeforeStolen,
+    /// [`Scenario::CrashRelease`] for each family primitive the backend has: a SIGKILLed
+    /// process's leadership, write lease or only permit is free within [TTL − drift,
+    /// TTL + slack].
+    FamilyCrashRelease,
 }
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 37] = [
+    pub const ALL: [Scenario; 39] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -175,6 +183,8 @@ impl Scenario {
         Scenario::SemaphoreBound,
         Scenario::SemaphoreCrashRelease,
         Scenario::FamilyCancel,
+        Scenario::RwLostBeforeStolen,
+        Scenario::FamilyCrashRelease,
     ];
 
     /// The scenario's name (also its test function's name).
@@ -217,6 +227,8 @@ impl Scenario {
             Scenario::SemaphoreBound => "semaphore_bound",
             Scenario::SemaphoreCrashRelease => "semaphore_crash_release",
             Scenario::FamilyCancel => "family_cancel",
+            Scenario::RwLostBeforeStolen => "rw_lost_before_stolen",
+            Scenario::FamilyCrashRelease => "family_crash_release",
         }
     }
 
@@ -437,6 +449,8 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::SemaphoreBound => family::semaphore_bound(ctx).await,
         Scenario::SemaphoreCrashRelease => family::semaphore_crash_release(ctx).await,
         Scenario::FamilyCancel => family::family_cancel(ctx).await,
+        Scenario::RwLostBeforeStolen => family::rw_lost_before_stolen(ctx).await,
+        Scenario::FamilyCrashRelease => crash::family_crash_release(ctx).await,
     }
 }
 
