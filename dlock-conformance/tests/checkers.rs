@@ -36,6 +36,18 @@ fn assert_caught(row: &Row, needle: &str) {
 }
 
 #[test]
+fn claiming_primitives_it_lacks_fails_family_cancel() {
+    let row = run(
+        Wrapped::new(MemoryBackend::new(), Twist::ClaimFamily),
+        Scenario::FamilyCancel,
+    );
+    assert_caught(
+        &row,
+        "Capabilities::primitives says true, but the backend lacks it",
+    );
+}
+
+#[test]
 fn no_fencing_fails_token_monotonicity() {
     let row = run(
         MemoryBackend::with_defect(Defect::NoFencing),
@@ -234,6 +246,9 @@ enum Twist {
     LeakOnFailure,
     /// break_holder does nothing.
     NeverBreak,
+    /// Claims the memory locker's primitives (election, read-write lock, semaphore), but
+    /// offers none of them (`Wrapped` never overrides `TestBackend::election` and the rest).
+    ClaimFamily,
 }
 
 struct Wrapped {

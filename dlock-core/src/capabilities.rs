@@ -16,6 +16,34 @@ pub enum FencingStrength {
     None,
 }
 
+/// The lock-family primitives a backend offers beside its mutex ([`crate::Locker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Primitives {
+    /// It implements [`crate::Election`].
+    pub election: bool,
+    /// It implements [`crate::RwLocker`].
+    pub read_write: bool,
+    /// It implements [`crate::Semaphore`].
+    pub semaphore: bool,
+}
+
+impl Primitives {
+    /// The mutex only (Redlock).
+    pub const MUTEX_ONLY: Primitives = Primitives {
+        election: false,
+        read_write: false,
+        semaphore: false,
+    };
+
+    /// Every primitive: election, read-write lock and semaphore.
+    pub const ALL: Primitives = Primitives {
+        election: true,
+        read_write: true,
+        semaphore: true,
+    };
+}
+
 /// What a backend guarantees. Conformance scenarios are gated on these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -31,10 +59,13 @@ pub struct Capabilities {
     /// Slack, beyond `crash_release_within`, that the backend needs to notice a crash (session
     /// expiry checks, timer granularity).
     pub crash_release_slack: Duration,
+    /// The primitives offered beside the mutex, all on the same lease and fencing contract.
+    pub primitives: Primitives,
 }
 
 impl Capabilities {
-    /// Capabilities of a backend that is neither fair nor herd-free, with linearizable fencing.
+    /// Capabilities of a backend that is neither fair nor herd-free, with linearizable fencing
+    /// and no primitive but the mutex.
     pub fn new(crash_release_within: Duration) -> Self {
         Capabilities {
             fair: false,
@@ -42,6 +73,7 @@ impl Capabilities {
             fencing: FencingStrength::Linearizable,
             crash_release_within,
             crash_release_slack: Duration::from_millis(500),
+            primitives: Primitives::MUTEX_ONLY,
         }
     }
 
@@ -61,6 +93,12 @@ impl Capabilities {
     /// Sets [`Capabilities::crash_release_slack`].
     pub fn with_crash_release_slack(mut self, slack: Duration) -> Self {
         self.crash_release_slack = slack;
+        self
+    }
+
+    /// Sets [`Capabilities::primitives`].
+    pub fn with_primitives(mut self, primitives: Primitives) -> Self {
+        self.primitives = primitives;
         self
     }
 }

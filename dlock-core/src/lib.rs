@@ -17,7 +17,7 @@ mod semaphore;
 mod stats;
 mod token;
 
-pub use capabilities::{Capabilities, FencingStrength};
+pub use capabilities::{Capabilities, FencingStrength, Primitives};
 pub use election::{
     Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN, Proclaim, validate_value,
 };

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::{
-    AcquireOptions, Capabilities, Counters, Error, Lease, LockName, Locker, RenewalDriver, Stats,
+    AcquireOptions, Capabilities, Counters, Error, Lease, LockName, Locker, Primitives,
+    RenewalDriver, Stats,
 };
 use etcd_client::Client;
 use tokio::time::Instant;
@@ -191,6 +192,7 @@ impl Locker for EtcdLocker {
         Capabilities::new(self.ttl())
             .with_fair_queue(true, true)
             .with_crash_release_slack(Duration::from_millis(1000))
+            .with_primitives(Primitives::ALL)
     }
 
     fn stats(&self) -> Stats {

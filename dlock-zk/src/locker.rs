@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_core::{
     AcquireOptions, Capabilities, Counters, Error, ErrorKind, FencingStrength, FencingToken, Lease,
-    LockName, Locker, Stats,
+    LockName, Locker, Primitives, Stats,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -464,6 +464,7 @@ impl Locker for ZkLocker {
             .with_fair_queue(true, true)
             .with_fencing(FencingStrength::Linearizable)
             .with_crash_release_slack(ttl / 2 + Duration::from_millis(300))
+            .with_primitives(Primitives::ALL)
     }
 
     fn stats(&self) -> Stats {

@@ -524,13 +524,24 @@ fn minus(a: &[String], b: &[String]) -> Vec<String> {
 }
 
 /// For each family primitive the backend has (a campaign, a write lease, a semaphore's only
-/// permit): a request dropped while queued behind a holder leaves nothing behind within
+/// permit; which ones it has must match its `Capabilities::primitives`): a request dropped while queued behind a holder leaves nothing behind within
 /// 500 ms, and the request queued after it is granted within TTL/2 of the holder's release.
 pub(crate) async fn family_cancel(ctx: &Ctx) -> Result<(), Verdict> {
     let mut ran = Vec::new();
-    for kind in ["election", "write", "permit"] {
+    let declared = ctx.capabilities().await?.primitives;
+    for (kind, claimed) in [
+        ("election", declared.election),
+        ("write", declared.read_write),
+        ("permit", declared.semaphore),
+    ] {
         let lock = name(&format!("cancel-{kind}"))?;
-        let Some(reqs) = requests(ctx, kind, &lock).await? else {
+        let reqs = requests(ctx, kind, &lock).await?;
+        ensure!(
+            reqs.is_some() == claimed,
+            "{kind}: Capabilities::primitives says {claimed}, but the backend {} it",
+            if reqs.is_some() { "has" } else { "lacks" }
+        );
+        let Some(reqs) = reqs else {
             continue;
         };
         ran.push(kind);

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::options::validate_ttl;
 use crate::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Leader, Lease,
-    LockName, Locker, LossReason, RenewBackend, Renewal, RenewalDriver, Stats,
+    LockName, Locker, LossReason, Primitives, RenewBackend, Renewal, RenewalDriver, Stats,
 };
 
 /// Deliberate defects, for proving that conformance checkers can fail. Never use them otherwise.
@@ -756,6 +756,7 @@ impl Locker for MemoryLocker {
             .with_fair_queue(true, self.backend.defect != Some(Defect::WakeAll))
             .with_fencing(FencingStrength::Linearizable)
             .with_crash_release_slack(Duration::from_millis(50))
+            .with_primitives(Primitives::ALL)
     }
 
     fn stats(&self) -> Stats {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_core::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, Lease, LockName, Locker,
-    RenewalDriver, Stats, validate_ttl,
+    Primitives, RenewalDriver, Stats, validate_ttl,
 };
 
 use crate::conn;
@@ -301,6 +301,9 @@ impl Locker for RedlockLocker {
             .with_fair_queue(false, false)
             .with_fencing(FencingStrength::Assumed)
             .with_crash_release_slack(Duration::from_millis(250))
+            // One server cannot record a leader, readers or permits for a quorum: see the
+            // crate docs.
+            .with_primitives(Primitives::MUTEX_ONLY)
     }
 
     fn stats(&self) -> Stats {

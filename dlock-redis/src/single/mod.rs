@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_core::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, Lease, LockName, Locker,
-    RenewalDriver, Stats, validate_ttl,
+    Primitives, RenewalDriver, Stats, validate_ttl,
 };
 
 use crate::conn::{self, Node};
@@ -332,6 +332,7 @@ impl Locker for RedisLocker {
             .with_fair_queue(self.inner.fair, self.inner.fair)
             .with_fencing(FencingStrength::Linearizable)
             .with_crash_release_slack(Duration::from_millis(250))
+            .with_primitives(Primitives::ALL)
     }
 
     fn stats(&self) -> Stats {
