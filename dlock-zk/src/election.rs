@@ -1,5 +1,11 @@
 //! The ZooKeeper [`Election`]: the mutex's queue with `latch-` nodes whose data is the value
-//! (the layout of Curator's `LeaderLatch`), guarded proclamations, linearizable leader reads.
+//! campaigned with (the layout of Curator's `LeaderLatch`), guarded proclamations recorded in the
+//! parent's data, linearizable leader reads.
+//!
+//! A proclamation never writes the leader's node. Curator's `LeaderLatch` waits on its
+//! predecessor with a one-shot `getData` watch and acts only on `NodeDeleted`: a data change
+//! of that node would consume the watch, and a Curator follower would never notice the leader
+//! resign.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +22,7 @@ use crate::errors::{map, session_ended, transient};
 use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
 use crate::paths::{LATCH_MARKER, parent_of, sorted_contenders};
-use crate::record::encode;
+use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;
 
@@ -24,8 +30,8 @@ use crate::session::Session;
 /// before its value could be read.
 const LEADER_READS: usize = 32;
 
-/// Writes the value of one leadership: its node's data and the parent's proclamation record
-/// (see `record`), in one multi guarded by the node's data version.
+/// Writes the value of one leadership: the parent's proclamation record (see `record`), in one
+/// multi with a check that our node is still there.
 struct ZkProclaim {
     session: Arc<Session>,
     /// Our node's full path.
@@ -34,8 +40,18 @@ struct ZkProclaim {
     parent: String,
     /// Our node's czxid (the term).
     czxid: i64,
-    /// Our node's data version as of our last write; the lock also orders proclamations.
-    version: Mutex<i32>,
+    /// What our proclamations so far left behind; the lock also orders proclamations.
+    state: Mutex<Proclaimed>,
+}
+
+/// A leadership's proclamations so far.
+struct Proclaimed {
+    /// How many were made: the record's version of the last one (0: none).
+    count: i32,
+    /// Our node's data version as last known (0: nobody wrote it; we never do).
+    node_version: i32,
+    /// The parent's data version after our last write, or as last read (`None`: not read yet).
+    parent_version: Option<i32>,
 }
 
 fn not_leading(lease: &Lease, why: &str) -> Error {
@@ -43,34 +59,59 @@ fn not_leading(lease: &Lease, why: &str) -> Error {
 }
 
 impl ZkProclaim {
-    /// Whether the node is still ours (same czxid, owned by our session), with its data and
-    /// data version.
-    async fn read_ours(&self) -> Result<Option<(Vec<u8>, i32)>, zk::Error> {
+    /// Whether the node is still ours (same czxid, owned by our session), with its data
+    /// version.
+    async fn read_ours(&self) -> Result<Option<i32>, zk::Error> {
         self.session.counters.add_requests(1);
         match self.session.client.get_data(&self.path).await {
-            Ok((data, stat))
+            Ok((_, stat))
                 if stat.czxid == self.czxid && stat.ephemeral_owner == self.session.id =>
             {
-                Ok(Some((data, stat.version)))
+                Ok(Some(stat.version))
             }
             Ok(_) | Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(e),
         }
     }
+
+    /// The parent's data and data version (`None`: the parent is gone).
+    async fn read_parent(&self) -> Result<Option<(Vec<u8>, i32)>, zk::Error> {
+        self.session.counters.add_requests(1);
+        match self.session.client.get_data(&self.parent).await {
+            Ok((data, stat)) => Ok(Some((data, stat.version))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a failed read or write of a proclamation means: the leadership's end, a retry, or an
+/// error to report.
+fn proclaim_failure(e: zk::Error, what: &str) -> Result<(), Error> {
+    if session_ended(&e) {
+        return Err(Error::Lost(LossReason::SessionEnded(e.to_string())));
+    }
+    if transient(&e) {
+        tracing::debug!(error = %e, "proclamation interrupted; retrying");
+        return Ok(());
+    }
+    Err(map(what, e))
 }
 
 #[async_trait]
 impl Proclaim for ZkProclaim {
-    /// A multi: `setData(node, value, expected version)` and `setData(parent, record)`. A
-    /// deleted node fails the whole multi (nothing is written): [`Error::Lost`]. A version
-    /// mismatch is resolved by reading the node: still ours, and holding `value` one version
-    /// up after a try whose reply was lost, it succeeded; still ours otherwise (written from
-    /// outside), the write is tried again on the version read. Transient failures are retried
-    /// while the lease holds.
+    /// A multi: `check(node, known data version)` and `setData(parent, record, expected parent
+    /// version)`; the node itself is never written (see the module documentation). A deleted
+    /// node fails the whole multi (nothing is written): [`Error::Lost`]. A version mismatch on
+    /// the node (written from outside) is resolved by reading it: still ours, the write is
+    /// tried again on the version read. A version mismatch on the parent is resolved by reading
+    /// it: holding this very record (term, next version, value) after a try whose reply was
+    /// lost, it succeeded; otherwise (written from outside) the write is tried again on the
+    /// version read. The parent's version is read before the first proclamation. Transient
+    /// failures are retried while the lease holds.
     async fn proclaim(&self, lease: &Lease, value: &[u8]) -> Result<(), Error> {
-        let mut version = self.version.lock().await;
+        let mut st = self.state.lock().await;
         let client = &self.session.client;
-        let mut retried = false;
         loop {
             lease.check()?;
             if self.session.is_ended() {
@@ -79,51 +120,72 @@ impl Proclaim for ZkProclaim {
                     self.session.id
                 ))));
             }
-            let next = version.saturating_add(1);
+            let Some(parent_version) = st.parent_version else {
+                match self.read_parent().await {
+                    Ok(Some((_, version))) => st.parent_version = Some(version),
+                    Ok(None) => return Err(not_leading(lease, "the election's parent is gone")),
+                    Err(e) => {
+                        proclaim_failure(e, "proclaim (reading the parent)")?;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+                continue;
+            };
+            let next = st.count.saturating_add(1);
             let record = encode(self.czxid, next, value);
             let mut writer = client.new_multi_writer();
             writer
-                .add_set_data(&self.path, value, Some(*version))
-                .and_then(|()| writer.add_set_data(&self.parent, &record, None))
+                .add_check_version(&self.path, st.node_version)
+                .and_then(|()| writer.add_set_data(&self.parent, &record, Some(parent_version)))
                 .map_err(|e| map("proclaim", e))?;
             self.session.counters.add_requests(1);
-            let failure = match writer.commit().await {
+            let (index, failure) = match writer.commit().await {
                 Ok(_) => {
-                    *version = next;
+                    st.count = next;
+                    st.parent_version = Some(parent_version.saturating_add(1));
                     return Ok(());
                 }
-                Err(zk::MultiWriteError::OperationFailed { index: 0, source }) => source,
-                Err(e) => zk::Error::from(e),
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    (Some(index), source)
+                }
+                Err(e) => (None, zk::Error::from(e)),
             };
-            match failure {
-                zk::Error::NoNode => return Err(not_leading(lease, "our node was deleted")),
-                zk::Error::BadVersion => match self.read_ours().await {
-                    Ok(Some((data, now))) if retried && now == next && data == value => {
-                        *version = now;
-                        return Ok(());
-                    }
-                    Ok(Some((_, now))) => {
-                        tracing::warn!(node = %self.path, expected = *version, found = now, "the leader's node was written from outside; proclaiming over it");
-                        *version = now;
+            match (index, failure) {
+                (Some(0), zk::Error::NoNode) => {
+                    return Err(not_leading(lease, "our node was deleted"));
+                }
+                (Some(0), zk::Error::BadVersion) => match self.read_ours().await {
+                    Ok(Some(now)) => {
+                        tracing::warn!(node = %self.path, expected = st.node_version, found = now, "the leader's node was written from outside; proclaiming all the same");
+                        st.node_version = now;
                     }
                     Ok(None) => {
                         return Err(not_leading(lease, "our node was deleted or replaced"));
                     }
-                    Err(e) if session_ended(&e) => {
-                        return Err(Error::Lost(LossReason::SessionEnded(e.to_string())));
-                    }
-                    Err(e) if transient(&e) => retried = true,
-                    Err(e) => return Err(map("proclaim (reading our node)", e)),
+                    Err(e) => proclaim_failure(e, "proclaim (reading our node)")?,
                 },
-                e if session_ended(&e) => {
-                    return Err(Error::Lost(LossReason::SessionEnded(e.to_string())));
-                }
-                e if transient(&e) => {
-                    tracing::debug!(node = %self.path, error = %e, "proclamation interrupted; retrying");
-                    retried = true;
+                (Some(1), zk::Error::BadVersion) => match self.read_parent().await {
+                    Ok(Some((data, now))) => {
+                        let ours = Record {
+                            czxid: self.czxid,
+                            version: next,
+                            value: value.to_vec(),
+                        };
+                        st.parent_version = Some(now);
+                        if decode(&data).as_ref() == Some(&ours) {
+                            // A try whose reply was lost wrote it.
+                            st.count = next;
+                            return Ok(());
+                        }
+                        tracing::warn!(parent = %self.parent, expected = parent_version, found = now, "the election's parent was written from outside; proclaiming over it");
+                    }
+                    Ok(None) => return Err(not_leading(lease, "the election's parent is gone")),
+                    Err(e) => proclaim_failure(e, "proclaim (reading the parent)")?,
+                },
+                (_, e) => {
+                    proclaim_failure(e, "proclaim")?;
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                e => return Err(map("proclaim", e)),
             }
         }
     }
@@ -171,14 +233,19 @@ impl Election for ZkLocker {
             path: grant.path,
             czxid: grant.czxid,
             session: grant.session,
-            // A node is created with data version 0; nobody writes a waiting node.
-            version: Mutex::new(0),
+            state: Mutex::new(Proclaimed {
+                count: 0,
+                // A node is created with data version 0, and nobody writes it.
+                node_version: 0,
+                parent_version: None,
+            }),
         };
         Ok(Leadership::new(grant.lease, Arc::new(proclaim)))
     }
 
     /// A `sync` (routed through the leader) and the listing of the queue, then the data of its
-    /// first node: the leader's term (czxid) and value.
+    /// first node and of the parent: the leader's term (its node's czxid) and value (the
+    /// parent's proclamation record when it names that term, else the node's data).
     ///
     /// # Errors
     /// [`Error::Unavailable`] when the ensemble cannot be reached or the leader keeps changing
@@ -203,9 +270,21 @@ impl Election for ZkLocker {
             let Some(first) = sorted_contenders(children, LATCH_MARKER).into_iter().next() else {
                 return Ok(None);
             };
-            sess.counters.add_requests(1);
-            match client.get_data(&format!("{parent}/{first}")).await {
+            // The node (its czxid, the value it campaigned with), then the parent's record
+            // (its latest proclamation, when the record names it), answered in this order.
+            sess.counters.add_requests(2);
+            let node = client.get_data(&format!("{parent}/{first}"));
+            let record = client.get_data(&parent);
+            let (node, record) = tokio::join!(node, record);
+            match node {
                 Ok((value, stat)) => {
+                    let value = match record {
+                        Ok((data, _)) => decode(&data)
+                            .filter(|r| r.czxid == stat.czxid)
+                            .map_or(value, |r| r.value),
+                        Err(zk::Error::NoNode) => value,
+                        Err(e) => return Err(map("leader (reading the parent)", e)),
+                    };
                     return Ok(Some(Leader {
                         term: FencingToken(u64::try_from(stat.czxid).unwrap_or_default()),
                         value,

@@ -1,5 +1,5 @@
 //! An election observer's model of the queue: the nodes the events describe, the leader
-//! reported last, and the parent's data version (see `observe`).
+//! reported last, and the parent's data version and proclamation record (see `observe`).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use crate::errors::map;
 use crate::paths::{LATCH_MARKER, sort_key};
-use crate::record::decode;
+use crate::record::{Record, decode};
 
 /// A node's read: its data and stat, or why it could not be read.
 pub(crate) type Read = Result<(Vec<u8>, zk::Stat), zk::Error>;
@@ -20,7 +20,8 @@ pub(crate) struct Known {
     /// The data version read.
     version: i32,
     /// The data version the events seen so far account for: when it differs from `version`,
-    /// the node was written before the observer could read what it held earlier.
+    /// the node was written (from outside: dlock and Curator never write a queued node) before
+    /// the observer could read what it held earlier.
     pub(crate) accounted: i32,
     data: Vec<u8>,
 }
@@ -30,7 +31,7 @@ pub(crate) struct Known {
 pub(crate) struct Current {
     pub(crate) name: String,
     czxid: i64,
-    /// Its node's data version as of the last reported value.
+    /// How many of its proclamations were reported (0: its campaign value was).
     version: i32,
 }
 
@@ -50,8 +51,9 @@ pub(crate) struct Model {
     pub(crate) nodes: BTreeMap<(String, String), Option<Known>>,
     pub(crate) leader: Option<Current>,
     pub(crate) parent: Option<Parent>,
-    /// The leader's node was written: the parent's proclamation record must come next.
-    pub(crate) expect_record: bool,
+    /// The parent's latest proclamation record, if its data is one: a node it names has the
+    /// record's value instead of its own data.
+    pub(crate) record: Option<Record>,
 }
 
 /// A node's place in the queue: Curator's sort key, then the name.
@@ -95,17 +97,22 @@ impl Model {
         };
         if k.version != k.accounted {
             return Err(format!(
-                "the leader {name} proclaimed before the observer could read the value it campaigned with"
+                "the leader {name}'s node was written before the observer could read the value it campaigned with"
             ));
         }
+        // A leader found by a snapshot may have proclaimed already.
+        let (value, version) = match &self.record {
+            Some(r) if r.czxid == k.czxid => (r.value.clone(), r.version),
+            _ => (k.data, 0),
+        };
         out.push_back(Leader {
             term: term(k.czxid),
-            value: k.data,
+            value,
         });
         self.leader = Some(Current {
             name,
             czxid: k.czxid,
-            version: k.version,
+            version,
         });
         Ok(())
     }
@@ -141,26 +148,24 @@ impl Model {
         });
         // Data that is no record was written from outside: no leader change.
         let Some(record) = decode(&data) else {
+            self.record = None;
             return Ok(());
         };
         let Some(leader) = self.leader.as_mut() else {
             return Err("a proclamation was recorded while nobody led".into());
         };
-        if !self.expect_record
-            || record.czxid != leader.czxid
-            || record.version != leader.version.saturating_add(1)
-        {
+        if record.czxid != leader.czxid || record.version != leader.version.saturating_add(1) {
             return Err(format!(
                 "a proclamation (term {}, version {}) does not follow the leader the observer knows (term {}, version {})",
                 record.czxid, record.version, leader.czxid, leader.version
             ));
         }
-        self.expect_record = false;
         leader.version = record.version;
         out.push_back(Leader {
             term: term(record.czxid),
-            value: record.value,
+            value: record.value.clone(),
         });
+        self.record = Some(record);
         Ok(())
     }
 }

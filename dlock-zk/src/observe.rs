@@ -7,17 +7,18 @@
 //! before it completes any later reply. So once the snapshot's listing is answered, every
 //! event already queued at the watcher is reflected in it (and dropped), and every later one
 //! is a change after it. The snapshot also reads every queued node's data (a waiter's value is
-//! needed the moment it leads, when it may already have resigned); an event arriving before
-//! those reads are answered means the queue moved meanwhile, and the snapshot is taken again.
+//! needed the moment it leads, when it may already have resigned) and the parent's (the
+//! leader's latest proclamation); an event arriving before those reads are answered means the
+//! queue moved meanwhile, and the snapshot is taken again.
 //!
 //! From then on the model applies every event in order: node created (its value is read at
-//! once), node deleted, the leader's node written together with the parent's proclamation
-//! record (see `record`). The leader is always the first node of the model. A change is
-//! reported only when it is known exactly; whenever the model cannot be sure it saw every
+//! once), node deleted, the parent's proclamation record written (see `record`; a proclamation
+//! never writes the leader's node). The leader is always the first node of the model. A change
+//! is reported only when it is known exactly; whenever the model cannot be sure it saw every
 //! change — a lost connection or session (events during a reconnect are not replayed), a
 //! leader whose value could not be read before it changed or vanished, a gap in the parent's
 //! data versions (two proclamations between one event and its read), a leader's node written
-//! without a proclamation — the observation fails with [`Error::Unavailable`] for good.
+//! (from outside) — the observation fails with [`Error::Unavailable`] for good.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -32,6 +33,7 @@ use zookeeper_client as zk;
 use crate::errors::map;
 use crate::model::{Model, Parent, Read, key};
 use crate::paths::{node_name, parent_of};
+use crate::record::decode;
 use crate::session::Session;
 
 /// How many times a snapshot is taken again while the queue keeps moving.
@@ -181,11 +183,6 @@ impl Follower {
         let path = event.path.as_str();
         let is_child = self.is_child(path);
         let m = &mut self.model;
-        let proclamation =
-            event.event_type == zk::EventType::NodeDataChanged && path == self.parent;
-        if m.expect_record && !proclamation && event.event_type != zk::EventType::Session {
-            return Err("the leader's node was written without a proclamation".into());
-        }
         if path == self.parent {
             match event.event_type {
                 zk::EventType::NodeCreated => {
@@ -218,7 +215,10 @@ impl Follower {
             }
             zk::EventType::NodeDataChanged => {
                 if m.leader.as_ref().is_some_and(|l| l.name == name) {
-                    m.expect_record = true;
+                    return Err(
+                        "the leader's node was written from outside (a proclamation writes only the parent)"
+                            .into(),
+                    );
                 } else if let Some(entry) = m.nodes.get_mut(&key(name)) {
                     let accounted = entry.as_ref().map_or(0, |k| k.accounted.saturating_add(1));
                     let read = read.ok_or("a written node was not read")?;
@@ -326,21 +326,36 @@ async fn snapshot(
         .iter()
         .map(|c| client.get_data(&format!("{parent}/{c}")))
         .collect();
+    let record = parent_stat.map(|_| {
+        sess.counters.add_requests(1);
+        client.get_data(parent)
+    });
     let mut reads = Vec::with_capacity(sent.len());
     for reply in sent {
         reads.push(reply.await);
     }
+    let record = match record {
+        Some(reply) => match reply.await {
+            Ok((data, _)) => decode(&data),
+            // Deleted after the listing: an event says so, and the snapshot is taken again.
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(map("observe (reading the parent)", e)),
+        },
+        None => None,
+    };
     if let Some(event) = delivered(watcher) {
         if let Some(why) = session_break(&event) {
             return Err(Error::unavailable(why, None));
         }
         return Ok(None);
     }
+    // No event arrived: the parent's data is as the listing found it.
     let mut model = Model {
         parent: parent_stat.map(|s| Parent {
             czxid: Some(s.czxid),
             version: s.version,
         }),
+        record,
         ..Model::default()
     };
     for (child, read) in children.into_iter().zip(reads) {

@@ -1,16 +1,20 @@
 //! The proclamation record an election keeps in the data of its parent node.
 //!
-//! A proclamation writes the leader's node (its new value) and, in the same multi, the parent's
-//! data: this record, naming the leader (its node's czxid), the node's new data version and the
-//! value. ZooKeeper's watch events carry no data, and a leader that proclaims and resigns at
-//! once deletes its node before an observer could read the value from it; the parent outlives
-//! the node, and its data version counts proclamations, so an observer reads every proclaimed
-//! value or knows it missed one. Curator's `LeaderLatch` never reads the latch path's data.
+//! A proclamation writes only the parent's data: this record, naming the leader (its node's
+//! czxid), the leadership's proclamation count and the value; the same multi checks that the
+//! leader's node is still there. The node keeps the value it campaigned with: Curator's
+//! `LeaderLatch` watches its predecessor with a one-shot data watch and acts only on its
+//! deletion, so writing the node would leave a Curator follower waiting for good (see
+//! `election`). ZooKeeper's watch events carry no data, and the parent outlives a leader that
+//! proclaims and resigns at once; its data version counts proclamations, so an observer reads
+//! every proclaimed value or knows it missed one. Curator's `LeaderLatch` never reads the latch
+//! path's data.
 //!
+//! The leader's value is the record's when the record names its term, else its node's data.
 //! The record is one header line, then the value's bytes:
 //!
 //! ```text
-//! dlock-proclamation term=<czxid> version=<node data version>
+//! dlock-proclamation term=<czxid> version=<proclamations by this leader, this one included>
 //! <value>
 //! ```
 
@@ -22,14 +26,14 @@ const TAG: &str = "dlock-proclamation";
 pub(crate) struct Record {
     /// The leader's node's czxid (the leadership's term).
     pub(crate) czxid: i64,
-    /// The data version of the leader's node after the proclamation.
+    /// How many proclamations the leader made, this one included (1 for its first).
     pub(crate) version: i32,
     /// The proclaimed value.
     pub(crate) value: Vec<u8>,
 }
 
-/// The parent data recording that the leader `czxid` set its node's data to `value`, version
-/// `version`.
+/// The parent data recording that the leader `czxid` proclaimed `value`, its `version`th
+/// proclamation.
 pub(crate) fn encode(czxid: i64, version: i32, value: &[u8]) -> Vec<u8> {
     let header = format!("{TAG} term={czxid} version={version}\n");
     let mut out = Vec::with_capacity(header.len() + value.len());

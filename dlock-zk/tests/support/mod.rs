@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod ensemble;
+pub mod java;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,499 @@
+//! Interop with real Curator recipes (Apache Curator 5, Debian's `libcurator-recipes-java`):
+//! a Java peer (`tests/curator/CuratorPeer.java`, see `support::java`) contends with dlock on
+//! the very path `ZkLocker::lock_path` names, both ways, for `LeaderLatch`,
+//! `InterProcessReadWriteLock` and `InterProcessSemaphoreV2`. Each side must see the other's
+//! nodes: a holder on one side keeps the other side out (a short wait elapses), and the waiter
+//! is granted once the holder lets go.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_conformance::servers::Cluster;
+use dlock_core::{
+    AcquireOptions, Election, ErrorKind, FencingToken, Leader, LeaderChanges, LockName, RwLocker,
+    Semaphore,
+};
+use support::java::{Curator, curator};
+use support::{contenders, eventually, locker, namespace, node_of, raw, shared};
+
+const TTL: Duration = Duration::from_secs(4);
+/// How long a reply of the peer may take (a JVM starting on a loaded machine, a long wait).
+const REPLY: Duration = Duration::from_secs(90);
+/// A wait that must elapse, in milliseconds (the peer's unit).
+const SHORT_MS: u64 = 1_500;
+/// A wait that must elapse.
+const SHORT: Duration = Duration::from_millis(SHORT_MS);
+/// A wait that must end in a grant, in milliseconds.
+const LONG_MS: u64 = 60_000;
+/// A wait that must end in a grant.
+const LONG: Duration = Duration::from_millis(LONG_MS);
+
+/// The shared server and the compiled peer, or `None` (printed) when either is missing
+/// outside CI.
+fn setup() -> Option<(Arc<Cluster>, &'static Curator)> {
+    let cluster = shared(1)?;
+    let curator = curator()?;
+    Some((cluster, curator))
+}
+
+/// Waits until `parent` has exactly `n` children.
+async fn queued(z: &zookeeper_client::Client, parent: &str, n: usize) {
+    let ok = eventually(Duration::from_secs(30), || async move {
+        contenders(z, parent).await.len() == n
+    })
+    .await;
+    assert!(ok, "{parent} never had {n} children: {:?}", {
+        contenders(z, parent).await
+    });
+}
+
+/// Waits until the session `session` has a node under `parent` (a dlock waiter is queued).
+async fn queued_by(z: &zookeeper_client::Client, parent: &str, session: i64) {
+    let ok = eventually(Duration::from_secs(30), || async move {
+        node_of(z, parent, session).await.is_some()
+    })
+    .await;
+    assert!(ok, "session {session:#x} never queued under {parent}");
+}
+
+async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
+    tokio::time::timeout(Duration::from_secs(30), changes.next())
+        .await
+        .expect("a change within 30 s")
+        .expect("the observation goes on")
+}
+
+/// The term and value dlock must report for the node `node` of `parent`: its czxid and data.
+async fn leader_of(z: &zookeeper_client::Client, parent: &str, node: &str) -> Leader {
+    let (value, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
+    Leader {
+        term: FencingToken(u64::try_from(stat.czxid).unwrap()),
+        value,
+    }
+}
+
+/// A Curator `LeaderLatch` leads: dlock reads and observes it (its participant id is the
+/// value), a dlock campaign waits behind it, and wins once the latch closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() {
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("curator-latch-java-leads");
+    let (l, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("latch").unwrap();
+    let path = l.lock_path(&name);
+    let z = raw(connect).await;
+    let mut java = curator.spawn(connect, &["latch", &path]).await;
+    assert_eq!(java.ask("start j java-1", REPLY).await, "STARTED j");
+    assert_eq!(
+        java.ask(&format!("await j {LONG_MS}"), REPLY).await,
+        "LEADER j"
+    );
+
+    // dlock sees the Curator leader: its node's czxid, its participant id as the value.
+    let kids = contenders(&z, &path).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert!(kids[0].contains("-latch-"), "{kids:?}");
+    let java_leader = leader_of(&z, &path, &kids[0]).await;
+    assert_eq!(java_leader.value, b"java-1");
+    assert_eq!(l.leader(&name).await.unwrap(), Some(java_leader.clone()));
+    let mut changes = l.observe(&name).await.unwrap();
+    assert_eq!(next(&mut changes).await, java_leader);
+
+    // A dlock campaign cannot win while the latch leads...
+    let e = l
+        .campaign(&name, b"dlock-a", AcquireOptions::wait(SHORT))
+        .await
+        .expect_err("dlock led while the Curator latch did");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+
+    // ...and one that waits wins once the latch closes, not before.
+    let b_session = b.session_id().expect("b's session");
+    let bname = name.clone();
+    let waiting = tokio::spawn(async move {
+        let won = b
+            .campaign(&bname, b"dlock-b", AcquireOptions::wait(LONG))
+            .await;
+        (b, won)
+    });
+    queued_by(&z, &path, b_session).await;
+    queued(&z, &path, 2).await;
+    assert!(
+        !waiting.is_finished(),
+        "dlock led while the Curator latch did"
+    );
+    assert_eq!(
+        java.ask("state j", REPLY).await,
+        "STATE j has=true gained=1 lost=0"
+    );
+    assert_eq!(java.ask("close j", REPLY).await, "CLOSED j");
+    let (b, won) = tokio::time::timeout(REPLY, waiting)
+        .await
+        .expect("the dlock campaign won once the latch closed")
+        .unwrap();
+    let lead = won.expect("dlock leads once the latch closed");
+    assert!(lead.term() > java_leader.term);
+    let dlock_leader = Leader {
+        term: lead.term(),
+        value: b"dlock-b".to_vec(),
+    };
+    assert_eq!(next(&mut changes).await, dlock_leader);
+    assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader));
+    lead.resign().await.unwrap();
+    java.quit(REPLY).await;
+    drop(b);
+}
+
+/// dlock leads: a Curator `LeaderLatch` started behind it names dlock's campaign value as the
+/// leader's participant id and does not lead (`hasLeadership()` false, no `isLeader` callback)
+/// until dlock resigns, even after dlock proclaimed; then it leads, and dlock reads and
+/// observes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("curator-latch-dlock-leads"), TTL).await;
+    let name = LockName::new("latch").unwrap();
+    let path = l.lock_path(&name);
+    let z = raw(connect).await;
+    let lead = l
+        .campaign(&name, b"dlock-1", AcquireOptions::wait(LONG))
+        .await
+        .unwrap();
+    let mut changes = l.observe(&name).await.unwrap();
+    let dlock_leader = Leader {
+        term: lead.term(),
+        value: b"dlock-1".to_vec(),
+    };
+    assert_eq!(next(&mut changes).await, dlock_leader);
+
+    let mut java = curator.spawn(connect, &["latch", &path]).await;
+    assert_eq!(java.ask("start j java-2", REPLY).await, "STARTED j");
+    assert_eq!(
+        java.ask(&format!("await j {SHORT_MS}"), REPLY).await,
+        "TIMEOUT j"
+    );
+    queued(&z, &path, 2).await;
+    assert_eq!(
+        java.ask("leader j", REPLY).await,
+        "LEADER_ID j dlock-1",
+        "Curator names dlock's leader"
+    );
+    assert_eq!(
+        java.ask("state j", REPLY).await,
+        "STATE j has=false gained=0 lost=0"
+    );
+    assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader.clone()));
+    // A proclamation goes to the parent's record, which dlock reads and Curator does not: the
+    // leader's node keeps the value it campaigned with (writing it would use up the data watch
+    // of the Curator latch behind it, which then never notices the resignation).
+    lead.proclaim(b"dlock-2").await.unwrap();
+    let dlock_leader = Leader {
+        term: lead.term(),
+        value: b"dlock-2".to_vec(),
+    };
+    assert_eq!(next(&mut changes).await, dlock_leader);
+    assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader.clone()));
+    assert_eq!(java.ask("leader j", REPLY).await, "LEADER_ID j dlock-1");
+    assert_eq!(
+        java.ask("state j", REPLY).await,
+        "STATE j has=false gained=0 lost=0"
+    );
+
+    lead.resign().await.unwrap();
+    assert_eq!(
+        java.ask(&format!("await j {LONG_MS}"), REPLY).await,
+        "LEADER j"
+    );
+    assert_eq!(
+        java.ask("state j", REPLY).await,
+        "STATE j has=true gained=1 lost=0"
+    );
+    assert_eq!(java.ask("leader j", REPLY).await, "LEADER_ID j java-2");
+    let java_leader = next(&mut changes).await;
+    assert_eq!(java_leader.value, b"java-2");
+    assert!(java_leader.term > dlock_leader.term);
+    let kids = contenders(&z, &path).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert_eq!(java_leader, leader_of(&z, &path, &kids[0]).await);
+    assert_eq!(l.leader(&name).await.unwrap(), Some(java_leader));
+    assert_eq!(java.ask("close j", REPLY).await, "CLOSED j");
+    java.quit(REPLY).await;
+}
+
+/// A Curator `InterProcessReadWriteLock` write lock keeps dlock readers and writers out; a
+/// waiting dlock reader is granted once Curator releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("curator-rw-java-writes");
+    let (l, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("rw").unwrap();
+    let path = l.lock_path(&name);
+    let z = raw(connect).await;
+    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    assert_eq!(
+        java.ask(&format!("write w {LONG_MS}"), REPLY).await,
+        "ACQUIRED w"
+    );
+    let kids = contenders(&z, &path).await;
+    assert!(
+        kids.len() == 1 && kids[0].contains("__WRIT__"),
+        "Curator's write node: {kids:?}"
+    );
+
+    let e = l
+        .read(&name, AcquireOptions::wait(SHORT))
+        .await
+        .expect_err("dlock read while Curator wrote");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    let e = l
+        .write(&name, AcquireOptions::wait(SHORT))
+        .await
+        .expect_err("dlock wrote while Curator wrote");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+
+    let b_session = b.session_id().expect("b's session");
+    let bname = name.clone();
+    let waiting = tokio::spawn(async move {
+        let got = b.read(&bname, AcquireOptions::wait(LONG)).await;
+        (b, got)
+    });
+    queued_by(&z, &path, b_session).await;
+    queued(&z, &path, 2).await;
+    assert!(!waiting.is_finished(), "dlock read while Curator wrote");
+    assert_eq!(java.ask("release w", REPLY).await, "RELEASED w");
+    let (b, got) = tokio::time::timeout(REPLY, waiting)
+        .await
+        .expect("the dlock reader was granted once Curator released")
+        .unwrap();
+    let read = got.expect("dlock reads once Curator released");
+    read.release().await.unwrap();
+    assert!(contenders(&z, &path).await.is_empty());
+    java.quit(REPLY).await;
+    drop(b);
+}
+
+/// A dlock write lease keeps Curator readers and writers out (their `acquire(time)` fails); a
+/// waiting Curator reader is granted once dlock releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_a_dlock_writer_keeps_curator_readers_and_writers_out() {
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let l = locker(connect, &namespace("curator-rw-dlock-writes"), TTL).await;
+    let name = LockName::new("rw").unwrap();
+    let path = l.lock_path(&name);
+    let z = raw(connect).await;
+    let w = l.write(&name, AcquireOptions::wait(LONG)).await.unwrap();
+    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    assert_eq!(
+        java.ask(&format!("read r {SHORT_MS}"), REPLY).await,
+        "TIMEOUT r",
+        "Curator read while dlock wrote"
+    );
+    assert_eq!(
+        java.ask(&format!("write x {SHORT_MS}"), REPLY).await,
+        "TIMEOUT x",
+        "Curator wrote while dlock wrote"
+    );
+    // Curator removed the nodes of its timed-out attempts.
+    queued(&z, &path, 1).await;
+
+    java.send(&format!("read r2 {LONG_MS}"));
+    queued(&z, &path, 2).await;
+    assert_eq!(java.printed(), None, "Curator read while dlock wrote");
+    w.release().await.unwrap();
+    assert_eq!(java.reply(REPLY).await, "ACQUIRED r2");
+    assert_eq!(java.ask("release r2", REPLY).await, "RELEASED r2");
+    queued(&z, &path, 0).await;
+    java.quit(REPLY).await;
+}
+
+/// Curator and dlock readers hold the lock at once, whoever came first; a dlock writer waits
+/// for both, and a Curator reader arriving behind that waiting writer queues behind it (FIFO
+/// across modes holds across the two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() {
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("curator-rw-readers");
+    let (l, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("rw").unwrap();
+    let path = l.lock_path(&name);
+    let z = raw(connect).await;
+    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    assert_eq!(
+        java.ask(&format!("read r1 {LONG_MS}"), REPLY).await,
+        "ACQUIRED r1"
+    );
+    // A dlock reader joins a Curator reader...
+    let read = tokio::time::timeout(REPLY, l.read(&name, AcquireOptions::wait(LONG)))
+        .await
+        .expect("dlock reads beside Curator")
+        .expect("dlock reads beside Curator");
+    // ...and a Curator reader joins a dlock reader.
+    assert_eq!(
+        java.ask(&format!("read r2 {LONG_MS}"), REPLY).await,
+        "ACQUIRED r2"
+    );
+    let kids = contenders(&z, &path).await;
+    assert!(
+        kids.len() == 3 && kids.iter().all(|k| k.contains("__READ__")),
+        "three read nodes: {kids:?}"
+    );
+
+    // A writer of either side waits for the readers of both.
+    assert_eq!(
+        java.ask(&format!("write x {SHORT_MS}"), REPLY).await,
+        "TIMEOUT x",
+        "Curator wrote while readers held"
+    );
+    let b_session = b.session_id().expect("b's session");
+    let bname = name.clone();
+    let writer = tokio::spawn(async move {
+        let got = b.write(&bname, AcquireOptions::wait(LONG)).await;
+        (b, got)
+    });
+    queued_by(&z, &path, b_session).await;
+    queued(&z, &path, 4).await;
+    // A Curator reader behind the waiting dlock writer waits too.
+    assert_eq!(
+        java.ask(&format!("read r3 {SHORT_MS}"), REPLY).await,
+        "TIMEOUT r3",
+        "a Curator reader overtook a waiting dlock writer"
+    );
+    assert!(!writer.is_finished(), "dlock wrote while readers held");
+
+    assert_eq!(java.ask("release r1", REPLY).await, "RELEASED r1");
+    assert_eq!(java.ask("release r2", REPLY).await, "RELEASED r2");
+    read.release().await.unwrap();
+    let (b, got) = tokio::time::timeout(REPLY, writer)
+        .await
+        .expect("the dlock writer was granted once the readers left")
+        .unwrap();
+    let w = got.expect("dlock writes once the readers left");
+    w.release().await.unwrap();
+    queued(&z, &path, 0).await;
+    java.quit(REPLY).await;
+    drop(b);
+}
+
+/// A Curator `InterProcessSemaphoreV2` with 3 leases and dlock's semaphore with 3 permits on
+/// one path share the 3: Curator holds 2 and dlock takes the third; a 4th request from either
+/// side is kept out; a waiting dlock request is granted when Curator returns a lease, a
+/// waiting Curator request when dlock returns a permit; a request of either side waits for the
+/// other side's guard (`locks`); never more than 3 lease nodes are held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_curator_and_dlock_share_the_permits() {
+    const N: u32 = 3;
+    let Some((c, curator)) = setup() else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("curator-semaphore");
+    let (l, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("pool").unwrap();
+    let path = l.lock_path(&name);
+    let leases = format!("{path}/leases");
+    let locks = format!("{path}/locks");
+    let z = raw(connect).await;
+    let mut java = curator
+        .spawn(connect, &["semaphore", &path, &N.to_string()])
+        .await;
+    for h in ["a", "b"] {
+        assert_eq!(
+            java.ask(&format!("acquire {h} {LONG_MS}"), REPLY).await,
+            format!("ACQUIRED {h}")
+        );
+    }
+    let p1 = tokio::time::timeout(
+        REPLY,
+        l.acquire_permit(&name, N, AcquireOptions::wait(LONG)),
+    )
+    .await
+    .expect("dlock takes the third permit")
+    .expect("dlock takes the third permit");
+    assert_eq!(contenders(&z, &leases).await.len(), 3);
+
+    // All 3 are held: a 4th from either side is kept out.
+    assert_eq!(
+        java.ask(&format!("acquire c {SHORT_MS}"), REPLY).await,
+        "TIMEOUT c",
+        "Curator took a 4th permit"
+    );
+    let e = l
+        .acquire_permit(&name, N, AcquireOptions::wait(SHORT))
+        .await
+        .expect_err("dlock took a 4th permit");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    queued(&z, &leases, 3).await;
+    queued(&z, &locks, 0).await;
+
+    // A waiting dlock request is granted when Curator returns a lease.
+    let b_session = b.session_id().expect("b's session");
+    let bname = name.clone();
+    let waiting = tokio::spawn(async move {
+        let got = b
+            .acquire_permit(&bname, N, AcquireOptions::wait(LONG))
+            .await;
+        (b, got)
+    });
+    queued_by(&z, &leases, b_session).await;
+    queued(&z, &leases, 4).await;
+    // It holds the guard meanwhile: a Curator request waits for it in `locks`.
+    assert_eq!(
+        java.ask(&format!("acquire c {SHORT_MS}"), REPLY).await,
+        "TIMEOUT c",
+        "Curator passed dlock's guard"
+    );
+    assert_eq!(contenders(&z, &locks).await.len(), 1);
+    assert!(!waiting.is_finished(), "dlock took a 4th permit");
+    assert_eq!(java.ask("release a", REPLY).await, "RELEASED a");
+    let (b, got) = tokio::time::timeout(REPLY, waiting)
+        .await
+        .expect("dlock was granted once Curator returned a lease")
+        .unwrap();
+    let p2 = got.expect("dlock was granted once Curator returned a lease");
+    assert!(p2.token() > p1.token());
+    queued(&z, &leases, 3).await;
+
+    // A waiting Curator request is granted when dlock returns a permit.
+    java.send(&format!("acquire d {LONG_MS}"));
+    queued(&z, &leases, 4).await;
+    // It holds the guard meanwhile: a dlock request waits for it in `locks`.
+    let e = l
+        .acquire_permit(&name, N, AcquireOptions::wait(SHORT))
+        .await
+        .expect_err("dlock passed Curator's guard");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(contenders(&z, &locks).await.len(), 1);
+    assert_eq!(java.printed(), None, "Curator took a 4th permit");
+    p1.release().await.unwrap();
+    assert_eq!(java.reply(REPLY).await, "ACQUIRED d");
+    assert_eq!(contenders(&z, &leases).await.len(), 3);
+
+    for h in ["b", "d"] {
+        assert_eq!(
+            java.ask(&format!("release {h}"), REPLY).await,
+            format!("RELEASED {h}")
+        );
+    }
+    p2.release().await.unwrap();
+    queued(&z, &leases, 0).await;
+    java.quit(REPLY).await;
+    drop(b);
+}
