@@ -6,15 +6,16 @@ use std::time::Duration;
 use dlock_core::{Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
+use crate::enqueue::{Behind, Enqueue};
 use crate::errors;
 use crate::keys;
 use crate::locker::EtcdLocker;
-use crate::ops::{Behind, Enqueue, Etcd};
+use crate::ops::Etcd;
 use crate::queue::{Queue, Rule};
 use crate::session::{Entry, LockEntry, Session, spawn_cleanup};
 use crate::slots::{Busy, SlotGuard};
-use crate::wait::Turn;
 use crate::wait_permits::PermitWait;
+use crate::watch::Turn;
 
 /// How one queue attempt (on one session) ended.
 enum Attempt {

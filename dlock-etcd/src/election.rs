@@ -46,13 +46,7 @@ impl Proclaim for EtcdProclaim {
                 self.rev,
             )])
             .and_then([TxnOp::put(self.key.as_str(), value, Some(put))]);
-        let resp = self
-            .etcd
-            .call("proclaim", None, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await?;
+        let resp = self.etcd.txn("proclaim", None, txn).await?;
         if resp.succeeded() {
             Ok(())
         } else {

@@ -4,6 +4,7 @@
 mod acquire;
 mod builder;
 mod election;
+mod enqueue;
 mod errors;
 mod family;
 mod grant;
@@ -19,6 +20,7 @@ mod session;
 mod slots;
 mod wait;
 mod wait_permits;
+mod watch;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL,

@@ -6,14 +6,12 @@ use std::time::Duration;
 
 use dlock_core::{Counters, Error};
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tokio::time::Instant;
 
 use crate::errors;
 use crate::members::Members;
-use crate::queue::{Queue, Rule};
 
 /// The etcd clients with the locker's request timeout and counters.
 #[derive(Clone)]
@@ -32,58 +30,6 @@ pub(crate) struct Etcd {
     /// When a request last got a reply from etcd (tells a wait that ended while etcd was
     /// answering from one cut short by an outage).
     pub(crate) last_reply: Arc<std::sync::Mutex<Option<Instant>>>,
-}
-
-/// What the enqueue transaction found.
-#[derive(Debug)]
-pub(crate) struct Enqueued {
-    /// Our key's create revision (the fencing token once we own the lock).
-    pub(crate) rev: i64,
-    /// The store revision the reads were made at.
-    pub(crate) header_rev: i64,
-    /// What we wait behind (`None`: we hold).
-    pub(crate) behind: Option<Behind>,
-}
-
-/// What a queued key waits behind.
-#[derive(Debug)]
-pub(crate) enum Behind {
-    /// The newest key created before ours in the queue's `ahead` range (mutex, reader,
-    /// writer): we hold once no such key is left.
-    Key(String),
-    /// This many keys of a semaphore were created before ours, as many as its permits or
-    /// more: we hold once fewer are left.
-    Permits(u64),
-}
-
-/// How the enqueue transaction ended.
-#[derive(Debug)]
-pub(crate) enum Enqueue {
-    /// Our key is in the queue.
-    Queued(Enqueued),
-    /// etcd no longer knows our session lease (expired or revoked): no key of the session can
-    /// exist, so the session is over and a new one must queue.
-    SessionGone,
-    /// Our key existed from an earlier request but vanished before we could read its place:
-    /// queue again.
-    KeyGone,
-    /// Our key (created at `rev`) asks for something the queue refuses (a semaphore's permit
-    /// count that differs from the one it is held with): delete it and fail.
-    Refused { rev: i64, reason: String },
-}
-
-/// What re-checking after a wake-up found.
-#[derive(Debug)]
-pub(crate) enum Recheck {
-    /// Our key is gone (lease expired or the key was deleted).
-    KeyGone,
-    /// No key below ours: we own the lock.
-    Owner,
-    /// Still waiting behind this key; the reads were made at `header_rev`.
-    Behind {
-        predecessor: String,
-        header_rev: i64,
-    },
 }
 
 impl Etcd {
@@ -230,157 +176,18 @@ impl Etcd {
         }
     }
 
-    /// One transaction: create our key under the session lease unless it exists, and read the
-    /// contenders around it. Same compare and branches as etcd's `concurrency.Mutex`, plus the
-    /// predecessor read in the same round trip.
-    ///
-    /// A put under a lease etcd no longer knows fails with "lease not found": that is
-    /// [`Enqueue::SessionGone`], not an error (an operator revoked the lease, or it expired
-    /// before our keep-alive told us).
-    ///
-    /// A semaphore's queue is enqueued by [`Etcd::enqueue_permits`]. For a reader, whose key
-    /// lies outside the range it waits on, the newest key of that range is its predecessor.
-    pub(crate) async fn enqueue(
+    /// Runs one transaction (see [`Etcd::call`]).
+    pub(crate) async fn txn(
         &self,
-        q: &Queue,
-        key: &str,
-        lease: i64,
+        what: &str,
         deadline: Option<Instant>,
-        value: &[u8],
-    ) -> Result<Enqueue, Error> {
-        const WHAT: &str = "enqueue transaction";
-        if let Rule::Permits(permits) = q.rule {
-            return self
-                .enqueue_permits(&q.ahead, key, lease, deadline, value, permits)
-                .await;
-        }
-        let range = q.ahead.as_str();
-        // Whether our key is one of the range it waits on (all but a reader's).
-        let in_range = key.starts_with(range);
-        // After our put, our key has the highest create revision in the range: the two newest
-        // keys are ours and our predecessor.
-        let newest_two = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(2);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-                TxnOp::get(range, Some(newest_two)),
-            ])
-            .or_else([TxnOp::get(key, None)]);
-        let reply = self
-            .call(WHAT, deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move {
-                    match kv.txn(txn).await {
-                        Ok(resp) => Ok(Some(resp)),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok(None),
-                        Err(e) => Err(e),
-                    }
-                }
-            })
-            .await?;
-        let Some(resp) = reply else {
-            return Ok(Enqueue::SessionGone);
-        };
-        let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
-        let ops = resp.op_responses();
-        if resp.succeeded() {
-            let kvs =
-                get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
-            let rev = header_rev;
-            let before = if in_range {
-                let mine = kvs
-                    .first()
-                    .ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
-                if mine.key() != key.as_bytes() || mine.create_revision() != rev {
-                    return Err(errors::unexpected(
-                        WHAT,
-                        "our key is not the newest in its range",
-                    ));
-                }
-                kvs.get(1)
-            } else {
-                kvs.first()
-            };
-            let behind =
-                before.map(|kv| Behind::Key(String::from_utf8_lossy(kv.key()).into_owned()));
-            Ok(Enqueue::Queued(Enqueued {
-                rev,
-                header_rev,
-                behind,
-            }))
-        } else {
-            // Our key exists already (a retried request of ours, or an older queue entry of
-            // this session): keep its place, as etcd's Mutex does.
-            let kvs = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
-            let rev = kvs
-                .first()
-                .map(KeyValue::create_revision)
-                .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
-            Ok(match self.recheck(range, key, rev, deadline).await? {
-                Recheck::KeyGone => Enqueue::KeyGone,
-                Recheck::Owner => Enqueue::Queued(Enqueued {
-                    rev,
-                    header_rev,
-                    behind: None,
-                }),
-                Recheck::Behind {
-                    predecessor,
-                    header_rev,
-                } => Enqueue::Queued(Enqueued {
-                    rev,
-                    header_rev,
-                    behind: Some(Behind::Key(predecessor)),
-                }),
-            })
-        }
-    }
-
-    /// One read-only transaction: does our key still exist with our revision, and which key is
-    /// the newest below it.
-    pub(crate) async fn recheck(
-        &self,
-        range: &str,
-        key: &str,
-        rev: i64,
-        deadline: Option<Instant>,
-    ) -> Result<Recheck, Error> {
-        const WHAT: &str = "re-check transaction";
-        let below_us = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(rev.saturating_sub(1))
-            .with_limit(1)
-            .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(range, Some(below_us)),
-        ]);
-        let resp = self
-            .call(WHAT, deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await?;
-        let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
-        let ops = resp.op_responses();
-        let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
-        if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
-            return Ok(Recheck::KeyGone);
-        }
-        let below = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
-        Ok(match below.first() {
-            None => Recheck::Owner,
-            Some(kv) => Recheck::Behind {
-                predecessor: String::from_utf8_lossy(kv.key()).into_owned(),
-                header_rev,
-            },
+        txn: Txn,
+    ) -> Result<TxnResponse, Error> {
+        self.call(what, deadline, |c| {
+            let (mut kv, txn) = (c.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
         })
+        .await
     }
 
     /// Deletes `key` if its create revision is still `rev` (never a newer incarnation).
@@ -394,12 +201,7 @@ impl Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);
-        let resp = self
-            .call("guarded delete", deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await?;
+        let resp = self.txn("guarded delete", deadline, txn).await?;
         Ok(resp.succeeded())
     }
 

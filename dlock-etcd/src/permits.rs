@@ -3,13 +3,12 @@
 //! key with another count is refused when it enqueues or re-reads.
 
 use dlock_core::Error;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-};
+use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget, TxnOp};
 use tokio::time::Instant;
 
+use crate::enqueue::{Behind, Enqueue, Enqueued, Put};
 use crate::errors;
-use crate::ops::{Behind, Enqueue, Enqueued, Etcd, get_count, get_kvs, header_revision};
+use crate::ops::{Etcd, get_count, get_kvs};
 
 /// What a read of a semaphore's queue found.
 #[derive(Debug)]
@@ -77,60 +76,39 @@ impl Etcd {
         permits: u32,
     ) -> Result<Enqueue, Error> {
         const WHAT: &str = "permit enqueue transaction";
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-                // Without filters, etcd's count is exact (with them it is not filtered).
-                TxnOp::get(
-                    range,
-                    Some(GetOptions::new().with_prefix().with_count_only()),
-                ),
-                TxnOp::get(range, Some(earliest())),
-            ])
-            .or_else([TxnOp::get(key, None)]);
-        let reply = self
-            .call(WHAT, deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move {
-                    match kv.txn(txn).await {
-                        Ok(resp) => Ok(Some(resp)),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok(None),
-                        Err(e) => Err(e),
-                    }
+        let reads = [
+            // Without filters, etcd's count is exact (with them it is not filtered).
+            TxnOp::get(
+                range,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+            TxnOp::get(range, Some(earliest())),
+        ];
+        match self
+            .put_unless_exists(WHAT, key, value, lease, reads, deadline)
+            .await?
+        {
+            Put::SessionGone => Ok(Enqueue::SessionGone),
+            Put::Created { header_rev, ops } => {
+                let rev = header_rev;
+                let total = get_count(&ops, 1)
+                    .ok_or_else(|| errors::unexpected(WHAT, "no count result"))?;
+                let ahead = u64::try_from(total.saturating_sub(1)).map_err(|_| {
+                    errors::unexpected(WHAT, format!("count {total} without our key"))
+                })?;
+                let first =
+                    get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+                if let Some(reason) = disagreement(range, first.first(), permits) {
+                    return Ok(Enqueue::Refused { rev, reason });
                 }
-            })
-            .await?;
-        let Some(resp) = reply else {
-            return Ok(Enqueue::SessionGone);
-        };
-        let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
-        let ops = resp.op_responses();
-        if resp.succeeded() {
-            let rev = header_rev;
-            let total =
-                get_count(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no count result"))?;
-            let ahead = u64::try_from(total.saturating_sub(1))
-                .map_err(|_| errors::unexpected(WHAT, format!("count {total} without our key")))?;
-            let first =
-                get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
-            if let Some(reason) = disagreement(range, first.first(), permits) {
-                return Ok(Enqueue::Refused { rev, reason });
+                Ok(Enqueue::Queued(Enqueued {
+                    rev,
+                    header_rev,
+                    behind: behind(ahead, permits),
+                }))
             }
-            Ok(Enqueue::Queued(Enqueued {
-                rev,
-                header_rev,
-                behind: behind(ahead, permits),
-            }))
-        } else {
             // Our key exists already (a retried request of ours): keep its place.
-            let kvs = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
-            let rev = kvs
-                .first()
-                .map(KeyValue::create_revision)
-                .ok_or_else(|| errors::unexpected(WHAT, "compare failed but our key is absent"))?;
-            Ok(
+            Put::Existed { rev, .. } => Ok(
                 match self
                     .recheck_permits(range, key, rev, permits, deadline)
                     .await?
@@ -143,7 +121,7 @@ impl Etcd {
                         behind: behind(ahead, permits),
                     }),
                 },
-            )
+            ),
         }
     }
 
@@ -167,24 +145,14 @@ impl Etcd {
             .with_prefix()
             .with_keys_only()
             .with_max_create_revision(rev.saturating_sub(1).max(1));
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+        let reads = [
             TxnOp::get(range, Some(before_us)),
             TxnOp::get(range, Some(earliest())),
-        ]);
-        let resp = self
-            .call(WHAT, deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await?;
-        let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
-        let ops = resp.op_responses();
-        let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(WHAT, "no key result"))?;
-        if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
+        ];
+        let Some((header_rev, ops)) = self.read_with_ours(WHAT, key, rev, reads, deadline).await?
+        else {
             return Ok(PermitCheck::KeyGone);
-        }
+        };
         let ahead = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
         // Never count our own key (a filter of revision 1 would not exclude it).
         let ahead = ahead.iter().filter(|kv| kv.create_revision() < rev).count() as u64;

@@ -121,12 +121,7 @@ pub(crate) fn delete_orphans(
             let txn = Txn::new()
                 .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
                 .and_then([TxnOp::delete(key.as_str(), None)]);
-            let result = etcd
-                .call("delete an orphan key", None, |c| {
-                    let (mut kv, txn) = (c.kv_client(), txn.clone());
-                    async move { kv.txn(txn).await }
-                })
-                .await;
+            let result = etcd.txn("delete an orphan key", None, txn).await;
             if let Err(e) = result {
                 tracing::warn!(%key, error = %e, "deleting an orphan key failed; retried next round");
             }

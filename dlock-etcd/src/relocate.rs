@@ -96,12 +96,7 @@ pub(crate) async fn relocate(
         let txn = Txn::new()
             .when(when)
             .and_then([TxnOp::put(key.as_str(), "", Some(put))]);
-        let moved = etcd
-            .call("move a key to the new lease", None, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move { kv.txn(txn).await }
-            })
-            .await;
+        let moved = etcd.txn("move a key to the new lease", None, txn).await;
         match moved {
             Ok(resp) if resp.succeeded() => {}
             Ok(_) => {

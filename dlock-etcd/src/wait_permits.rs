@@ -6,8 +6,6 @@
 //! deletion of the semaphore's range (etcd sends the events; the waiter sends no request
 //! for them), and sends one re-read when fewer keys than permits are left ahead.
 
-use std::time::Duration;
-
 use dlock_core::{Error, LockName};
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use tokio::time::Instant;
@@ -16,7 +14,7 @@ use crate::errors;
 use crate::locker::EtcdLocker;
 use crate::permits::PermitCheck;
 use crate::session::Session;
-use crate::wait::{Cut, RESYNC_PERIOD, Turn, bounded};
+use crate::watch::{Bounds, Opened, RESYNC_PERIOD, Turn};
 
 /// Our key and how it waits.
 pub(crate) struct PermitWait<'a> {
@@ -59,7 +57,7 @@ impl EtcdLocker {
     ) -> Result<Turn, Error> {
         let etcd = &self.inner.etcd;
         let permits = u64::from(w.permits);
-        let mut backoff = Duration::from_millis(20);
+        let mut b = Bounds::new(session, deadline);
         // Re-reads; `Some(turn)` ends the wait.
         macro_rules! recheck {
             () => {
@@ -81,7 +79,7 @@ impl EtcdLocker {
                         true
                     }
                     Err(e) => {
-                        self.transient(e, &mut backoff, session, deadline).await?;
+                        b.transient(e).await?;
                         false
                     }
                 }
@@ -92,19 +90,12 @@ impl EtcdLocker {
                 .with_prefix()
                 .with_prev_key()
                 .with_filters([WatchFilterType::NoPut]);
-            let opened = match bounded(self.open_watch(w.range, deletions), session, deadline).await
-            {
-                Cut::Done(r) => r,
-                Cut::SessionEnded => return Ok(Turn::Requeue),
-                Cut::Deadline => return Ok(Turn::Timeout),
-            };
-            let (mut stream, watch_rev) = match opened {
-                Ok(v) => v,
-                Err(e) => {
-                    self.transient(e, &mut backoff, session, deadline).await?;
-                    continue;
-                }
-            };
+            let (mut stream, watch_rev) =
+                match self.open_waiting(&mut b, w.range, deletions).await? {
+                    Opened::Watch(stream, watch_rev) => (stream, watch_rev),
+                    Opened::Retry => continue,
+                    Opened::Over(turn) => return Ok(turn),
+                };
             let opened_at = Instant::now();
             // Read once the watch exists: deletions before it are counted by the read, those
             // after the read by the watch.
@@ -121,24 +112,23 @@ impl EtcdLocker {
                         None => Ok(stream.message().await),
                     }
                 };
-                let seen = match bounded(next, session, deadline).await {
-                    Cut::SessionEnded => return Ok(Turn::Requeue),
-                    Cut::Deadline => return Ok(Turn::Timeout),
-                    Cut::Done(Err(_)) => {
+                let seen = match b.cut(next).await {
+                    Err(turn) => return Ok(turn),
+                    Ok(Err(_)) => {
                         poll = None;
                         Seen::Recheck
                     }
-                    Cut::Done(Ok(Ok(Some(resp)))) => {
+                    Ok(Ok(Ok(Some(resp)))) => {
                         count_deletions(&resp, &w, read_rev, &mut ahead, permits)
                     }
-                    Cut::Done(Ok(Ok(None))) => {
+                    Ok(Ok(Ok(None))) => {
                         let e = Error::unavailable("watch: stream closed by etcd", None);
-                        self.transient(e, &mut backoff, session, deadline).await?;
+                        b.transient(e).await?;
                         break;
                     }
-                    Cut::Done(Ok(Err(e))) => {
+                    Ok(Ok(Err(e))) => {
                         let e = errors::map("watch", e);
-                        self.transient(e, &mut backoff, session, deadline).await?;
+                        b.transient(e).await?;
                         break;
                     }
                 };
@@ -146,7 +136,7 @@ impl EtcdLocker {
                     Seen::Nothing => {}
                     Seen::Cancelled => {
                         let e = Error::unavailable("permit watch cancelled by etcd", None);
-                        self.transient(e, &mut backoff, session, deadline).await?;
+                        b.transient(e).await?;
                         break;
                     }
                     Seen::Recheck => {

@@ -19,14 +19,11 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::scripts::{RENEW_CHUNK, TOKEN_PRELUDE};
+use crate::scripts::{QUEUE_PRELUDE, TOKEN_PRELUDE, add_chunked};
 
-/// Shared helpers (placed after each script's `TOKEN_PRELUDE` when it has one).
+/// The family's helpers, after [`QUEUE_PRELUDE`] (placed after each script's `TOKEN_PRELUDE`
+/// when it has one).
 const FAMILY_PRELUDE: &str = r#"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 -- A mode (`r`, `w`, `p<N>`, or a holder member starting with one): kind and permit count.
 local function mode_of(m)
   return string.sub(m, 1, 1), tonumber(string.match(m, '^p(%d+)')) or 0
@@ -34,11 +31,6 @@ end
 -- A queue entry's mode: the part after its last dot.
 local function entry_mode(e)
   return mode_of(string.match(e, '%.([^.]*)$') or '')
-end
--- Sets a key's expiry to `ms` unless it already lives longer (never shortens).
-local function extend(key, ms)
-  local left = redis.call('PTTL', key)
-  if left == -1 or left < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
 end
 -- The key of the holders expires with its last holder.
 local function fit_expiry(h)
@@ -75,8 +67,7 @@ local function wake(h, q, qt, now, chan)
     if dl and dl > now then
       local kind, n = entry_mode(e)
       if not may(kind, n, hk, hc, ahead, readers) then return end
-      local locker = string.match(e, '^([^.]+)')
-      if locker then redis.call('PUBLISH', chan .. locker, e) end
+      publish(e, chan)
       ahead = ahead + 1
       if kind ~= 'r' then readers = false end
     else
@@ -199,10 +190,12 @@ pub(crate) struct FamilyScripts {
 }
 
 static SCRIPTS: LazyLock<FamilyScripts> = LazyLock::new(|| FamilyScripts {
-    acquire: Script::new(&format!("{TOKEN_PRELUDE}{FAMILY_PRELUDE}{ACQUIRE_BODY}")),
-    release: Script::new(&format!("{FAMILY_PRELUDE}{RELEASE_BODY}")),
-    withdraw: Script::new(&format!("{FAMILY_PRELUDE}{WITHDRAW_BODY}")),
-    renew: Script::new(&format!("{FAMILY_PRELUDE}{RENEW_BODY}")),
+    acquire: Script::new(&format!(
+        "{TOKEN_PRELUDE}{QUEUE_PRELUDE}{FAMILY_PRELUDE}{ACQUIRE_BODY}"
+    )),
+    release: Script::new(&format!("{QUEUE_PRELUDE}{FAMILY_PRELUDE}{RELEASE_BODY}")),
+    withdraw: Script::new(&format!("{QUEUE_PRELUDE}{FAMILY_PRELUDE}{WITHDRAW_BODY}")),
+    renew: Script::new(&format!("{QUEUE_PRELUDE}{FAMILY_PRELUDE}{RENEW_BODY}")),
 });
 
 /// The process-wide family scripts.
@@ -211,27 +204,12 @@ pub(crate) fn family_scripts() -> &'static FamilyScripts {
 }
 
 /// Adds to `pipe` the renewal of every `(holders key, member)` pair: `SCRIPT LOAD` (ignored),
-/// then one [`RENEW_BODY`] call per chunk of [`RENEW_CHUNK`] keys. Returns how many replies
-/// (chunks) it added.
-pub(crate) fn add_renewals<'a>(
+/// then one [`RENEW_BODY`] call per chunk of [`RENEW_CHUNK`](crate::scripts::RENEW_CHUNK)
+/// keys. Returns how many replies (chunks) it added.
+pub(crate) fn add_renewals(
     pipe: &mut redis::Pipeline,
     ttl_ms: u64,
-    entries: &[(&'a str, &'a str)],
+    entries: &[(&str, &str)],
 ) -> usize {
-    let s = family_scripts();
-    pipe.load_script(&s.renew).ignore();
-    let mut chunks = 0;
-    for chunk in entries.chunks(RENEW_CHUNK) {
-        let mut inv = s.renew.prepare_invoke();
-        inv.arg(ttl_ms);
-        for (key, _) in chunk {
-            inv.key(*key);
-        }
-        for (_, member) in chunk {
-            inv.arg(*member);
-        }
-        pipe.invoke_script(&inv);
-        chunks += 1;
-    }
-    chunks
+    add_chunked(pipe, &family_scripts().renew, ttl_ms, entries)
 }

@@ -12,6 +12,7 @@ mod keys;
 mod redlock;
 mod scripts;
 mod single;
+mod wait;
 
 pub use redlock::{MAX_NODES, RedlockLocker, RedlockLockerBuilder};
 pub use single::{DEFAULT_RETRY_DELAY, DEFAULT_TTL, RedisLocker, RedisLockerBuilder};

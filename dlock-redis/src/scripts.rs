@@ -9,23 +9,40 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Server time in milliseconds, the queue purge and the baton pass, shared by the fair
-/// scripts (placed after their fast paths, so these closures are only created when needed).
+/// Helpers of every queue's scripts, the mutex's fair queue and the read-write lock's and
+/// semaphore's (`family_scripts`): server time in milliseconds, an expiry that is only ever
+/// extended, and the notification of a queue entry's locker.
 ///
-/// A queue entry is `<locker id>.<sequence>`; the head's locker listens on the channel
-/// `<channel prefix><locker id>`. A lock released while waiters are queued is not freed: it is
-/// RESERVED for the live head (value `r:<entry>`), so that nobody can barge in with a plain
-/// `SET NX` while the head is being woken. A reservation lasts no longer than the head's entry
-/// (nor than the lock's TTL), and one whose entry is no longer live counts as free: a crashed
-/// head stalls the queue for at most its entry's lifetime (a few seconds).
-///
-/// The queue keys' expiry is only ever extended, never shortened, so a locker with a short TTL
-/// cannot cut the queue's life under the entries of lockers with longer ones.
-const FAIR_PRELUDE: &str = r#"
+/// A queue entry starts with `<locker id>.`; its locker listens on the channel
+/// `<channel prefix><locker id>`. The queue keys' expiry is only ever extended, never
+/// shortened, so a locker with a short TTL cannot cut the queue's life under the entries of
+/// lockers with longer ones.
+pub(crate) const QUEUE_PRELUDE: &str = r#"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- Sets a key's expiry to `ms` unless it already lives longer (never shortens).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
+end
+-- Tells the locker of queue entry `e` (only it) to look again.
+local function publish(e, chan_prefix)
+  local locker = string.match(e, '^([^.]+)')
+  if locker then redis.call('PUBLISH', chan_prefix .. locker, e) end
+end
+"#;
+
+/// The queue purge and the baton pass, shared by the fair scripts (placed after their fast
+/// paths with [`QUEUE_PRELUDE`], so these closures are only created when needed).
+///
+/// A queue entry is `<locker id>.<sequence>`. A lock released while waiters are queued is not
+/// freed: it is RESERVED for the live head (value `r:<entry>`), so that nobody can barge in
+/// with a plain `SET NX` while the head is being woken. A reservation lasts no longer than the
+/// head's entry (nor than the lock's TTL), and one whose entry is no longer live counts as
+/// free: a crashed head stalls the queue for at most its entry's lifetime (a few seconds).
+const FAIR_PRELUDE: &str = r#"
 -- Drops queue heads whose deadline passed (crashed or vanished waiters); returns the live head.
 local function live_head(q, qt, now)
   while true do
@@ -36,15 +53,6 @@ local function live_head(q, qt, now)
     redis.call('LPOP', q)
     redis.call('HDEL', qt, head)
   end
-end
--- Sets a key's expiry to `ms` unless it already lives longer (never shortens).
-local function extend(key, ms)
-  local left = redis.call('PTTL', key)
-  if left == -1 or left < tonumber(ms) then redis.call('PEXPIRE', key, ms) end
-end
-local function publish(head, chan_prefix)
-  local locker = string.match(head, '^([^.]+)')
-  if locker then redis.call('PUBLISH', chan_prefix .. locker, head) end
 end
 -- Tells the live head waiter (only it) to look again.
 local function notify_head(q, qt, chan_prefix)
@@ -143,7 +151,7 @@ if holder == ARGV[1] then
 end
 "#;
 
-/// The rest of the fair acquire, after [`FAIR_PRELUDE`].
+/// The rest of the fair acquire, after [`QUEUE_PRELUDE`] and [`FAIR_PRELUDE`].
 const ACQUIRE_FAIR_TAIL: &str = r#"
 local now = now_ms()
 local entry = ARGV[3]
@@ -257,12 +265,12 @@ pub(crate) struct Scripts {
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fast_acquire: Script::new(&format!("{TOKEN_PRELUDE}{FAST_ACQUIRE_BODY}")),
     acquire_fair: Script::new(&format!(
-        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
+        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{QUEUE_PRELUDE}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
     release_fair: Script::new(&format!(
-        "{RELEASE_FAIR_HEAD}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
+        "{RELEASE_FAIR_HEAD}{QUEUE_PRELUDE}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
     )),
-    withdraw: Script::new(&format!("{FAIR_PRELUDE}{WITHDRAW_BODY}")),
+    withdraw: Script::new(&format!("{QUEUE_PRELUDE}{FAIR_PRELUDE}{WITHDRAW_BODY}")),
     release_plain: Script::new(RELEASE_PLAIN_SRC),
     renew: Script::new(RENEW_SRC),
     raise_fence: Script::new(RAISE_FENCE_SRC),
@@ -308,22 +316,37 @@ pub(crate) fn renew_pipeline<'a>(
     ttl_ms: u64,
     entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
 ) -> redis::Pipeline {
-    let s = scripts();
     let mut pipe = redis::pipe();
-    pipe.load_script(&s.renew).ignore();
     let entries: Vec<(&str, &str)> = entries.collect();
+    add_chunked(&mut pipe, &scripts().renew, ttl_ms, &entries);
+    pipe
+}
+
+/// Adds to `pipe` a batched renewal script's calls over `(key, value)` pairs: `SCRIPT LOAD`
+/// (its reply ignored), then one call per chunk of [`RENEW_CHUNK`] pairs, with the chunk's
+/// keys as KEYS and `ttl_ms`, then the chunk's values, as ARGV. Returns how many calls
+/// (replies) it added.
+pub(crate) fn add_chunked(
+    pipe: &mut redis::Pipeline,
+    script: &Script,
+    ttl_ms: u64,
+    entries: &[(&str, &str)],
+) -> usize {
+    pipe.load_script(script).ignore();
+    let mut chunks = 0;
     for chunk in entries.chunks(RENEW_CHUNK) {
-        let mut inv = s.renew.prepare_invoke();
+        let mut inv = script.prepare_invoke();
         inv.arg(ttl_ms);
         for (key, _) in chunk {
             inv.key(*key);
         }
-        for (_, owner) in chunk {
-            inv.arg(*owner);
+        for (_, value) in chunk {
+            inv.arg(*value);
         }
         pipe.invoke_script(&inv);
+        chunks += 1;
     }
-    pipe
+    chunks
 }
 
 /// Joins the per-chunk replies of [`renew_pipeline`]; `None` when their total length is not

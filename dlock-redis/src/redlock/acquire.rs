@@ -14,6 +14,7 @@ use super::quorum::{token_plan, validity};
 use crate::conn::{is_slow, millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
+use crate::wait::{Wait, at_once};
 
 /// How one attempt ended.
 enum Outcome {
@@ -194,26 +195,15 @@ pub(super) async fn acquire(
     wait: Option<Duration>,
 ) -> Result<Lease, Error> {
     if wait == Some(Duration::ZERO) {
-        return try_acquire(inner, name).await?.ok_or(Error::Timeout {
-            waited: Duration::ZERO,
-        });
+        return at_once(try_acquire(inner, name).await?);
     }
-    let began = Instant::now();
-    let deadline = wait.map(|w| began + w);
+    let wait = Wait::start(wait);
     let keys = Keys::new(&inner.prefix, name);
     let mut waited = false;
     loop {
-        let budget = match deadline {
-            Some(d) => inner
-                .backend
-                .node_timeout
-                .min(d.saturating_duration_since(Instant::now())),
-            None => inner.backend.node_timeout,
-        };
+        let budget = wait.budget(inner.backend.node_timeout);
         if budget.is_zero() {
-            return Err(Error::Timeout {
-                waited: began.elapsed(),
-            });
+            return Err(wait.timeout());
         }
         let last = match attempt(inner, name, &keys, budget).await {
             Outcome::Granted(lease) => return Ok(lease),
@@ -228,15 +218,9 @@ pub(super) async fn acquire(
             inner.counters.add_waits(1);
         }
         let delay = random_delay(inner.retry_delay);
-        let mut wake_at = Instant::now() + delay;
-        if let Some(d) = deadline {
-            wake_at = wake_at.min(d);
-        }
-        tokio::time::sleep_until(wake_at).await;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(last.unwrap_or(Error::Timeout {
-                waited: began.elapsed(),
-            }));
+        tokio::time::sleep_until(wait.wake_at(delay)).await;
+        if wait.is_over() {
+            return Err(last.unwrap_or_else(|| wait.timeout()));
         }
         inner.counters.add_wakeups(1);
     }

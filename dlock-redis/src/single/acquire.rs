@@ -2,20 +2,21 @@
 //! fallback timer, non-fair waiters retry after a randomized delay.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dlock_core::{Error, FencingToken, Lease, LockName};
+use dlock_core::{Error, Lease, LockName};
 use rand::Rng;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Inner;
-use super::backend::{Held, SingleBackend, Slot};
-use super::notify::Notifier;
-use crate::conn::{is_slow, millis, token_of, unexpected};
+use super::backend::Slot;
+use super::grant::{self, replicas_acknowledged};
+use super::pending::Pending;
+use super::queue::{doze, entry_lifetime, join_queue, refresh_period};
+use crate::conn::{millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
+use crate::wait::{Wait, at_once};
 
 /// What one attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,100 +45,6 @@ fn parse(node: &str, reply: &[i64]) -> Result<Reply, Error> {
             head: rest.first() == Some(&1),
         }),
         _ => Err(unexpected(node, "acquire", reply)),
-    }
-}
-
-/// A request in flight or a queue entry: cleaned up when the acquire ends without a lease,
-/// including when its future is dropped.
-struct Pending {
-    backend: Arc<SingleBackend>,
-    notifier: Arc<Notifier>,
-    keys: Keys,
-    owner: String,
-    entry: Option<String>,
-    /// Something may be left at the server (a grant whose reply we did not see, a queue entry).
-    dirty: bool,
-    /// An attempt with this owner value got no reply in time: the lock may hold our owner
-    /// value, so `dirty` stays set until a grant (or a cleanup) settles it.
-    unseen: bool,
-}
-
-impl Pending {
-    /// Removes whatever we may have left at the server: our queue entry (passing the baton when
-    /// we were the head) and a lock an unseen reply may have granted.
-    async fn cleanup(
-        backend: &SingleBackend,
-        keys: &Keys,
-        owner: &str,
-        entry: Option<&str>,
-    ) -> Result<(), Error> {
-        match entry {
-            Some(entry) => {
-                let mut inv = scripts().withdraw.prepare_invoke();
-                inv.key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.deadlines)
-                    .arg(owner)
-                    .arg(entry)
-                    .arg(&backend.channel_prefix)
-                    .arg(millis(backend.ttl));
-                backend
-                    .node
-                    .invoke::<i64>("withdraw", &inv, backend.request_timeout, &backend.counters)
-                    .await
-                    .map(|_| ())
-            }
-            None => backend.release_keys(keys, owner).await.map(|_| ()),
-        }
-    }
-
-    /// Gives up waiting: withdraws (waiting for it at most [`CLEANUP_GRACE`], so that a hung
-    /// server cannot hold the caller long past its wait; the withdrawal then finishes in the
-    /// background), then reports the timeout.
-    async fn timeout(mut self, began: Instant) -> Error {
-        if self.dirty {
-            self.dirty = false;
-            let backend = Arc::clone(&self.backend);
-            let keys = self.keys.clone();
-            let owner = std::mem::take(&mut self.owner);
-            let entry = self.entry.clone();
-            let task = tokio::spawn(async move {
-                if let Err(e) = Pending::cleanup(&backend, &keys, &owner, entry.as_deref()).await {
-                    tracing::warn!(lock = %keys.lock, error = %e, "withdrawing a timed-out waiter failed; its entry expires on its own");
-                }
-            });
-            let _ = tokio::time::timeout(CLEANUP_GRACE, task).await;
-        }
-        Error::Timeout {
-            waited: began.elapsed(),
-        }
-    }
-}
-
-/// How long a timed-out acquire waits for its withdrawal before returning.
-pub(super) const CLEANUP_GRACE: Duration = Duration::from_millis(100);
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(entry) = &self.entry {
-            self.notifier.unregister(entry);
-        }
-        if !self.dirty {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock = %self.keys.lock, "acquire dropped outside a runtime; its entry expires on its own");
-            return;
-        };
-        let backend = Arc::clone(&self.backend);
-        let keys = self.keys.clone();
-        let owner = std::mem::take(&mut self.owner);
-        let entry = self.entry.take();
-        handle.spawn(async move {
-            if let Err(e) = Pending::cleanup(&backend, &keys, &owner, entry.as_deref()).await {
-                tracing::warn!(lock = %keys.lock, error = %e, "cleanup of a cancelled acquire failed; it expires on its own");
-            }
-        });
     }
 }
 
@@ -178,89 +85,24 @@ async fn attempt(
     parse(&node.display, &reply)
 }
 
-/// The longest a fair waiter sleeps without refreshing its queue entry (its fallback timer):
-/// the TTL, at most [`MAX_REFRESH`].
-pub(super) fn refresh_period(ttl: Duration) -> Duration {
-    ttl.min(MAX_REFRESH)
-}
-
-/// The refresh period bound: a few seconds whatever the TTL, so a crashed waiter (whose entry
-/// lives three refresh periods) or a crashed head (whose reservation lasts no longer than its
-/// entry) stalls the queue for at most [`entry_lifetime`] + one refresh period, about 4 s,
-/// not one or more TTLs.
-const MAX_REFRESH: Duration = Duration::from_secs(1);
-
-/// How long a waiter's queue entry lives without a refresh: three refresh periods, so it only
-/// expires when the waiter is gone (or its link to the server is).
-pub(super) fn entry_lifetime(ttl: Duration) -> Duration {
-    refresh_period(ttl).saturating_mul(3)
-}
-
-fn pending(inner: &Inner, keys: Keys, entry: Option<String>) -> Pending {
-    Pending {
-        backend: Arc::clone(&inner.backend),
-        notifier: Arc::clone(&inner.notifier),
-        keys,
-        owner: random_id(),
-        entry,
-        dirty: false,
-        unseen: false,
-    }
-}
-
 /// With [`wait_for_replicas`](crate::RedisLockerBuilder::wait_for_replicas): waits until enough
 /// replicas acknowledged the grant; otherwise gives the key back and fails.
 async fn acknowledged(inner: &Inner, p: &Pending) -> Result<(), Error> {
-    let Some((replicas, timeout)) = inner.replicas else {
+    let Err(failed) = replicas_acknowledged(inner).await else {
         return Ok(());
     };
-    let node = &inner.backend.node;
-    let mut pipe = redis::pipe();
-    pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-    let acked: Result<(i64,), Error> = node
-        .pipeline(
-            "replica acknowledgement",
-            &pipe,
-            timeout + inner.request_timeout,
-            &inner.counters,
-        )
-        .await;
-    let acked = match acked {
-        Ok((n,)) if usize::try_from(n).is_ok_and(|n| n >= replicas) => return Ok(()),
-        Ok((n,)) => Error::unavailable(
-            format!(
-                "only {n} of {replicas} replicas of {} acknowledged the grant within {timeout:?}; it was given back",
-                node.display
-            ),
-            None,
-        ),
-        Err(e) => e,
-    };
-    inner.backend.release_keys(&p.keys, &p.owner).await?;
-    Err(acked)
+    p.give_back().await?;
+    Err(failed)
 }
 
-/// Hands out the lease of a grant whose request was sent at `start`, with the owner value
-/// the lock key holds.
-fn grant(
-    inner: &Inner,
-    name: &LockName,
-    mut p: Pending,
-    token: u64,
-    start: Instant,
-) -> (Lease, String) {
-    p.dirty = false;
-    let owner = std::mem::take(&mut p.owner);
-    let held = Held {
-        keys: p.keys.clone(),
-        owner: owner.clone(),
-        slot: Slot::Lock,
-    };
-    drop(p);
-    let lease = inner
-        .driver
-        .register(name.clone(), FencingToken(token), start, held);
-    (lease, owner)
+fn pending(inner: &Inner, keys: Keys) -> Pending {
+    Pending::new(
+        &inner.backend,
+        &inner.notifier,
+        keys,
+        Slot::Lock,
+        random_id(),
+    )
 }
 
 /// One attempt: the lease and its owner value, or `None` when someone else holds the lock.
@@ -268,7 +110,7 @@ pub(super) async fn try_acquire(
     inner: &Arc<Inner>,
     name: &LockName,
 ) -> Result<Option<(Lease, String)>, Error> {
-    let mut p = pending(inner, Keys::new(&inner.prefix, name), None);
+    let mut p = pending(inner, Keys::new(&inner.prefix, name));
     let start = Instant::now();
     p.dirty = true;
     match attempt(inner, &p, inner.request_timeout, false).await? {
@@ -278,32 +120,12 @@ pub(super) async fn try_acquire(
                 return Ok(None);
             }
             acknowledged(inner, &p).await?;
-            Ok(Some(grant(inner, name, p, token, start)))
+            Ok(Some(grant::lease(inner, name, p, token, start)))
         }
         Reply::Held { .. } | Reply::Turn { .. } => {
             p.dirty = false;
             Ok(None)
         }
-    }
-}
-
-/// Gives the waiter its queue entry and registers it for notifications, BEFORE the first
-/// attempt that can enqueue it: no notification can be missed.
-fn join_queue(inner: &Inner, p: &mut Pending) -> Arc<Notify> {
-    let entry = format!(
-        "{}.{}",
-        inner.locker_id,
-        inner.seq.fetch_add(1, Ordering::Relaxed)
-    );
-    let notify = inner.notifier.register(&entry);
-    p.entry = Some(entry);
-    notify
-}
-
-async fn notified(n: Option<&Arc<Notify>>) {
-    match n {
-        Some(n) => n.notified().await,
-        None => std::future::pending().await,
     }
 }
 
@@ -314,51 +136,37 @@ pub(super) async fn acquire(
     wait: Option<Duration>,
 ) -> Result<(Lease, String), Error> {
     if wait == Some(Duration::ZERO) {
-        return try_acquire(inner, name).await?.ok_or(Error::Timeout {
-            waited: Duration::ZERO,
-        });
+        return at_once(try_acquire(inner, name).await?);
     }
-    let began = Instant::now();
-    let deadline = wait.map(|w| began + w);
-    let keys = Keys::new(&inner.prefix, name);
-    let mut p = pending(inner, keys, None);
+    let wait = Wait::start(wait);
+    let mut p = pending(inner, Keys::new(&inner.prefix, name));
     let mut notify = None;
     let mut waited = false;
+    // An attempt with this owner value got no reply in time: the lock may hold our owner
+    // value, so `p.dirty` stays set until a grant (or a cleanup) settles it.
+    let mut unseen = false;
     // A fair waiter first tries the script-free fast path, then queues with the script; for a
     // name it recently had to queue for, it queues at once.
     let mut queued = inner.fair && inner.contended.recently(&p.keys.lock, inner.ttl);
     if queued {
-        notify = Some(join_queue(inner, &mut p));
+        notify = Some(join_queue(inner, &mut p, None));
     }
     loop {
-        let budget = match deadline {
-            Some(d) => inner
-                .request_timeout
-                .min(d.saturating_duration_since(Instant::now())),
-            None => inner.request_timeout,
-        };
+        let budget = wait.budget(inner.request_timeout);
         if budget.is_zero() {
-            return Err(p.timeout(began).await);
+            return Err(p.timeout(&wait).await);
         }
         let start = Instant::now();
         p.dirty = true;
         let reply = match attempt(inner, &p, budget, queued).await {
             Ok(r) => r,
             Err(e) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(p.timeout(began).await);
-                }
-                if !is_slow(&e) {
-                    // Down or refusing: report it. Dropping `p` withdraws in the background.
-                    return Err(e);
-                }
-                // Slow (a loaded or briefly hung server): the request may or may not have
-                // been applied. Try again within the wait. The fair scripts recognise our
-                // own grant by its owner value; in non-fair mode our own key would block
-                // us, so it is given back and a new owner value is used.
-                tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
+                p.after_failure(e, &wait, name).await?;
+                // Slow: try again within the wait. The fair scripts recognise our own grant
+                // by its owner value; in non-fair mode our own key would block us, so it is
+                // given back and a new owner value is used.
                 if inner.fair {
-                    p.unseen = true;
+                    unseen = true;
                 } else {
                     let stale = std::mem::replace(&mut p.owner, random_id());
                     let backend = Arc::clone(&inner.backend);
@@ -367,11 +175,7 @@ pub(super) async fn acquire(
                         let _ = backend.release_keys(&keys, &stale).await;
                     });
                 }
-                let mut wake_at = Instant::now() + jitter(None, inner.retry_delay);
-                if let Some(d) = deadline {
-                    wake_at = wake_at.min(d);
-                }
-                tokio::time::sleep_until(wake_at).await;
+                tokio::time::sleep_until(wait.wake_at(jitter(None, inner.retry_delay))).await;
                 continue;
             }
         };
@@ -381,22 +185,22 @@ pub(super) async fn acquire(
                     // The reply came after the grant's validity: give the key back and try
                     // again with a new owner value (we rejoin the queue at its tail).
                     tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
-                    inner.backend.release_keys(&p.keys, &p.owner).await?;
+                    p.give_back().await?;
                     p.owner = random_id();
-                    p.unseen = false;
+                    unseen = false;
                     continue;
                 }
                 acknowledged(inner, &p).await?;
-                let granted = grant(inner, name, p, token, start);
+                let granted = grant::lease(inner, name, p, token, start);
                 tracing::debug!(lock = %name, token, waited, "granted");
                 return Ok(granted);
             }
             Reply::Held { .. } if inner.fair && !queued => {
                 // This attempt left nothing behind (an earlier one without a reply may have);
                 // join the queue at once.
-                p.dirty = p.unseen;
+                p.dirty = unseen;
                 queued = true;
-                notify = Some(join_queue(inner, &mut p));
+                notify = Some(join_queue(inner, &mut p, None));
                 continue;
             }
             Reply::Held { pttl, head } => {
@@ -433,19 +237,9 @@ pub(super) async fn acquire(
             }
             tracing::debug!(lock = %name, "waiting");
         }
-        let mut wake_at = Instant::now() + sleep;
-        if let Some(d) = deadline {
-            wake_at = wake_at.min(d);
+        if !doze(inner, &wait, notify.as_ref(), sleep).await {
+            return Err(p.timeout(&wait).await);
         }
-        tokio::select! {
-            () = notified(notify.as_ref()) => {}
-            () = tokio::time::sleep_until(wake_at) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(p.timeout(began).await);
-                }
-            }
-        }
-        inner.counters.add_wakeups(1);
     }
 }
 

@@ -66,6 +66,28 @@ impl SingleBackend {
         Ok(deleted == 1)
     }
 
+    /// Withdraws a mutex waiter: its queue entry; if the lock is ours (an unseen grant) or
+    /// reserved for us, passes it on; if we were the head, tells the new head.
+    pub(crate) async fn withdraw_waiter(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        entry: &str,
+    ) -> Result<(), Error> {
+        let mut inv = scripts().withdraw.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.deadlines)
+            .arg(owner)
+            .arg(entry)
+            .arg(&self.channel_prefix)
+            .arg(millis(self.ttl));
+        self.node
+            .invoke::<i64>("withdraw", &inv, self.request_timeout, &self.counters)
+            .await
+            .map(|_| ())
+    }
+
     /// Guarded release of a holder `member`; tells the queued requests that may go now.
     pub(crate) async fn release_member(
         &self,

@@ -10,23 +10,22 @@
 //! is used in fair and spin mode alike: without it readers could starve a writer.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOptions, Error, FencingToken, Lease, LockName, RwLocker, Semaphore, validate_permits,
-};
+use dlock_core::{AcquireOptions, Error, Lease, LockName, RwLocker, Semaphore, validate_permits};
 use tokio::time::Instant;
 
-use super::acquire::{CLEANUP_GRACE, entry_lifetime, refresh_period};
-use super::backend::{Held, SingleBackend, Slot};
-use super::notify::Notifier;
+use super::backend::Slot;
+use super::grant::{self, replicas_acknowledged};
+use super::pending::Pending;
+use super::queue::{doze, entry_lifetime, join_queue, refresh_period};
 use super::{Inner, RedisLocker};
-use crate::conn::{is_slow, millis, token_of, unexpected};
+use crate::conn::{millis, token_of, unexpected};
 use crate::family_scripts::family_scripts;
 use crate::keys::{FamilyKeys, Keys, random_id};
 use crate::scripts::fence_lifetime_ms;
+use crate::wait::Wait;
 
 /// How a request holds a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,70 +67,21 @@ fn parse(node: &str, reply: &[i64]) -> Result<Reply, Error> {
     }
 }
 
-/// A request: its queue entry and member, withdrawn at the server when the acquire ends
-/// without a lease, including when its future is dropped.
-struct Request {
-    backend: Arc<SingleBackend>,
-    notifier: Arc<Notifier>,
-    keys: Keys,
-    family: FamilyKeys,
-    member: String,
-    entry: String,
-    /// Something may be left at the server (a queue entry, a grant whose reply we did not see).
-    dirty: bool,
-}
-
-impl Request {
-    fn withdraw_task(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        self.dirty = false;
-        let backend = Arc::clone(&self.backend);
-        let family = self.family.clone();
-        let member = std::mem::take(&mut self.member);
-        let entry = self.entry.clone();
-        async move {
-            if let Err(e) = backend.withdraw_member(&family, &member, &entry).await {
-                tracing::warn!(lock = %family.holders, error = %e, "withdrawing a request failed; its entry expires on its own");
-            }
-        }
-    }
-
-    /// Gives up waiting: withdraws (waiting for it at most [`CLEANUP_GRACE`]; it then finishes
-    /// in the background), then reports the timeout.
-    async fn timeout(mut self, began: Instant) -> Error {
-        if self.dirty {
-            let task = tokio::spawn(self.withdraw_task());
-            let _ = tokio::time::timeout(CLEANUP_GRACE, task).await;
-        }
-        Error::Timeout {
-            waited: began.elapsed(),
-        }
-    }
-}
-
-impl Drop for Request {
-    fn drop(&mut self) {
-        self.notifier.unregister(&self.entry);
-        if !self.dirty {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(lock = %self.family.holders, "acquire dropped outside a runtime; its entry expires on its own");
-            return;
-        };
-        handle.spawn(self.withdraw_task());
-    }
-}
-
 /// One attempt (one script call).
-async fn attempt(inner: &Inner, r: &Request, budget: Duration) -> Result<Reply, Error> {
+async fn attempt(
+    inner: &Inner,
+    r: &Pending,
+    family: &FamilyKeys,
+    budget: Duration,
+) -> Result<Reply, Error> {
     let mut inv = family_scripts().acquire.prepare_invoke();
-    inv.key(&r.family.holders)
-        .key(&r.family.fence)
-        .key(&r.family.queue)
-        .key(&r.family.deadlines)
-        .arg(&r.member)
+    inv.key(&family.holders)
+        .key(&family.fence)
+        .key(&family.queue)
+        .key(&family.deadlines)
+        .arg(&r.owner)
         .arg(millis(inner.ttl))
-        .arg(&r.entry)
+        .arg(r.entry.as_deref().unwrap_or_default())
         .arg(millis(entry_lifetime(inner.ttl)))
         .arg(fence_lifetime_ms())
         .arg(&inner.backend.channel_prefix);
@@ -144,37 +94,12 @@ async fn attempt(inner: &Inner, r: &Request, budget: Duration) -> Result<Reply, 
 
 /// With [`wait_for_replicas`](crate::RedisLockerBuilder::wait_for_replicas): waits until
 /// enough replicas acknowledged the grant; otherwise gives it back and fails.
-async fn acknowledged(inner: &Inner, r: &mut Request) -> Result<(), Error> {
-    let Some((replicas, timeout)) = inner.replicas else {
+async fn acknowledged(inner: &Inner, r: &mut Pending) -> Result<(), Error> {
+    let Err(failed) = replicas_acknowledged(inner).await else {
         return Ok(());
     };
-    let node = &inner.backend.node;
-    let mut pipe = redis::pipe();
-    pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-    let acked: Result<(i64,), Error> = node
-        .pipeline(
-            "replica acknowledgement",
-            &pipe,
-            timeout + inner.request_timeout,
-            &inner.counters,
-        )
-        .await;
-    let failed = match acked {
-        Ok((n,)) if usize::try_from(n).is_ok_and(|n| n >= replicas) => return Ok(()),
-        Ok((n,)) => Error::unavailable(
-            format!(
-                "only {n} of {replicas} replicas of {} acknowledged the grant within {timeout:?}; it was given back",
-                node.display
-            ),
-            None,
-        ),
-        Err(e) => e,
-    };
     // Still dirty: if this fails too, dropping the request withdraws in the background.
-    inner
-        .backend
-        .withdraw_member(&r.family, &r.member, &r.entry)
-        .await?;
+    r.give_back().await?;
     r.dirty = false;
     Err(failed)
 }
@@ -186,64 +111,38 @@ async fn acquire(
     mode: Mode,
     wait: Option<Duration>,
 ) -> Result<Lease, Error> {
-    let began = Instant::now();
-    let deadline = wait.map(|w| began + w);
+    let wait = Wait::start(wait);
     let keys = Keys::new(&inner.prefix, name);
+    let family = FamilyKeys::of(&keys);
     let tag = mode.tag();
+    let member = format!("{tag}:{}", random_id());
+    let mut r = Pending::new(&inner.backend, &inner.notifier, keys, Slot::Holder, member);
     // The entry is registered for notifications BEFORE the attempt that can enqueue it.
-    let entry = format!(
-        "{}.{}.{tag}",
-        inner.locker_id,
-        inner.seq.fetch_add(1, Ordering::Relaxed)
-    );
-    let notify = inner.notifier.register(&entry);
-    let mut r = Request {
-        backend: Arc::clone(&inner.backend),
-        notifier: Arc::clone(&inner.notifier),
-        family: FamilyKeys::of(&keys),
-        keys,
-        member: format!("{tag}:{}", random_id()),
-        entry,
-        dirty: false,
-    };
+    let notify = join_queue(inner, &mut r, Some(&tag));
     let mut first = true;
     let mut waited = false;
     // Whether an earlier attempt may have left something (a queue entry, an unseen grant).
     let mut left_behind = false;
     loop {
-        let budget = match deadline {
+        let budget = if first {
             // The first attempt is made even with a zero wait.
-            Some(_) if first => inner.request_timeout,
-            Some(d) => inner
-                .request_timeout
-                .min(d.saturating_duration_since(Instant::now())),
-            None => inner.request_timeout,
+            inner.request_timeout
+        } else {
+            wait.budget(inner.request_timeout)
         };
         first = false;
         if budget.is_zero() {
-            return Err(r.timeout(began).await);
+            return Err(r.timeout(&wait).await);
         }
         let start = Instant::now();
         r.dirty = true;
-        let reply = match attempt(inner, &r, budget).await {
+        let reply = match attempt(inner, &r, &family, budget).await {
             Ok(reply) => reply,
             Err(e) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(r.timeout(began).await);
-                }
-                if !is_slow(&e) {
-                    // Down or refusing: report it. Dropping `r` withdraws in the background.
-                    return Err(e);
-                }
-                // Slow: the attempt may or may not have been applied; the script recognises
-                // our own grant by its member.
-                tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
+                r.after_failure(e, &wait, name).await?;
+                // Slow: the script recognises our own grant by its member.
                 left_behind = true;
-                let mut wake_at = Instant::now() + Duration::from_millis(10);
-                if let Some(d) = deadline {
-                    wake_at = wake_at.min(d);
-                }
-                tokio::time::sleep_until(wake_at).await;
+                tokio::time::sleep_until(wait.wake_at(Duration::from_millis(10))).await;
                 continue;
             }
         };
@@ -253,25 +152,14 @@ async fn acquire(
                     // The reply came after the grant's validity: give it back and queue again
                     // with a new member.
                     tracing::warn!(lock = %name, "grant arrived after its validity; giving it back");
-                    inner
-                        .backend
-                        .withdraw_member(&r.family, &r.member, &r.entry)
-                        .await?;
-                    r.member = format!("{tag}:{}", random_id());
+                    r.give_back().await?;
+                    r.owner = format!("{tag}:{}", random_id());
                     continue;
                 }
                 acknowledged(inner, &mut r).await?;
-                r.dirty = false;
-                let held = Held {
-                    keys: r.keys.clone(),
-                    owner: std::mem::take(&mut r.member),
-                    slot: Slot::Holder,
-                };
-                drop(r);
+                let (lease, _) = grant::lease(inner, name, r, token, start);
                 tracing::debug!(lock = %name, token, waited, mode = %tag, "granted");
-                return Ok(inner
-                    .driver
-                    .register(name.clone(), FencingToken(token), start, held));
+                return Ok(lease);
             }
             Reply::Permits(n) => {
                 let Mode::Permit(asked) = mode else {
@@ -298,19 +186,9 @@ async fn acquire(
             inner.notifier.start();
             tracing::debug!(lock = %name, mode = %tag, "waiting");
         }
-        let mut wake_at = Instant::now() + sleep;
-        if let Some(d) = deadline {
-            wake_at = wake_at.min(d);
+        if !doze(inner, &wait, Some(&notify), sleep).await {
+            return Err(r.timeout(&wait).await);
         }
-        tokio::select! {
-            () = notify.notified() => {}
-            () = tokio::time::sleep_until(wake_at) => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(r.timeout(began).await);
-                }
-            }
-        }
-        inner.counters.add_wakeups(1);
     }
 }
 

@@ -4,8 +4,11 @@ mod acquire;
 mod backend;
 mod election;
 mod family;
+mod grant;
 mod hints;
 mod notify;
+mod pending;
+mod queue;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
