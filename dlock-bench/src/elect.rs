@@ -1,14 +1,16 @@
 //! Leader elections as contenders: a campaign is an acquire, a resignation a release, so the
-//! waiters workload measures the leadership handoff (a leader resigns → the next campaign in
-//! line leads) the same way it measures a lock handoff. dlock's `Election` on each backend;
-//! on etcd, etcd's own election API (`etcd-client`'s `campaign` / `resign`, with a lease kept
-//! alive) as the peer.
+//! election workloads (`workloads::handovers`, `workloads::crash_failovers`) drive them through
+//! the same interface as the locks. dlock's `Election` on each backend; as peers, etcd's own
+//! election API on etcd (`etcd-client`'s `campaign` / `resign`, with a lease kept alive) and on
+//! ZooKeeper zookeeper-client's `Client::lock` with Curator's `LeaderLatch` node name
+//! ([`ZkPeer`] with `latch-`, built in `main.rs`). Redis has no Rust election peer.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{AcquireOptions, Election, Leadership, LockName};
+use dlock_core::{AcquireOptions, Election, Leadership, LockName, Locker, Stats};
 use etcd_client::ResignOptions;
 
 use crate::impls::{Client, Dlock, Held, Impl, KeptLease, etcd_client};
@@ -20,7 +22,8 @@ fn err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
 /// dlock's `Election` on one backend.
 pub struct DlockElection(pub Dlock);
 
-struct DlockElectionClient(Arc<dyn Election>);
+/// The election, and the same locker as a `Locker` for its counters.
+struct DlockElectionClient(Arc<dyn Election>, Arc<dyn Locker>);
 
 #[async_trait]
 impl Client for DlockElectionClient {
@@ -40,6 +43,14 @@ impl Client for DlockElectionClient {
             .map_err(|_| "dlock resign: not a leadership".to_string())?;
         leading.resign().await.map_err(|e| err("dlock resign")(&e))
     }
+
+    fn stats(&self) -> Option<Stats> {
+        Some(self.1.stats())
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.0.ttl())
+    }
 }
 
 #[async_trait]
@@ -49,12 +60,16 @@ impl Impl for DlockElection {
     }
 
     async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
-        let election = self.0.elector(ttl).await?;
-        let client = DlockElectionClient(election);
+        let (election, locker) = self.0.elector(ttl).await?;
+        let client = DlockElectionClient(election, locker);
         // Open connections / sessions outside any measurement.
         let warm = client.acquire("warm-up").await?;
         client.release(warm).await?;
         Ok(Arc::new(client))
+    }
+
+    fn through(&self, addrs: &[SocketAddr]) -> Option<Arc<dyn Impl>> {
+        Some(Arc::new(DlockElection(self.0.through(addrs))))
     }
 }
 
@@ -97,6 +112,10 @@ impl Client for EtcdElectionClient {
             .map_err(|e| err("etcd-client resign")(&e))?;
         Ok(())
     }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.lease.ttl)
+    }
 }
 
 #[async_trait]
@@ -110,6 +129,13 @@ impl Impl for EtcdElectionPeer {
         Ok(Arc::new(EtcdElectionClient {
             client,
             lease,
+            prefix: self.prefix.clone(),
+        }))
+    }
+
+    fn through(&self, addrs: &[SocketAddr]) -> Option<Arc<dyn Impl>> {
+        Some(Arc::new(EtcdElectionPeer {
+            endpoints: addrs.iter().map(|a| format!("http://{a}")).collect(),
             prefix: self.prefix.clone(),
         }))
     }

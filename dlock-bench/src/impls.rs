@@ -2,11 +2,12 @@
 //! every workload runs the same code against all of them.
 
 use std::any::Any;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{AcquireOptions, Election, Lease, LockName, Locker, Stats};
+use dlock_core::{AcquireOptions, Election, Lease, LockName, Locker, RwLocker, Stats};
 use dlock_etcd::EtcdLocker;
 use dlock_redis::{RedisLocker, RedlockLocker};
 use dlock_zk::ZkLocker;
@@ -27,6 +28,10 @@ pub trait Client: Send + Sync {
     fn stats(&self) -> Option<Stats> {
         None
     }
+    /// The TTL the server granted this client's leases or session, where the contender says.
+    fn ttl(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A contender: makes clients.
@@ -40,6 +45,32 @@ pub trait Impl: Send + Sync {
     }
     /// A new client whose leases live `ttl`.
     async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String>;
+    /// The same contender with its clients connecting to these addresses (one per server node,
+    /// in node order: proxies in front of them) instead; `None` where not supported.
+    fn through(&self, _addrs: &[SocketAddr]) -> Option<Arc<dyn Impl>> {
+        None
+    }
+}
+
+/// A contender under another name (dlock's mutex beside its read lock in one workload).
+pub struct Named {
+    pub name: &'static str,
+    pub inner: Arc<dyn Impl>,
+}
+
+#[async_trait]
+impl Impl for Named {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn contends(&self) -> bool {
+        self.inner.contends()
+    }
+
+    async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
+        self.inner.client(ttl).await
+    }
 }
 
 fn err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
@@ -63,6 +94,7 @@ pub enum DlockKind {
 }
 
 /// dlock on one backend; every client is its own locker under `namespace`.
+#[derive(Clone)]
 pub struct Dlock {
     pub kind: DlockKind,
     pub namespace: String,
@@ -154,13 +186,64 @@ impl Dlock {
         })
     }
 
-    /// A locker as an `Election` (Redlock has none).
-    pub async fn elector(&self, ttl: Duration) -> Result<Arc<dyn Election>, String> {
+    /// A locker as an `Election`, and as a `Locker` for its counters (Redlock has no
+    /// election).
+    pub async fn elector(
+        &self,
+        ttl: Duration,
+    ) -> Result<(Arc<dyn Election>, Arc<dyn Locker>), String> {
+        fn both<L: Election + Locker>(l: L) -> (Arc<dyn Election>, Arc<dyn Locker>) {
+            let l = Arc::new(l);
+            (Arc::clone(&l) as Arc<dyn Election>, l as Arc<dyn Locker>)
+        }
         match self.build(ttl).await? {
-            Built::Redis(l) => Ok(Arc::new(l)),
-            Built::Etcd(l) => Ok(Arc::new(l)),
-            Built::Zk(l) => Ok(Arc::new(l)),
+            Built::Redis(l) => Ok(both(l)),
+            Built::Etcd(l) => Ok(both(l)),
+            Built::Zk(l) => Ok(both(l)),
             Built::Redlock(_) => Err("Redlock has no election".into()),
+        }
+    }
+
+    /// A locker as an `RwLocker`, and as a `Locker` for its counters (Redlock has no
+    /// read-write lock).
+    pub async fn rw(&self, ttl: Duration) -> Result<(Arc<dyn RwLocker>, Arc<dyn Locker>), String> {
+        fn both<L: RwLocker + Locker>(l: L) -> (Arc<dyn RwLocker>, Arc<dyn Locker>) {
+            let l = Arc::new(l);
+            (Arc::clone(&l) as Arc<dyn RwLocker>, l as Arc<dyn Locker>)
+        }
+        match self.build(ttl).await? {
+            Built::Redis(l) => Ok(both(l)),
+            Built::Etcd(l) => Ok(both(l)),
+            Built::Zk(l) => Ok(both(l)),
+            Built::Redlock(_) => Err("Redlock has no read-write lock".into()),
+        }
+    }
+
+    /// The same lockers connecting to `addrs` (one per node, in node order) instead.
+    pub fn through(&self, addrs: &[SocketAddr]) -> Dlock {
+        let kind = match &self.kind {
+            DlockKind::Redis(_) => DlockKind::Redis(
+                addrs
+                    .first()
+                    .map_or(String::new(), |a| format!("redis://{a}")),
+            ),
+            DlockKind::Redlock(_) => {
+                DlockKind::Redlock(addrs.iter().map(|a| format!("redis://{a}")).collect())
+            }
+            DlockKind::Etcd(_) => {
+                DlockKind::Etcd(addrs.iter().map(|a| format!("http://{a}")).collect())
+            }
+            DlockKind::Zk(_) => DlockKind::Zk(
+                addrs
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        };
+        Dlock {
+            kind,
+            namespace: self.namespace.clone(),
         }
     }
 }
@@ -309,11 +392,11 @@ pub fn peer_settings(ttl: Duration) -> String {
     format!(
         "rslock `set_retry({}, {:?})` (default 3, 200 ms); etcd-client `lock` with a {:?} lease \
          kept alive every TTL/3; zookeeper-client `Client::lock` (Curator prefix) with a {:?} \
-         session",
-        RSLOCK_RETRY.0,
-        RSLOCK_RETRY.1,
-        ttl,
-        ttl.max(Duration::from_secs(4)),
+         session; elections: etcd-client `campaign` / `resign`, each client on its own lease \
+         kept alive the same way, and zookeeper-client `Client::lock` with Curator's \
+         `LeaderLatch` node name (`latch-`); no Rust peer offers a read-write lock on Redis, \
+         etcd or ZooKeeper, nor an election on Redis",
+        RSLOCK_RETRY.0, RSLOCK_RETRY.1, ttl, ttl,
     )
 }
 
@@ -378,6 +461,8 @@ impl Client for RslockClient {
 /// `concurrency.Session`), until dropped.
 pub(crate) struct KeptLease {
     pub(crate) id: i64,
+    /// The TTL etcd granted.
+    pub(crate) ttl: Duration,
     keeper: tokio::task::JoinHandle<()>,
 }
 
@@ -397,11 +482,12 @@ pub(crate) async fn etcd_client(
         .await
         .map_err(|e| err("etcd connect")(&e))?;
     let secs = i64::try_from(ttl.as_secs()).unwrap_or(60).max(2);
-    let id = c
+    let granted = c
         .lease_grant(secs, None)
         .await
-        .map_err(|e| err("etcd lease grant")(&e))?
-        .id();
+        .map_err(|e| err("etcd lease grant")(&e))?;
+    let id = granted.id();
+    let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
     let (mut keeper, mut replies) = c
         .lease_keep_alive(id)
         .await
@@ -421,7 +507,7 @@ pub(crate) async fn etcd_client(
             }
         }
     });
-    Ok((c, KeptLease { id, keeper }))
+    Ok((c, KeptLease { id, ttl, keeper }))
 }
 
 /// The etcd floor: the create-if-absent txn (put with the lease) and a delete.
@@ -560,9 +646,9 @@ impl Client for EtcdPeerClient {
 // ---------------------------------------------------------------------------------------------
 // ZooKeeper: floor and zookeeper-client's lock recipe
 
-async fn zk_client(connect: &str, ttl: Duration) -> Result<zk::Client, String> {
+pub(crate) async fn zk_client(connect: &str, ttl: Duration) -> Result<zk::Client, String> {
     zk::Client::connector()
-        .with_session_timeout(ttl.max(Duration::from_secs(4)))
+        .with_session_timeout(ttl)
         .connect(connect)
         .await
         .map_err(|e| err("zk connect")(&e))
@@ -644,14 +730,19 @@ impl Client for ZkFloorClient {
 
 /// zookeeper-client's `Client::lock` with `LockPrefix::new_curator`; release is an explicit
 /// delete (dropping the `LockClient` would delete in the background, unmeasured).
+#[derive(Clone)]
 pub struct ZkPeer {
     pub connect: String,
     pub base: String,
+    /// The Curator node name: `lock-` (`InterProcessMutex`) or `latch-` (`LeaderLatch`,
+    /// zookeeper-client's election).
+    pub node: &'static str,
 }
 
 struct ZkPeerClient {
     client: zk::Client,
     base: String,
+    node: &'static str,
 }
 
 #[async_trait]
@@ -665,6 +756,19 @@ impl Impl for ZkPeer {
         Ok(Arc::new(ZkPeerClient {
             client,
             base: self.base.clone(),
+            node: self.node,
+        }))
+    }
+
+    fn through(&self, addrs: &[SocketAddr]) -> Option<Arc<dyn Impl>> {
+        let connect = addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        Some(Arc::new(ZkPeer {
+            connect,
+            ..self.clone()
         }))
     }
 }
@@ -674,7 +778,7 @@ impl Client for ZkPeerClient {
     async fn acquire(&self, name: &str) -> Result<Held, String> {
         let dir = format!("{}/{name}", self.base);
         let prefix =
-            zk::LockPrefix::new_curator(&dir, "lock-").map_err(|e| err("lock prefix")(&e))?;
+            zk::LockPrefix::new_curator(&dir, self.node).map_err(|e| err("lock prefix")(&e))?;
         let options = zk::LockOptions::new(zk::Acls::anyone_all())
             .with_ancestor_options(persistent())
             .map_err(|e| err("lock options")(&e))?;
@@ -696,5 +800,9 @@ impl Client for ZkPeerClient {
             .delete(&path, None)
             .await
             .map_err(|e| err("zookeeper-client delete")(&e))
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.client.session_timeout())
     }
 }

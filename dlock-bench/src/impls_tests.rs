@@ -1,13 +1,16 @@
 //! The contenders against real servers. A floor whose create-if-absent silently fails measures
 //! nothing, so a refused `SET NX` (or a failed etcd txn compare) and a release that deleted
-//! nothing must be errors; the etcd peer's lease is kept alive past its TTL.
+//! nothing must be errors; the etcd peer's lease is kept alive past its TTL. The read floors
+//! let readers share, fail where a writer's key is present, and fail a release that removed
+//! nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 
-use crate::impls::{EtcdFloor, Impl, RedisFloor, etcd_client};
+use crate::impls::{EtcdFloor, Held, Impl, RedisFloor, etcd_client};
+use crate::rw::{EtcdReadFloor, RedisReadFloor, ZkReadFloor};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -95,4 +98,102 @@ async fn etcd_peer_lease_outlives_its_ttl() {
         .unwrap_or_else(|e| panic!("{e}"))
         .ttl();
     assert!(left > 0, "lease {} expired (ttl {left})", lease.id);
+}
+
+/// Two clients read the same name at once; releasing a read twice is an error the second
+/// time (`again` rebuilds what the first acquire returned).
+async fn read_floor_shares(floor: &dyn Impl, again: impl Fn(&Held) -> Held) {
+    let a = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
+    let b = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
+    let ha = a.acquire("k").await.unwrap_or_else(|e| panic!("{e}"));
+    let hb = b.acquire("k").await.unwrap_or_else(|e| panic!("{e}"));
+    let copy = again(&ha);
+    a.release(ha).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        a.release(copy).await.is_err(),
+        "{}: a read release that removed nothing succeeded",
+        floor.name()
+    );
+    b.release(hb).await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test]
+async fn redis_read_floor_shares_and_checks_its_release() {
+    let Some(c) = server(ServerKind::Redis) else {
+        return;
+    };
+    let floor = RedisReadFloor {
+        url: c.endpoints()[0].clone(),
+        prefix: unique("redis-read-floor"),
+    };
+    read_floor_shares(&floor, |h| {
+        Box::new(
+            h.downcast_ref::<(String, String)>()
+                .cloned()
+                .unwrap_or_default(),
+        )
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_read_floor_shares_and_sees_a_writer() {
+    let Some(c) = server(ServerKind::Etcd) else {
+        return;
+    };
+    let prefix = unique("etcd-read-floor");
+    let floor = EtcdReadFloor {
+        endpoints: c.endpoints(),
+        prefix: prefix.clone(),
+    };
+    read_floor_shares(&floor, |h| {
+        Box::new(h.downcast_ref::<String>().cloned().unwrap_or_default())
+    })
+    .await;
+    let mut raw = etcd_client::Client::connect(c.endpoints(), None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    raw.put(format!("{prefix}k/write/w"), "", None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        a.acquire("k").await.is_err(),
+        "a read beside a writer's key"
+    );
+    raw.delete(
+        prefix.as_str(),
+        Some(etcd_client::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test]
+async fn zk_read_floor_shares_and_sees_a_writer() {
+    let Some(c) = server(ServerKind::Zk) else {
+        return;
+    };
+    let base = format!("/{}", unique("zk-read-floor").trim_end_matches('/'));
+    let floor = ZkReadFloor {
+        connect: c.endpoints().join(","),
+        base: base.clone(),
+    };
+    read_floor_shares(&floor, |h| {
+        Box::new(h.downcast_ref::<String>().cloned().unwrap_or_default())
+    })
+    .await;
+    let raw = zookeeper_client::Client::connect(&c.endpoints().join(","))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ephemeral =
+        zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.create(&format!("{base}/k/write-0"), b"", &ephemeral)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        a.acquire("k").await.is_err(),
+        "a read beside a writer's node"
+    );
 }

@@ -21,6 +21,7 @@ mod plot;
 mod probe;
 mod readme;
 mod report;
+mod rw;
 mod stats;
 mod workloads;
 
@@ -31,14 +32,22 @@ use std::time::{Duration, Instant};
 use dlock_conformance::servers::{Cluster, ServerKind};
 
 use elect::{DlockElection, EtcdElectionPeer};
-use impls::{Dlock, DlockKind, EtcdFloor, EtcdPeer, Impl, RedisFloor, Rslock, ZkFloor, ZkPeer};
+use impls::{
+    Dlock, DlockKind, EtcdFloor, EtcdPeer, Impl, Named, RedisFloor, Rslock, ZkFloor, ZkPeer,
+};
 use probe::Probe;
+use rw::{DlockRead, EtcdReadFloor, RedisReadFloor, ZkReadFloor};
 use stats::{Row, Sink};
 
 const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
 const WAITERS: [usize; 4] = [1, 8, 32, 64];
-/// The N of the leadership-handoff workloads (`election-N`).
-const ELECTION_WAITERS: [usize; 2] = [1, 8];
+/// The standbys in line in the leadership-handover workloads (`election-S`).
+const ELECTION_STANDBYS: [usize; 2] = [1, 8];
+/// The clients of the read-write workload (`rw-read-N`).
+const READERS: usize = 8;
+/// The TTL of the crash-failover workload (`election-crash-1`): short, as a failover after a
+/// crash takes about a TTL.
+const CRASH_TTL: Duration = Duration::from_secs(2);
 
 struct Args {
     quick: bool,
@@ -67,6 +76,14 @@ struct Plan {
     many_rounds: usize,
     leases: usize,
     lease_ttl: Duration,
+    handover_rounds: usize,
+    handovers: usize,
+    /// Between a handover and the next resignation (on the next of the round's elections).
+    handover_gap: Duration,
+    /// Elections crashed at once per contender.
+    crashes: usize,
+    rw_rounds: usize,
+    rw_secs: Duration,
 }
 
 impl Plan {
@@ -82,6 +99,12 @@ impl Plan {
                 many_rounds: 1,
                 leases: 2000,
                 lease_ttl: Duration::from_millis(1500),
+                handover_rounds: 1,
+                handovers: 20,
+                handover_gap: Duration::from_millis(20),
+                crashes: 2,
+                rw_rounds: 1,
+                rw_secs: Duration::from_millis(500),
             }
         } else {
             Plan {
@@ -94,6 +117,12 @@ impl Plan {
                 many_rounds: 3,
                 leases: 10_000,
                 lease_ttl: Duration::from_secs(3),
+                handover_rounds: 2,
+                handovers: 50,
+                handover_gap: Duration::from_millis(20),
+                crashes: 5,
+                rw_rounds: 2,
+                rw_secs: Duration::from_millis(1500),
             }
         }
     }
@@ -160,8 +189,10 @@ struct Backend {
     name: &'static str,
     /// floor, dlock, peer.
     impls: Vec<Arc<dyn Impl>>,
-    /// dlock's election and, where one runs here, a peer's (leadership handoffs).
+    /// dlock's election and, where one runs here, a peer's (leadership handovers).
     elections: Vec<Arc<dyn Impl>>,
+    /// dlock's read lock, dlock's mutex (exclusive) and the read floor (8 readers).
+    rw: Vec<(Arc<dyn Impl>, bool)>,
     dlock: Dlock,
     probe: Probe,
     cluster: Arc<Cluster>,
@@ -205,9 +236,20 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                         prefix: prefix("rslock"),
                     }),
                 ],
-                // Redlock keeps no election.
+                // Redlock keeps no election and no read-write lock.
                 elections: if name == "redis" {
                     vec![Arc::new(DlockElection(dlock(kind.clone())))]
+                } else {
+                    Vec::new()
+                },
+                rw: if name == "redis" {
+                    rw_contenders(
+                        dlock(kind.clone()),
+                        Arc::new(RedisReadFloor {
+                            url: urls[0].clone(),
+                            prefix: prefix("read-floor"),
+                        }),
+                    )
                 } else {
                     Vec::new()
                 },
@@ -239,6 +281,13 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                         prefix: prefix("peer-election"),
                     }),
                 ],
+                rw: rw_contenders(
+                    dlock(DlockKind::Etcd(eps.clone())),
+                    Arc::new(EtcdReadFloor {
+                        endpoints: eps.clone(),
+                        prefix: prefix("read-floor"),
+                    }),
+                ),
                 dlock: dlock(DlockKind::Etcd(eps)),
                 probe: Probe::Etcd(c.addrs()),
                 cluster: c,
@@ -259,17 +308,46 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
                     Arc::new(ZkPeer {
                         connect: connect.clone(),
                         base: format!("{base}-peer"),
+                        node: "lock-",
                     }),
                 ],
-                elections: vec![Arc::new(DlockElection(dlock(DlockKind::Zk(
-                    connect.clone(),
-                ))))],
+                elections: vec![
+                    Arc::new(DlockElection(dlock(DlockKind::Zk(connect.clone())))),
+                    Arc::new(ZkPeer {
+                        connect: connect.clone(),
+                        base: format!("{base}-peer-election"),
+                        node: "latch-",
+                    }),
+                ],
+                rw: rw_contenders(
+                    dlock(DlockKind::Zk(connect.clone())),
+                    Arc::new(ZkReadFloor {
+                        connect: connect.clone(),
+                        base: format!("{base}-read-floor"),
+                    }),
+                ),
                 dlock: dlock(DlockKind::Zk(connect)),
                 probe: Probe::Zk(c.addrs()),
                 cluster: c,
             }
         }
     })
+}
+
+/// dlock's read lock, dlock's mutex on the same backend (named `dlock-mutex`, exclusive) and
+/// the read floor.
+fn rw_contenders(dlock: Dlock, floor: Arc<dyn Impl>) -> Vec<(Arc<dyn Impl>, bool)> {
+    vec![
+        (Arc::new(DlockRead(dlock.clone())), false),
+        (
+            Arc::new(Named {
+                name: "dlock-mutex",
+                inner: Arc::new(dlock),
+            }),
+            true,
+        ),
+        (floor, false),
+    ]
 }
 
 async fn run_backend(
@@ -296,16 +374,40 @@ async fn run_backend(
     step("N waiters", t);
     if !b.elections.is_empty() {
         let t = Instant::now();
-        workloads::waiters_as(
+        workloads::handovers(
             &mut sink,
-            "election",
             &b.elections,
-            &ELECTION_WAITERS,
-            plan.queue_rounds,
+            &ELECTION_STANDBYS,
+            plan.handover_rounds,
+            plan.handovers,
+            plan.handover_gap,
             &b.probe,
         )
         .await?;
-        step("leadership handoffs", t);
+        step("leadership handovers", t);
+        let t = Instant::now();
+        workloads::crash_failovers(
+            &mut sink,
+            &b.elections,
+            &b.cluster.addrs(),
+            plan.crashes,
+            CRASH_TTL,
+        )
+        .await?;
+        step("failovers after a crash", t);
+    }
+    if !b.rw.is_empty() {
+        let t = Instant::now();
+        workloads::shared_reads(
+            &mut sink,
+            &b.rw,
+            READERS,
+            plan.rw_rounds,
+            plan.rw_secs,
+            &b.probe,
+        )
+        .await?;
+        step("8 readers", t);
     }
     let t = Instant::now();
     workloads::many_locks(&mut sink, &b.impls, plan.many, plan.many_rounds).await?;

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::machine;
-use crate::report::{fmt_value, get, markdown, peer_of, targets};
+use crate::report::{MUTEX, fmt_value, get, markdown, peer_of, targets};
 use crate::stats::Row;
 
 /// Start of the generated section.
@@ -168,6 +168,88 @@ fn summary(rows: &[Row]) -> String {
     s
 }
 
+/// One line per backend with election or read-write rows: leadership handovers after a
+/// resignation and failovers after a crash (dlock and, where one ran, the peer), and 8
+/// readers against dlock's mutex and the read floor. Empty when no backend has such rows.
+fn family_summary(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let has = |b: &str| {
+        rows.iter().any(|r| {
+            r.backend == b && (r.workload.starts_with("election-") || r.workload.starts_with("rw-"))
+        })
+    };
+    if !BACKENDS.iter().any(|b| has(b)) {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "| backend | leader handover after a resignation, p50, 1 standby / 8: dlock (peer) | handovers/s, 1 standby: dlock (peer) | failover after a crash, p50 ÷ TTL: dlock (peer) | 8 clients on one name: acquisitions/s, dlock read (dlock mutex, read floor) | read ÷ mutex, read ÷ floor |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (backend, name) in BACKENDS.iter().zip(NAMES) {
+        if !has(backend) {
+            continue;
+        }
+        let peer = peer_of(backend);
+        let g = |w: &str, i: &str, m: &str| get(rows, backend, w, i, m);
+        let (e1, e8, crash) = ("election-1", "election-8", "election-crash-1");
+        let with_peer = |d: String, p: Option<String>| match p {
+            Some(p) => format!("{d} ({p}, {peer})"),
+            None => format!("{d} (no peer)"),
+        };
+        let pair = |i: &str| {
+            let (a, b) = (g(e1, i, "handover_p50"), g(e8, i, "handover_p50"));
+            (a.is_some() || b.is_some()).then(|| format!("{} / {}", show(a, "us"), show(b, "us")))
+        };
+        let handover = pair("dlock").map_or("–".to_string(), |d| with_peer(d, pair(peer)));
+        let one = |i: &str| g(e1, i, "handovers_per_s").map(|v| fmt_value(v, ""));
+        let rate = one("dlock").map_or("–".to_string(), |d| with_peer(d, one(peer)));
+        let over = |i: &str| {
+            g(crash, i, "failover_over_ttl").map(|v| {
+                let ttl = g(crash, i, "leader_ttl")
+                    .map_or(String::new(), |t| format!(" of {:.1} s", t / 1e6));
+                format!("{v:.2}{ttl}")
+            })
+        };
+        let failover = over("dlock").map_or("–".to_string(), |d| with_peer(d, over(peer)));
+        let rw = rows
+            .iter()
+            .find(|r| r.backend == *backend && r.workload.starts_with("rw-"))
+            .map(|r| r.workload.clone());
+        let (reads, gain) = match rw {
+            Some(w) => {
+                let acq = |i: &str| g(&w, i, "acquisitions_per_s");
+                let ratios: Vec<String> = [
+                    times(acq("dlock"), acq(MUTEX), "mutex"),
+                    times(acq("dlock"), acq("floor"), "floor"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                (
+                    format!(
+                        "{} ({}, {})",
+                        show(acq("dlock"), ""),
+                        show(acq(MUTEX), ""),
+                        show(acq("floor"), "")
+                    ),
+                    if ratios.is_empty() {
+                        "–".to_string()
+                    } else {
+                        ratios.join(", ")
+                    },
+                )
+            }
+            None => ("–".to_string(), "–".to_string()),
+        };
+        let _ = writeln!(
+            s,
+            "| {name} | {handover} | {rate} | {failover} | {reads} | {gain} |"
+        );
+    }
+    s
+}
+
 fn date_of(unix: Option<f64>) -> String {
     unix.and_then(|t| {
         let out = std::process::Command::new("date")
@@ -228,6 +310,14 @@ pub fn section(rows: &[Row], from: &str, full: bool) -> String {
         "- Generated from `{from}` by `cargo xtask bench --readme FILE --from {from}`.\n"
     );
     s.push_str(&summary(rows));
+    let family = family_summary(rows);
+    if !family.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nLeader election and the read-write lock (Redlock has neither):\n"
+        );
+        s.push_str(&family);
+    }
     let _ = writeln!(
         s,
         "\nRatios are plain dlock ÷ other: below 1 is better for latencies, above 1 for /s.\n"
@@ -406,6 +496,49 @@ mod tests {
             "{line}"
         );
         assert!(s.contains("#### zk"), "{s}");
+    }
+
+    #[test]
+    fn the_family_table_follows_the_rows() {
+        assert!(!section(&rows(), "out.json", false).contains("Leader election"));
+        let mut rows = rows();
+        let us = |b: &str, w: &str, i: &str, m: &str, v: f64| Row {
+            unit: "us".into(),
+            ..row(b, w, i, m, v)
+        };
+        rows.extend([
+            us("zk", "election-1", "dlock", "handover_p50", 900.0),
+            us("zk", "election-8", "dlock", "handover_p50", 800.0),
+            us(
+                "zk",
+                "election-1",
+                "zookeeper-client",
+                "handover_p50",
+                700.0,
+            ),
+            row("zk", "election-1", "dlock", "handovers_per_s", 1100.0),
+            row("zk", "election-crash-1", "dlock", "failover_over_ttl", 0.87),
+            us("zk", "election-crash-1", "dlock", "leader_ttl", 2e6),
+            row("zk", "rw-read-8", "dlock", "acquisitions_per_s", 3000.0),
+            row("zk", "rw-read-8", MUTEX, "acquisitions_per_s", 1500.0),
+            row("zk", "rw-read-8", "floor", "acquisitions_per_s", 6000.0),
+        ]);
+        let short = section(&rows, "out.json", false);
+        let line = short
+            .lines()
+            .filter(|l| l.starts_with("| ZooKeeper |"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            line.contains("| 900 µs / 800 µs (700 µs / –, zookeeper-client) |"),
+            "{line}"
+        );
+        assert!(line.contains("| 1100 (no peer) |"), "{line}");
+        assert!(line.contains("| 0.87 of 2.0 s (no peer) |"), "{line}");
+        assert!(
+            line.contains("| 3000 (1500, 6000) | 2.00× mutex, 0.50× floor |"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -276,16 +276,74 @@ pub fn run_failures(rows: &[Row]) -> Vec<String> {
         .collect()
 }
 
-/// One backend's markdown section.
-pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> String {
-    let peer = peer_of(backend);
+/// Whether `workload` is a read-write one (`rw-read-N`): its contenders are dlock's read lock,
+/// dlock's mutex and the read floor, shown in a table of their own.
+pub fn is_rw(workload: &str) -> bool {
+    workload.starts_with("rw-")
+}
+
+/// dlock's mutex in the read-write workloads.
+pub const MUTEX: &str = "dlock-mutex";
+
+/// The (workload, metric, unit) keys of `backend`'s rows that `pick` selects, in row order.
+fn keys_of(
+    rows: &[Row],
+    backend: &str,
+    pick: impl Fn(&str) -> bool,
+) -> Vec<(String, String, String)> {
     let mut keys: Vec<(String, String, String)> = Vec::new();
-    for r in rows.iter().filter(|r| r.backend == backend) {
+    for r in rows
+        .iter()
+        .filter(|r| r.backend == backend && pick(&r.workload))
+    {
         let k = (r.workload.clone(), r.metric.clone(), r.unit.clone());
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
+    keys
+}
+
+/// The read-write workloads' table of `backend` (empty when none ran): dlock's read lock
+/// against dlock's mutex (what sharing buys) and the read floor.
+fn rw_table(rows: &[Row], backend: &str) -> String {
+    let keys = keys_of(rows, backend, is_rw);
+    let mut s = String::new();
+    if keys.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\nRead-write lock: dlock's read lock (`read`) against dlock's mutex (`{MUTEX}`) and the \
+         read floor, same clients:\n"
+    );
+    let _ = writeln!(
+        s,
+        "| workload | metric | dlock read | dlock mutex | floor | read/mutex | read/floor |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
+    for (w, m, unit) in &keys {
+        let d = get(rows, backend, w, "dlock", m);
+        let x = get(rows, backend, w, MUTEX, m);
+        let f = get(rows, backend, w, "floor", m);
+        let show = |v: Option<f64>| v.map_or("–".to_string(), |v| fmt_value(v, unit));
+        let _ = writeln!(
+            s,
+            "| {w} | {m} | {} | {} | {} | {} | {} |",
+            show(d),
+            show(x),
+            show(f),
+            ratio(d, x),
+            ratio(d, f)
+        );
+    }
+    s
+}
+
+/// One backend's markdown section.
+pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> String {
+    let peer = peer_of(backend);
+    let keys = keys_of(rows, backend, |w| !is_rw(w));
     let mut s = String::new();
     let _ = writeln!(s, "### {backend}\n");
     let _ = writeln!(
@@ -308,6 +366,7 @@ pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Str
             ratio(d, p)
         );
     }
+    s.push_str(&rw_table(rows, backend));
     let _ = writeln!(s, "\nTargets:\n");
     for t in targets(rows, backend, ns, leases) {
         let verdict = match t.met {
@@ -366,6 +425,32 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**NOT met**"), "{md}");
+    }
+
+    #[test]
+    fn read_write_rows_get_their_own_table() {
+        let rows = vec![
+            row("etcd", "uncontended", "dlock", "latency_p50", 500.0),
+            row("etcd", "rw-read-8", "dlock", "acquisitions_per_s", 3000.0),
+            row("etcd", "rw-read-8", MUTEX, "acquisitions_per_s", 1000.0),
+            row("etcd", "rw-read-8", "floor", "acquisitions_per_s", 6000.0),
+            row("etcd", "rw-read-8", MUTEX, "exclusion_violations", 0.0),
+        ];
+        let md = markdown(&rows, "etcd", &[1, 64], 10);
+        let main = md.split("Read-write lock").next().unwrap_or_default();
+        assert!(!main.contains("rw-read-8"), "{md}");
+        assert!(
+            md.contains(
+                "| rw-read-8 | acquisitions_per_s | 3000 µs | 1000 µs | 6000 µs | 3.00 | 0.50 |"
+            ),
+            "{md}"
+        );
+        // The mutex's violations count like every contender's.
+        let mut bad = rows.clone();
+        bad.push(row("etcd", "rw-read-8", MUTEX, "exclusion_violations", 1.0));
+        assert_eq!(run_failures(&bad).len(), 1);
+        // No read-write rows: no such table.
+        assert!(!markdown(&rows[..1], "etcd", &[1, 64], 10).contains("Read-write lock"));
     }
 
     fn leases(backend: &str, rounds: f64, lost: f64, release_errors: f64) -> Vec<Row> {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use crate::impls::{Client, Dlock, Impl};
+use crate::impls::{Client, Dlock, Held, Impl};
 use crate::probe::Probe;
 use crate::stats::{Sink, rss_bytes};
 
@@ -364,22 +364,9 @@ pub async fn waiters(
     rounds: usize,
     probe: &Probe,
 ) -> Result<(), String> {
-    waiters_as(sink, "waiters", impls, ns, rounds, probe).await
-}
-
-/// [`waiters`] reported under the workload names `<label>-N` (e.g. `election-8` for leadership
-/// handoffs, where an acquire is a campaign and a release a resignation).
-pub async fn waiters_as(
-    sink: &mut Sink<'_>,
-    label: &str,
-    impls: &[Arc<dyn Impl>],
-    ns: &[usize],
-    rounds: usize,
-    probe: &Probe,
-) -> Result<(), String> {
     let impls: Vec<&Arc<dyn Impl>> = impls.iter().filter(|i| i.contends()).collect();
     for &n in ns {
-        let wl = format!("{label}-{n}");
+        let wl = format!("waiters-{n}");
         let mut handoffs = vec![Vec::new(); impls.len()];
         // The first handoff of a round follows 300 ms of idleness; the later ones follow a
         // handoff at once. Split, they tell a cold path from a slow one.
@@ -390,13 +377,7 @@ pub async fn waiters_as(
         let mut violations = vec![0u64; impls.len()];
         for r in 0..rounds {
             for i in order(impls.len(), r) {
-                let q = queue_round(
-                    impls[i].as_ref(),
-                    n,
-                    format!("{label}-queue-{n}-{r}"),
-                    probe,
-                )
-                .await?;
+                let q = queue_round(impls[i].as_ref(), n, format!("queue-{n}-{r}"), probe).await?;
                 if let Some((first, rest)) = q.handoffs.split_first() {
                     firsts[i].push(*first);
                     later[i].extend_from_slice(rest);
@@ -503,6 +484,481 @@ pub async fn many_locks(
             total / rel[i].as_secs_f64(),
             "1/s",
         );
+    }
+    Ok(())
+}
+
+/// A leadership handover: the leader resigns, the first campaign in line leads.
+#[derive(Default)]
+struct Handovers {
+    times: Vec<Duration>,
+    server_requests: Option<u64>,
+    client_requests: Option<u64>,
+    violations: u64,
+}
+
+/// A campaign in flight: which client, what it got, when it returned.
+type Campaign = tokio::task::JoinHandle<(usize, Result<Held, String>, Instant)>;
+
+fn campaign(c: &Arc<dyn Client>, who: usize, name: &str) -> Campaign {
+    let (c, name) = (Arc::clone(c), name.to_string());
+    tokio::spawn(async move {
+        let got = c.acquire(&name).await;
+        (who, got, Instant::now())
+    })
+}
+
+/// How long a standby has been in line, at least, when its leader resigns. etcd arms a
+/// waiting campaign's watch (created at the revision it read, so "unsynced") only at its next
+/// sync of unsynced watchers, every 100 ms: a resignation within 100 ms of a campaign's start
+/// reaches it up to 100 ms late (etcd-client measured 77–90 ms handovers when its standby had
+/// queued 10 ms before). A failover's standby has usually waited far longer.
+const IN_LINE: Duration = Duration::from_millis(200);
+
+/// One election of a handover round: its clients, who leads, the campaigns in line.
+struct Elected {
+    clients: Vec<Arc<dyn Client>>,
+    name: String,
+    leader: usize,
+    held: Option<Held>,
+    line: futures::stream::FuturesUnordered<Campaign>,
+}
+
+/// `standbys + 1` clients on each of k elections: one leads, the others campaign (queued in
+/// line). `count` times, on the elections in turn: the leader resigns (the handover starts),
+/// the first campaign in line returns (it ends), and the old leader campaigns again at the back
+/// of the line; `gap` later the next election's leader resigns. k is the number of elections
+/// that lets every standby wait at least [`IN_LINE`] in line before its turn.
+async fn handover_round(
+    imp: &dyn Impl,
+    standbys: usize,
+    count: usize,
+    gap: Duration,
+    name: String,
+    probe: &Probe,
+) -> Result<Handovers, String> {
+    let per_turn = gap.max(Duration::from_millis(1)) * u32::try_from(standbys).unwrap_or(1);
+    let k = usize::try_from(IN_LINE.as_nanos().div_ceil(per_turn.as_nanos().max(1)))
+        .unwrap_or(1)
+        .clamp(1, count.max(1));
+    let mut elections = Vec::with_capacity(k);
+    for e in 0..k {
+        let cs = clients(imp, standbys + 1).await?;
+        let name = format!("{name}-{e}");
+        let held = cs[0].acquire(&name).await?;
+        let line = (1..=standbys).map(|w| campaign(&cs[w], w, &name)).collect();
+        elections.push(Elected {
+            clients: cs,
+            name,
+            leader: 0,
+            held: Some(held),
+            line,
+        });
+    }
+    let all: Vec<Arc<dyn Client>> = elections
+        .iter()
+        .flat_map(|e| e.clients.iter().cloned())
+        .collect();
+    // Let every standby get in line first.
+    tokio::time::sleep(Duration::from_millis(300 + 10 * standbys as u64)).await;
+    let before = (probe.count().await, requests(&all));
+    let mut out = Handovers::default();
+    for turn in 0..count {
+        let e = &mut elections[turn % k];
+        // Nobody else may lead while the leader has not resigned.
+        while let Some(Some(early)) = futures::FutureExt::now_or_never(e.line.next()) {
+            let (w, got, _) = early.map_err(|err| format!("campaign task: {err}"))?;
+            out.violations += 1;
+            e.clients[w].release(got?).await?;
+            e.line.push(campaign(&e.clients[w], w, &e.name));
+        }
+        let held = e.held.take().ok_or("an election without a leader")?;
+        let resigned = Instant::now();
+        e.clients[e.leader].release(held).await?;
+        let next = tokio::time::timeout(Duration::from_secs(60), e.line.next())
+            .await
+            .map_err(|_| format!("{}: no new leader 60 s after a resignation", imp.name()))?
+            .ok_or("no campaign in line")?;
+        let (w, got, at) = next.map_err(|err| format!("campaign task: {err}"))?;
+        e.held = Some(got?);
+        out.times.push(at.saturating_duration_since(resigned));
+        e.line
+            .push(campaign(&e.clients[e.leader], e.leader, &e.name));
+        e.leader = w;
+        tokio::time::sleep(gap).await;
+    }
+    let after = (probe.count().await, requests(&all));
+    out.server_requests = after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b));
+    out.client_requests = after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b));
+    for e in &mut elections {
+        if let Some(held) = e.held.take() {
+            e.clients[e.leader].release(held).await?;
+        }
+        // Dropping a campaign withdraws it (every contender's is cancel-safe).
+        for c in &e.line {
+            c.abort();
+        }
+    }
+    Ok(out)
+}
+
+/// Leadership handovers after a resignation with S standbys in line, for every S in
+/// `standbys`: `rounds` interleaved rounds of `count` handovers per contender (workload
+/// `election-S`).
+pub async fn handovers(
+    sink: &mut Sink<'_>,
+    impls: &[Arc<dyn Impl>],
+    standbys: &[usize],
+    rounds: usize,
+    count: usize,
+    gap: Duration,
+    probe: &Probe,
+) -> Result<(), String> {
+    for &s in standbys {
+        let wl = format!("election-{s}");
+        let mut acc: Vec<Handovers> = impls
+            .iter()
+            .map(|_| Handovers {
+                server_requests: Some(0),
+                client_requests: Some(0),
+                ..Handovers::default()
+            })
+            .collect();
+        for r in 0..rounds {
+            for i in order(impls.len(), r) {
+                let name = format!("election-{s}-{r}");
+                let h = handover_round(impls[i].as_ref(), s, count, gap, name, probe).await?;
+                let a = &mut acc[i];
+                a.times.extend(h.times);
+                a.server_requests = a.server_requests.zip(h.server_requests).map(|(a, b)| a + b);
+                a.client_requests = a.client_requests.zip(h.client_requests).map(|(a, b)| a + b);
+                a.violations += h.violations;
+            }
+        }
+        for (imp, a) in impls.iter().zip(&mut acc) {
+            let name = imp.name();
+            let n = a.times.len() as f64;
+            let total = a.times.iter().sum::<Duration>().as_secs_f64();
+            sink.add(&wl, name, "handovers_per_s", n / total, "1/s");
+            sink.add(&wl, name, "handover_mean", total * 1e6 / n, "us");
+            sink.percentiles(&wl, name, "handover", &mut a.times);
+            if let Some(c) = a.server_requests {
+                sink.add(
+                    &wl,
+                    name,
+                    probe.metric("per_handover").as_str(),
+                    c as f64 / n,
+                    "requests",
+                );
+            }
+            if let Some(c) = a.client_requests {
+                sink.add(
+                    &wl,
+                    name,
+                    "client_requests_per_handover",
+                    c as f64 / n,
+                    "requests",
+                );
+            }
+            sink.add(
+                &wl,
+                name,
+                "exclusion_violations",
+                a.violations as f64,
+                "count",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Failovers after a crash, `names` at once per contender (one round, contenders in turn):
+/// on each of `names` elections a leader, connected through a proxy in front of the servers
+/// (`upstream`, one per node), leads and a standby (connected directly) campaigns; then every
+/// proxy blackholes at once (the leaders' sessions and leases are abandoned, as by a crash or a
+/// partition: nothing is released) and each standby's campaign returning ends its failover.
+/// Bounded by the TTL (`ttl` asked; the rows give the TTL granted and failover ÷ TTL).
+/// Contenders that cannot be reached through a proxy are left out.
+pub async fn crash_failovers(
+    sink: &mut Sink<'_>,
+    impls: &[Arc<dyn Impl>],
+    upstream: &[std::net::SocketAddr],
+    names: usize,
+    ttl: Duration,
+) -> Result<(), String> {
+    let wl = "election-crash-1";
+    for imp in impls {
+        let proxies = upstream
+            .iter()
+            .map(|a| dlock_conformance::faults::Proxy::start(*a))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("cannot start a proxy: {e}"))?;
+        let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
+        let Some(via) = imp.through(&addrs) else {
+            continue;
+        };
+        let leaders = futures::future::join_all((0..names).map(|_| via.client(ttl)))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let standbys = clients_ttl(imp.as_ref(), names, ttl).await?;
+        let lock_names: Vec<String> = (0..names).map(|k| format!("crash-{k}")).collect();
+        let mut leading = Vec::new();
+        for (c, n) in leaders.iter().zip(&lock_names) {
+            leading.push(c.acquire(n).await?);
+        }
+        let mut line: Vec<Campaign> = standbys
+            .iter()
+            .zip(&lock_names)
+            .enumerate()
+            .map(|(k, (c, n))| campaign(c, k, n))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Nobody may lead before the crash.
+        let violations = line.iter().filter(|c| c.is_finished()).count();
+        let crashed = Instant::now();
+        for p in &proxies {
+            p.set(dlock_conformance::faults::Mode::Blackhole);
+        }
+        let mut times = Vec::new();
+        let limit = ttl * 3 + Duration::from_secs(10);
+        for c in &mut line {
+            let (k, got, at) = tokio::time::timeout(limit, c)
+                .await
+                .map_err(|_| format!("{}: no failover {limit:?} after a crash", imp.name()))?
+                .map_err(|e| format!("campaign task: {e}"))?;
+            standbys[k].release(got?).await?;
+            times.push(at.saturating_duration_since(crashed));
+        }
+        let granted = leaders.first().and_then(|c| c.ttl());
+        // The crashed leaders go first (an etcd-client lease keeper must not see its link
+        // reset), then their proxies.
+        drop(leading);
+        drop(leaders);
+        drop(proxies);
+        let name = imp.name();
+        if let Some(t) = granted {
+            sink.add(wl, name, "leader_ttl", t.as_secs_f64() * 1e6, "us");
+            times.sort_unstable();
+            let p50 = crate::stats::percentile(&times, 0.5);
+            sink.add(
+                wl,
+                name,
+                "failover_over_ttl",
+                p50.as_secs_f64() / t.as_secs_f64(),
+                "ratio",
+            );
+        }
+        sink.percentiles(wl, name, "failover", &mut times);
+        sink.add(wl, name, "exclusion_violations", violations as f64, "count");
+    }
+    Ok(())
+}
+
+async fn clients_ttl(
+    imp: &dyn Impl,
+    n: usize,
+    ttl: Duration,
+) -> Result<Vec<Arc<dyn Client>>, String> {
+    let made = futures::future::join_all((0..n).map(|_| imp.client(ttl))).await;
+    made.into_iter().collect()
+}
+
+#[derive(Default)]
+struct Shared {
+    elapsed: Duration,
+    grants: u64,
+    pairs: Vec<Duration>,
+    max_holders: u64,
+    violations: u64,
+    errors: u64,
+    server_requests: Option<u64>,
+    client_requests: Option<u64>,
+}
+
+/// `workers` clients loop acquire → release on one name for `secs` (no hold time). Where
+/// `exclusive`, two clients between a grant and the start of its release is a violation (as in
+/// the contention workload); otherwise the most clients between a grant and the end of its
+/// release are counted (readers sharing: a grant while another reader's release is under way
+/// or not yet started).
+async fn shared_round(
+    imp: &dyn Impl,
+    workers: usize,
+    secs: Duration,
+    exclusive: bool,
+    name: String,
+    probe: &Probe,
+) -> Result<Shared, String> {
+    let cs = clients(imp, workers).await?;
+    let holders = Arc::new(AtomicU64::new(0));
+    let max_holders = Arc::new(AtomicU64::new(0));
+    let violations = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let grants = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = (probe.count().await, requests(&cs));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in &cs {
+        let (c, holders, max_holders, violations, errors, grants, stop, name) = (
+            Arc::clone(c),
+            Arc::clone(&holders),
+            Arc::clone(&max_holders),
+            Arc::clone(&violations),
+            Arc::clone(&errors),
+            Arc::clone(&grants),
+            Arc::clone(&stop),
+            name.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut pairs = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
+                let h = match c.acquire(&name).await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("  acquire failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                max_holders.fetch_max(now, Ordering::Relaxed);
+                if exclusive {
+                    if now > 1 {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                }
+                let released = c.release(h).await;
+                if !exclusive {
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                }
+                if let Err(e) = released {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("  release failed: {e}");
+                } else if !stop.load(Ordering::Relaxed) {
+                    grants.fetch_add(1, Ordering::Relaxed);
+                    pairs.push(asked.elapsed());
+                }
+            }
+            pairs
+        }));
+    }
+    tokio::time::sleep(secs).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    let after_requests = requests(&cs);
+    let after = (probe.count().await, after_requests);
+    let mut pairs = Vec::new();
+    match tokio::time::timeout(DRAIN, futures::future::join_all(tasks.iter_mut())).await {
+        Ok(done) => {
+            for d in done {
+                pairs.extend(d.map_err(|e| format!("worker task: {e}"))?);
+            }
+        }
+        Err(_) => {
+            eprintln!(
+                "  {}: workers still waiting {DRAIN:?} after the end; aborted",
+                imp.name()
+            );
+            for t in &tasks {
+                t.abort();
+            }
+        }
+    }
+    Ok(Shared {
+        elapsed,
+        grants: grants.load(Ordering::Relaxed),
+        pairs,
+        max_holders: max_holders.load(Ordering::Relaxed),
+        violations: violations.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+        server_requests: after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b)),
+        client_requests: after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b)),
+    })
+}
+
+/// `workers` clients taking one name over and over, `rounds` interleaved rounds of `secs` per
+/// contender (workload `rw-read-N`): `(contender, exclusive)` pairs, e.g. dlock's read lock,
+/// its mutex (exclusive) and the read floor. Acquisitions per second, the acquire + release
+/// pair's latency, the most holders seen at once and the requests per acquisition.
+pub async fn shared_reads(
+    sink: &mut Sink<'_>,
+    impls: &[(Arc<dyn Impl>, bool)],
+    workers: usize,
+    rounds: usize,
+    secs: Duration,
+    probe: &Probe,
+) -> Result<(), String> {
+    let wl = format!("rw-read-{workers}");
+    let mut acc: Vec<Shared> = impls
+        .iter()
+        .map(|_| Shared {
+            server_requests: Some(0),
+            client_requests: Some(0),
+            ..Shared::default()
+        })
+        .collect();
+    for r in 0..rounds {
+        for i in order(impls.len(), r) {
+            let (imp, exclusive) = &impls[i];
+            let name = format!("{wl}-{r}");
+            let s = shared_round(imp.as_ref(), workers, secs, *exclusive, name, probe).await?;
+            let a = &mut acc[i];
+            a.elapsed += s.elapsed;
+            a.grants += s.grants;
+            a.pairs.extend(s.pairs);
+            a.max_holders = a.max_holders.max(s.max_holders);
+            a.violations += s.violations;
+            a.errors += s.errors;
+            a.server_requests = a.server_requests.zip(s.server_requests).map(|(a, b)| a + b);
+            a.client_requests = a.client_requests.zip(s.client_requests).map(|(a, b)| a + b);
+        }
+    }
+    for ((imp, exclusive), a) in impls.iter().zip(&mut acc) {
+        let name = imp.name();
+        let grants = a.grants as f64;
+        sink.add(
+            &wl,
+            name,
+            "acquisitions_per_s",
+            grants / a.elapsed.as_secs_f64(),
+            "1/s",
+        );
+        sink.percentiles(&wl, name, "latency", &mut a.pairs);
+        if !*exclusive {
+            sink.add(&wl, name, "holders_max", a.max_holders as f64, "holders");
+        }
+        if let Some(c) = a.server_requests {
+            sink.add(
+                &wl,
+                name,
+                probe.metric("per_acquisition").as_str(),
+                c as f64 / grants,
+                "requests",
+            );
+        }
+        if let Some(c) = a.client_requests {
+            sink.add(
+                &wl,
+                name,
+                "client_requests_per_acquisition",
+                c as f64 / grants,
+                "requests",
+            );
+        }
+        if *exclusive {
+            sink.add(
+                &wl,
+                name,
+                "exclusion_violations",
+                a.violations as f64,
+                "count",
+            );
+        }
+        sink.add(&wl, name, "errors", a.errors as f64, "count");
     }
     Ok(())
 }
