@@ -18,13 +18,44 @@ use rustls::pki_types::pem::PemObject;
 /// it is not a usable master (`READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`)
 /// or after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row: a failover behind a DNS name then
 /// reaches the new master instead of keeping a connection to the demoted one.
+///
+/// A node found through Redis Sentinel ([`Target::Sentinel`]) has no connection until its
+/// first request: that request asks the sentinels for the master (see [`Sentinels`]), and a
+/// rebuild (also after a connection error, the master being gone) drops the connection so that
+/// the next request asks them again.
 #[derive(Clone)]
 pub(crate) struct Node {
-    conn: Arc<Mutex<ConnectionManager>>,
-    client: Client,
+    /// The current master's client and connection; `None` until a sentinel node found one.
+    conn: Arc<Mutex<Option<(Client, ConnectionManager)>>>,
+    target: Target,
+    /// Held while the sentinels are asked: one discovery at a time.
+    discovery: Arc<tokio::sync::Mutex<()>>,
     request_timeout: Duration,
     timeouts: Arc<AtomicU32>,
     pub(crate) display: Arc<str>,
+}
+
+/// Where a node's server is.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// A fixed address (a URL).
+    Fixed(Box<Client>),
+    /// The master the sentinels name.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// Redis Sentinels and the master they are asked for, with the settings of the data connection
+/// (TLS, roots, credentials), which the sentinels do not tell.
+pub(crate) struct Sentinels {
+    /// One client per sentinel, in the configured order.
+    pub(crate) sentinels: Vec<Client>,
+    /// The sentinels' `host:port`, in the same order (for messages).
+    pub(crate) addrs: Vec<String>,
+    pub(crate) master: String,
+    pub(crate) tls: bool,
+    pub(crate) root_pem: Option<Vec<u8>>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
 }
 
 /// How many timed-out requests in a row make a node rebuild its connection.
@@ -130,12 +161,186 @@ pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Er
     let conn =
         manager(&client, request_timeout).map_err(|e| map_err(&display, "connecting", &e))?;
     Ok(Node {
-        conn: Arc::new(Mutex::new(conn)),
-        client,
+        conn: Arc::new(Mutex::new(Some((client.clone(), conn)))),
+        target: Target::Fixed(Box::new(client)),
+        discovery: Arc::new(tokio::sync::Mutex::new(())),
         request_timeout,
         timeouts: Arc::new(AtomicU32::new(0)),
         display,
     })
+}
+
+/// A node whose master the sentinels name: no I/O until its first request.
+pub(crate) fn open_sentinel(sentinels: Sentinels, request_timeout: Duration) -> Node {
+    let display: Arc<str> = Arc::from(format!(
+        "master `{}` (sentinels {})",
+        sentinels.master,
+        sentinels.addrs.join(",")
+    ));
+    Node {
+        conn: Arc::new(Mutex::new(None)),
+        target: Target::Sentinel(Arc::new(sentinels)),
+        discovery: Arc::new(tokio::sync::Mutex::new(())),
+        request_timeout,
+        timeouts: Arc::new(AtomicU32::new(0)),
+        display,
+    }
+}
+
+/// Parses a sentinel address `host:port` (`[v6]:port` for an IPv6 address). No I/O.
+pub(crate) fn parse_host_port(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p > 0)?;
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.strip_suffix(']')?,
+        None if host.contains(':') => return None,
+        None => host,
+    };
+    let valid = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
+    valid.then(|| (host.to_owned(), port))
+}
+
+/// The client of `host:port` with TLS (trusting `root_pem` when given) or not, and these
+/// credentials. No I/O.
+pub(crate) fn client_for(
+    host: &str,
+    port: u16,
+    tls: bool,
+    root_pem: Option<&[u8]>,
+    username: Option<&str>,
+    password: Option<&str>,
+) -> redis::RedisResult<Client> {
+    use redis::IntoConnectionInfo;
+    let addr = if tls {
+        ensure_tls_provider();
+        redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        redis::ConnectionAddr::Tcp(host.to_owned(), port)
+    };
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(u) = username {
+        settings = settings.set_username(u);
+    }
+    if let Some(p) = password {
+        settings = settings.set_password(p);
+    }
+    let info = addr.into_connection_info()?.set_redis_settings(settings);
+    match root_pem {
+        Some(pem) if tls => Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.to_vec()),
+            },
+        ),
+        _ => Client::open(info),
+    }
+}
+
+/// Checks PEM root certificates (one or more). No I/O.
+pub(crate) fn check_pem(pem: &[u8]) -> Result<(), Error> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+    if certs.is_ok_and(|c| !c.is_empty()) {
+        Ok(())
+    } else {
+        Err(Error::invalid_option(
+            "tls_root_certificates",
+            "expected one or more PEM certificates",
+        ))
+    }
+}
+
+impl Sentinels {
+    /// Asks each sentinel in turn (each within `per_sentinel`) for the master's address
+    /// (`SENTINEL get-master-addr-by-name`), and returns the first address that answers `ROLE`
+    /// as a master, with its client. A sentinel that is down, slow or names a server that is
+    /// not (or no longer) a master is skipped; when none gives a master, the error lists why.
+    async fn discover(&self, per_sentinel: Duration) -> Result<(Client, String), Error> {
+        let mut why = Vec::with_capacity(self.sentinels.len());
+        let mut access_denied = None;
+        for (sentinel, addr) in self.sentinels.iter().zip(&self.addrs) {
+            match tokio::time::timeout(per_sentinel, self.ask(sentinel)).await {
+                Ok(Ok(found)) => return Ok(found),
+                Ok(Err(e)) => {
+                    if let AskError::Redis(r) = &e
+                        && is_refused_access(r)
+                    {
+                        access_denied = Some(r.clone());
+                    }
+                    why.push(format!("sentinel {addr}: {e}"));
+                }
+                Err(_) => why.push(format!(
+                    "sentinel {addr}: no answer within {per_sentinel:?}"
+                )),
+            }
+        }
+        let message = format!(
+            "no sentinel named a usable master `{}`: {}",
+            self.master,
+            why.join("; ")
+        );
+        Err(match access_denied {
+            Some(e) => Error::access_denied(message, Some(Box::new(e) as dlock_core::BoxError)),
+            // No source: the caller's wait goes on (a failover is usually under way).
+            None => Error::unavailable(message, None),
+        })
+    }
+
+    async fn ask(&self, sentinel: &Client) -> Result<(Client, String), AskError> {
+        let mut conn = sentinel.get_multiplexed_async_connection().await?;
+        let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query_async(&mut conn)
+            .await?;
+        let Some((host, port)) = addr else {
+            return Err(AskError::Other("it does not know this master name".into()));
+        };
+        let client = client_for(
+            &host,
+            port,
+            self.tls,
+            self.root_pem.as_deref(),
+            self.username.as_deref(),
+            self.password.as_deref(),
+        )?;
+        let mut master = client.get_multiplexed_async_connection().await?;
+        let role: redis::Role = redis::cmd("ROLE").query_async(&mut master).await?;
+        match role {
+            redis::Role::Primary { .. } => Ok((client, format!("{host}:{port}"))),
+            _ => Err(AskError::Other(format!(
+                "it names {host}:{port}, which is not a master (yet)"
+            ))),
+        }
+    }
+}
+
+enum AskError {
+    Redis(RedisError),
+    Other(String),
+}
+
+impl From<RedisError> for AskError {
+    fn from(e: RedisError) -> Self {
+        AskError::Redis(e)
+    }
+}
+
+impl std::fmt::Display for AskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AskError::Redis(e) => e.fmt(f),
+            AskError::Other(s) => f.write_str(s),
+        }
+    }
 }
 
 fn manager(client: &Client, request_timeout: Duration) -> redis::RedisResult<ConnectionManager> {
@@ -151,7 +356,8 @@ fn manager(client: &Client, request_timeout: Duration) -> redis::RedisResult<Con
 }
 
 /// Whether the server answered that it cannot serve writes right now (a replica, loading its
-/// data, a failover in progress): retryable, and worth a new connection.
+/// data, a failover in progress, too few replicas for `min-replicas-to-write`): retryable, and
+/// worth a new connection.
 pub(crate) fn is_not_master(e: &RedisError) -> bool {
     use redis::ServerErrorKind as K;
     matches!(
@@ -161,7 +367,7 @@ pub(crate) fn is_not_master(e: &RedisError) -> bool {
         )
     ) || matches!(
         e.code(),
-        Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN")
+        Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "NOREPLICAS")
     )
 }
 
@@ -223,9 +429,14 @@ pub(crate) fn is_slow(e: &Error) -> bool {
 /// Starts connecting in the background, so that the first request does not pay for the
 /// connection set-up (errors are left for real requests to report).
 pub(crate) fn warm_up(node: &Node, budget: Duration) {
-    let mut conn = node.connection();
+    let node = node.clone();
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(budget, conn.send_packed_command(&redis::cmd("PING"))).await;
+        let _ = tokio::time::timeout(budget, async move {
+            if let Ok(mut conn) = node.connection(budget).await {
+                let _ = conn.send_packed_command(&redis::cmd("PING")).await;
+            }
+        })
+        .await;
     });
 }
 
@@ -238,17 +449,74 @@ pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
 }
 
 impl Node {
-    /// The current connection.
-    fn connection(&self) -> ConnectionManager {
+    fn current(&self) -> Option<(Client, ConnectionManager)> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Replaces the connection with a new one (requests in flight finish on the old one).
+    /// The current master's client and connection: for a sentinel node without one, the
+    /// sentinels are asked first (one discovery at a time, within `budget`).
+    async fn current_or_discover(
+        &self,
+        budget: Duration,
+    ) -> Result<(Client, ConnectionManager), Error> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let Target::Sentinel(sentinels) = &self.target else {
+            return Err(Error::unavailable(
+                format!("{}: no connection", self.display),
+                None,
+            ));
+        };
+        let work = async {
+            let _one = self.discovery.lock().await;
+            if let Some(c) = self.current() {
+                return Ok(c);
+            }
+            let (client, addr) = sentinels.discover(self.request_timeout).await?;
+            let conn = manager(&client, self.request_timeout)
+                .map_err(|e| map_err(&self.display, "connecting", &e))?;
+            tracing::info!(node = %self.display, master = %addr, "connected to the master the sentinels name");
+            let fresh = (client, conn);
+            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh.clone());
+            self.timeouts.store(0, Ordering::Relaxed);
+            Ok(fresh)
+        };
+        match tokio::time::timeout(budget, work).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out(&self.display, "asking the sentinels", budget)),
+        }
+    }
+
+    /// The current connection (see [`current_or_discover`](Self::current_or_discover)).
+    async fn connection(&self, budget: Duration) -> Result<ConnectionManager, Error> {
+        self.current_or_discover(budget).await.map(|(_, c)| c)
+    }
+
+    /// Replaces the connection with a new one (requests in flight finish on the old one); a
+    /// sentinel node drops it, so that the next request asks the sentinels again.
     fn rebuild(&self, why: &str) {
-        match manager(&self.client, self.request_timeout) {
+        let client = match &self.target {
+            Target::Fixed(client) => client,
+            Target::Sentinel(_) => {
+                let had = self
+                    .conn
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .is_some();
+                if had {
+                    tracing::warn!(node = %self.display, why, "asking the sentinels for the master again");
+                }
+                self.timeouts.store(0, Ordering::Relaxed);
+                return;
+            }
+        };
+        match manager(client, self.request_timeout) {
             Ok(fresh) => {
                 tracing::warn!(node = %self.display, why, "rebuilding the connection");
-                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Client::clone(client), fresh));
                 self.timeouts.store(0, Ordering::Relaxed);
             }
             Err(e) => {
@@ -258,14 +526,25 @@ impl Node {
     }
 
     /// Counts a request's outcome; rebuilds the connection when the server is not a usable
-    /// master or after too many timeouts in a row.
+    /// master or after too many timeouts in a row (a sentinel node also when the server is
+    /// unreachable: the master may have moved).
     fn observe<T>(&self, r: &Result<T, Error>) {
         match r {
             Ok(_) => self.timeouts.store(0, Ordering::Relaxed),
             Err(Error::Unavailable { source, .. }) => {
                 let redis_err = source.as_ref().and_then(|s| s.downcast_ref::<RedisError>());
+                let sentinel = matches!(self.target, Target::Sentinel(_));
                 if redis_err.is_some_and(is_not_master) {
                     self.rebuild("the server is not a usable master");
+                } else if sentinel
+                    && redis_err.is_some_and(|e| {
+                        e.is_io_error()
+                            || e.is_connection_refusal()
+                            || e.is_connection_dropped()
+                            || e.is_unrecoverable_error()
+                    })
+                {
+                    self.rebuild("the master is unreachable");
                 } else if redis_err.is_none_or(RedisError::is_timeout)
                     && self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= REBUILD_AFTER_TIMEOUTS
                 {
@@ -274,6 +553,24 @@ impl Node {
             }
             Err(_) => self.timeouts.store(0, Ordering::Relaxed),
         }
+    }
+
+    /// Runs `fut` on the current connection within `budget` (the sentinels' answer included).
+    async fn run<T, F, Fut>(&self, what: &'static str, budget: Duration, fut: F) -> Result<T, Error>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let start = tokio::time::Instant::now();
+        let r = match self.connection(budget).await {
+            Ok(conn) => {
+                let left = budget.saturating_sub(start.elapsed());
+                bounded(&self.display, what, left, fut(conn)).await
+            }
+            Err(e) => Err(e),
+        };
+        self.observe(&r);
+        r
     }
 
     /// Runs one script invocation within `budget`, counting one request.
@@ -285,20 +582,21 @@ impl Node {
         counters: &Counters,
     ) -> Result<T, Error> {
         counters.add_requests(1);
-        let mut conn = self.connection();
-        let r = bounded(&self.display, what, budget, async move {
+        self.run(what, budget, |mut conn| async move {
             inv.invoke_async::<T>(&mut conn).await
         })
-        .await;
-        self.observe(&r);
-        r
+        .await
     }
 }
 
 impl Node {
-    /// The client the node connects with (for a connection of one's own).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// The client of the current master (for a connection of one's own); a sentinel node
+    /// asks the sentinels when it has none, within `budget`.
+    pub(crate) async fn client(&self, budget: Duration) -> Result<Client, Error> {
+        match &self.target {
+            Target::Fixed(client) => Ok(Client::clone(client)),
+            Target::Sentinel(_) => self.current_or_discover(budget).await.map(|(c, _)| c),
+        }
     }
 
     /// Runs a pipeline (one round trip) within `budget`, counting one request.
@@ -310,13 +608,10 @@ impl Node {
         counters: &Counters,
     ) -> Result<T, Error> {
         counters.add_requests(1);
-        let mut conn = self.connection();
-        let r = bounded(&self.display, what, budget, async move {
+        self.run(what, budget, |mut conn| async move {
             pipe.query_async::<T>(&mut conn).await
         })
-        .await;
-        self.observe(&r);
-        r
+        .await
     }
 }
 
@@ -355,4 +650,32 @@ pub(crate) fn unexpected(node: &str, what: &str, reply: &[i64]) -> Error {
 /// Milliseconds for a Redis argument (TTLs are validated far below `u64::MAX` ms).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_addresses_are_host_and_port() {
+        let ok = |a: &str| parse_host_port(a).map(|(h, p)| format!("{h}|{p}"));
+        assert_eq!(ok("127.0.0.1:26379").as_deref(), Some("127.0.0.1|26379"));
+        assert_eq!(
+            ok("sentinel-1.example:1").as_deref(),
+            Some("sentinel-1.example|1")
+        );
+        assert_eq!(ok("[::1]:26379").as_deref(), Some("::1|26379"));
+        for bad in [
+            "127.0.0.1",
+            ":26379",
+            "h:0",
+            "h:65536",
+            "h:x",
+            "::1:26379",
+            "a b:1",
+            "[::1:1",
+        ] {
+            assert_eq!(ok(bad), None, "{bad}");
+        }
+    }
 }

@@ -15,4 +15,6 @@ mod single;
 mod wait;
 
 pub use redlock::{MAX_NODES, RedlockLocker, RedlockLockerBuilder};
-pub use single::{DEFAULT_RETRY_DELAY, DEFAULT_TTL, RedisLocker, RedisLockerBuilder};
+pub use single::{
+    DEFAULT_RETRY_DELAY, DEFAULT_TTL, MAX_SENTINELS, RedisLocker, RedisLockerBuilder,
+};

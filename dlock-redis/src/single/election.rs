@@ -261,7 +261,7 @@ impl Election for RedisLocker {
         let inner = &self.inner;
         let node = Arc::clone(&inner.backend.node.display);
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        let client = inner.backend.node.client().clone();
+        let client = inner.backend.node.client(inner.request_timeout).await?;
         let conn = conn::bounded(&node, "election watch", inner.request_timeout, async move {
             client
                 .get_multiplexed_async_connection_with_config(&config)

@@ -124,7 +124,16 @@ pub struct RedisLockerBuilder {
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
     root_pem: Option<Vec<u8>>,
+    /// The sentinels' addresses and the master's name.
+    sentinels: Option<(Vec<String>, String)>,
+    sentinel_password: Option<String>,
+    master_username: Option<String>,
+    master_password: Option<String>,
+    tls: bool,
 }
+
+/// The most sentinels a locker accepts.
+pub const MAX_SENTINELS: usize = 16;
 
 impl RedisLocker {
     /// A builder with the defaults: TTL 30 s, no key prefix, fair mode on.
@@ -138,6 +147,11 @@ impl RedisLocker {
             retry_delay: DEFAULT_RETRY_DELAY,
             replicas: None,
             root_pem: None,
+            sentinels: None,
+            sentinel_password: None,
+            master_username: None,
+            master_password: None,
+            tls: false,
         }
     }
 
@@ -162,6 +176,73 @@ impl RedisLockerBuilder {
     /// `unix:///path`. AUTH credentials in the URL are used on every connection.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
+        self
+    }
+
+    /// Find the master through Redis Sentinel instead of a fixed [`url`](Self::url): the
+    /// sentinels' addresses (`host:port`, `[v6]:port`) and the name they monitor the master
+    /// under (`sentinel monitor <master_name> …`).
+    ///
+    /// The first request asks each sentinel in turn (`SENTINEL get-master-addr-by-name`, each
+    /// within the request timeout) and uses the first address that answers `ROLE` as a
+    /// master. Whenever the server stops being a usable master (`READONLY`, `NOREPLICAS`,
+    /// `LOADING`, …), becomes unreachable, or times out 3 times in a row, the sentinels are
+    /// asked again: the locker follows a failover. Requests made meanwhile fail with
+    /// [`Error::Unavailable`] (retried within an acquire's wait). A user with ACL rules also
+    /// needs `+role` on the master. The data connection uses
+    /// [`master_username`](Self::master_username) / [`master_password`](Self::master_password),
+    /// [`tls`](Self::tls) and [`tls_root_certificates`](Self::tls_root_certificates); the
+    /// sentinels [`sentinel_password`](Self::sentinel_password) and the same TLS settings.
+    ///
+    /// Leases survive a failover only if their keys reached the promoted replica, and a holder
+    /// may still renew on the old master until the sentinels demote it: give the data servers
+    /// `min-replicas-to-write 1` (see the crate README's "Deployments", and
+    /// [`wait_for_replicas`](Self::wait_for_replicas)).
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`Error::InvalidOption`]
+    /// ([`ErrorKind::InvalidInput`](dlock_core::ErrorKind::InvalidInput)), before any I/O,
+    /// when both or neither of `url` and `sentinels` are given, when there is no sentinel,
+    /// more than [`MAX_SENTINELS`], a duplicate or an address that is not `host:port`, or
+    /// when the master name is empty or not printable ASCII without whitespace.
+    pub fn sentinels<I, S>(mut self, addrs: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sentinels = Some((
+            addrs.into_iter().map(Into::into).collect(),
+            master_name.into(),
+        ));
+        self
+    }
+
+    /// With [`sentinels`](Self::sentinels): the password the sentinels require
+    /// (`requirepass` in their configuration; default none).
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(password.into());
+        self
+    }
+
+    /// With [`sentinels`](Self::sentinels): the ACL user of the master's connection (with
+    /// [`url`](Self::url), put it in the URL).
+    pub fn master_username(mut self, username: impl Into<String>) -> Self {
+        self.master_username = Some(username.into());
+        self
+    }
+
+    /// With [`sentinels`](Self::sentinels): the password of the master's connection (with
+    /// [`url`](Self::url), put it in the URL).
+    pub fn master_password(mut self, password: impl Into<String>) -> Self {
+        self.master_password = Some(password.into());
+        self
+    }
+
+    /// With [`sentinels`](Self::sentinels): connect to the sentinels and the master over TLS
+    /// (default off; with [`url`](Self::url), use `rediss://`). The certificates must name
+    /// the addresses the sentinels report (usually IP addresses).
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -197,7 +278,8 @@ impl RedisLockerBuilder {
         self
     }
 
-    /// For a `rediss://` URL: trust only these root certificates (PEM, one or more) instead of
+    /// For a `rediss://` URL (or [`tls`](Self::tls) with sentinels): trust only these root
+    /// certificates (PEM, one or more) instead of
     /// the system's, e.g. a private CA. Checked by [`build`](Self::build).
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.root_pem = Some(pem.into());
@@ -227,18 +309,17 @@ impl RedisLockerBuilder {
     /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), root
-    /// certificates that are not PEM or come without a `rediss://` URL, a TTL out of range, a bad key
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), both or neither
+    /// of a URL and [`sentinels`](Self::sentinels), bad sentinel addresses or master name
+    /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
+    /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
     /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
     /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
     pub fn build(self) -> Result<RedisLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
+        let target = self.target()?;
         let prefix = self.prefix?;
-        let url = self
-            .url
-            .ok_or_else(|| Error::invalid_option("url", "a Redis URL is required"))?;
-        let client = conn::parse_url_with_roots("url", &url, self.root_pem.as_deref())?;
         let request_timeout = match self.request_timeout {
             None => (ttl / 3).min(Duration::from_secs(2)),
             Some(t) if t.is_zero() || t > ttl => {
@@ -274,11 +355,15 @@ impl RedisLockerBuilder {
                 "a RedisLocker must be built inside a tokio runtime",
             ));
         }
-        let node: Node = conn::open(client.clone(), request_timeout)?;
+        let node: Node = match target {
+            Target::Url(client) => conn::open(client, request_timeout)?,
+            Target::Sentinels(sentinels) => conn::open_sentinel(sentinels, request_timeout),
+        };
         conn::warm_up(&node, request_timeout.max(Duration::from_secs(1)));
         let counters = Arc::new(Counters::default());
         let locker_id = keys::random_id();
         let channel_prefix = format!("{prefix}dlock:notify:");
+        let node_for_notifier = node.clone();
         let backend = Arc::new(SingleBackend {
             node,
             ttl,
@@ -289,7 +374,7 @@ impl RedisLockerBuilder {
         });
         let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
         let notifier = Notifier::new(
-            client,
+            node_for_notifier,
             format!("{channel_prefix}{locker_id}"),
             request_timeout.max(Duration::from_millis(500)),
         );
@@ -310,6 +395,118 @@ impl RedisLockerBuilder {
                 contended: hints::Contended::default(),
             }),
         })
+    }
+}
+
+/// Where a locker's server is (validated, no I/O yet).
+enum Target {
+    Url(redis::Client),
+    Sentinels(conn::Sentinels),
+}
+
+impl RedisLockerBuilder {
+    /// The server the options name: a URL or sentinels, exactly one of them.
+    fn target(&self) -> Result<Target, Error> {
+        let (addrs, master) = match (&self.url, &self.sentinels) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_option(
+                    "sentinels",
+                    "`url` and `sentinels` are mutually exclusive: give one of them",
+                ));
+            }
+            (None, None) => {
+                return Err(Error::invalid_option(
+                    "url",
+                    "a Redis URL (or `sentinels`) is required",
+                ));
+            }
+            (Some(url), None) => {
+                let sentinel_only = [
+                    ("sentinel_password", self.sentinel_password.is_some()),
+                    ("master_username", self.master_username.is_some()),
+                    ("master_password", self.master_password.is_some()),
+                    ("tls", self.tls),
+                ];
+                if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
+                    return Err(Error::invalid_option(
+                        option,
+                        "only with `sentinels`; with a URL, put credentials in the URL and use rediss:// for TLS",
+                    ));
+                }
+                let client = conn::parse_url_with_roots("url", url, self.root_pem.as_deref())?;
+                return Ok(Target::Url(client));
+            }
+            (None, Some(s)) => s,
+        };
+        if addrs.is_empty() || addrs.len() > MAX_SENTINELS {
+            return Err(Error::invalid_option(
+                "sentinels",
+                format!(
+                    "{} sentinels: give 1 to {MAX_SENTINELS} addresses",
+                    addrs.len()
+                ),
+            ));
+        }
+        if master.is_empty() || master.len() > 256 || !master.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(Error::invalid_option(
+                "sentinels",
+                format!(
+                    "master name {master:?} must be 1 to 256 printable ASCII characters without whitespace"
+                ),
+            ));
+        }
+        if let Some(pem) = &self.root_pem {
+            if !self.tls {
+                return Err(Error::invalid_option(
+                    "tls_root_certificates",
+                    "root certificates need TLS: call `.tls(true)` with sentinels",
+                ));
+            }
+            conn::check_pem(pem)?;
+        }
+        let mut clients = Vec::with_capacity(addrs.len());
+        for (i, addr) in addrs.iter().enumerate() {
+            if addrs[..i].contains(addr) {
+                return Err(Error::invalid_option(
+                    "sentinels",
+                    format!("duplicate sentinel address {addr:?}"),
+                ));
+            }
+            let (host, port) = conn::parse_host_port(addr).ok_or_else(|| {
+                Error::invalid_option(
+                    "sentinels",
+                    format!("{addr:?} is not a sentinel address `host:port`"),
+                )
+            })?;
+            let client = conn::client_for(
+                &host,
+                port,
+                self.tls,
+                self.root_pem.as_deref(),
+                None,
+                self.sentinel_password.as_deref(),
+            )
+            .map_err(|e| {
+                Error::invalid_option(
+                    "sentinels",
+                    format!(
+                        "cannot use {addr:?}: {}",
+                        e.detail().unwrap_or("invalid address")
+                    ),
+                )
+            })?;
+            clients.push(client);
+        }
+        Ok(Target::Sentinels(conn::Sentinels {
+            sentinels: clients,
+            addrs: addrs.clone(),
+            master: master.clone(),
+            tls: self.tls,
+            root_pem: self.root_pem.clone(),
+            username: self.master_username.clone(),
+            password: self.master_password.clone(),
+        }))
     }
 }
 

@@ -11,15 +11,17 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::Client;
 use tokio::sync::{Notify, watch};
+
+use crate::conn::Node;
 
 /// How often the subscribed connection is probed.
 pub(crate) const PROBE_PERIOD: Duration = Duration::from_secs(2);
 
 /// Demultiplexes notifications to local waiters.
 pub(crate) struct Notifier {
-    client: Client,
+    /// The node whose current master is subscribed to (asked again on every subscription).
+    node: Node,
     channel: String,
     connect_timeout: Duration,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
@@ -32,10 +34,10 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    pub(crate) fn new(client: Client, channel: String, connect_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(node: Node, channel: String, connect_timeout: Duration) -> Arc<Self> {
         let (shutdown, shutdown_rx) = watch::channel(());
         Arc::new(Notifier {
-            client,
+            node,
             channel,
             connect_timeout,
             waiters: Mutex::new(HashMap::new()),
@@ -92,11 +94,18 @@ async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
     let mut failures: u32 = 0;
     loop {
         let Some(this) = weak.upgrade() else { return };
-        let client = this.client.clone();
+        let node = this.node.clone();
         let channel = this.channel.clone();
         let connect_timeout = this.connect_timeout;
         drop(this);
         let connect = async {
+            let client = node.client(connect_timeout).await.map_err(|e| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no master to subscribe to",
+                    e.to_string(),
+                ))
+            })?;
             let pubsub = client.get_async_pubsub().await?;
             let (mut sink, stream) = pubsub.split();
             sink.subscribe(&channel).await?;

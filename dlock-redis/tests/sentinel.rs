@@ -1,0 +1,648 @@
+//! Redis Sentinel: the locker finds the master through the sentinels and follows a failover.
+//!
+//! Each test starts its own servers (1 master, 1 replica, 3 sentinels on free ephemeral ports,
+//! a temp dir for the sentinels' configurations), killed on drop. Without `redis-server` the
+//! tests print why and pass, unless `CI` is set: then they fail.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_redis::RedisLocker;
+use tokio::time::Instant;
+
+const MASTER: &str = "m";
+
+/// A process this test started; killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// 1 master, 1 replica, 3 sentinels monitoring the master as `m` (quorum 2).
+struct Setup {
+    _procs: Vec<Proc>,
+    dir: PathBuf,
+    /// Ports of the data servers: [first master, first replica].
+    data: [u16; 2],
+    sentinels: Vec<u16>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self._procs.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Whether redis-server is installed: false (after printing why) when it is not and `CI` is
+/// unset; a failure when `CI` is set.
+fn redis_server_available() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-server is not installed, and CI is set"
+        );
+        eprintln!("skipped: redis-server is not installed (set CI to make this a failure)");
+    }
+    found
+}
+
+fn spawn(args: &[&str], dir: &std::path::Path, log: &str) -> Proc {
+    let out = std::fs::File::create(dir.join(log)).expect("log file");
+    let err = out.try_clone().expect("log file");
+    Proc(
+        Command::new("redis-server")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start redis-server"),
+    )
+}
+
+async fn conn(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+async fn try_conn(port: u16) -> Option<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()
+}
+
+/// Polls `check` every 50 ms until it is true, for at most `within`.
+async fn until<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let began = Instant::now();
+    while !check().await {
+        assert!(began.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn info(port: u16, section: &str) -> String {
+    let Some(mut c) = try_conn(port).await else {
+        return String::new();
+    };
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut c)
+        .await
+        .unwrap_or_default()
+}
+
+/// The master's port the sentinel on `port` names.
+async fn named_master(port: u16) -> Option<u16> {
+    let mut c = try_conn(port).await?;
+    let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(MASTER)
+        .query_async(&mut c)
+        .await
+        .ok()?;
+    addr.map(|(_, p)| p)
+}
+
+impl Setup {
+    async fn start() -> Option<Setup> {
+        if !redis_server_available() {
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-sentinel-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (m, r) = (free_port(), free_port());
+        // As the README recommends for Sentinel: a master without a replica acknowledging
+        // within 2 s refuses writes, so the demoted master stops granting and renewing as soon
+        // as its replica is promoted.
+        let common = [
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "2",
+        ];
+        let mut procs = Vec::new();
+        let (mp, rp) = (m.to_string(), r.to_string());
+        let mut args = vec!["--port", mp.as_str()];
+        args.extend(common);
+        procs.push(spawn(&args, &dir, "master.log"));
+        let mut args = vec![
+            "--port",
+            rp.as_str(),
+            "--replicaof",
+            "127.0.0.1",
+            mp.as_str(),
+        ];
+        args.extend(common);
+        procs.push(spawn(&args, &dir, "replica.log"));
+        let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        for (i, port) in sentinels.iter().enumerate() {
+            let conf = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {m} 2\n\
+                     sentinel down-after-milliseconds {MASTER} 1000\n\
+                     sentinel failover-timeout {MASTER} 10000\n\
+                     sentinel parallel-syncs {MASTER} 1\n",
+                    dir = dir.display()
+                ),
+            )
+            .expect("sentinel config");
+            let conf = conf.to_string_lossy().into_owned();
+            procs.push(spawn(
+                &[conf.as_str(), "--sentinel"],
+                &dir,
+                &format!("sentinel-{i}.log"),
+            ));
+        }
+        let setup = Setup {
+            _procs: procs,
+            dir,
+            data: [m, r],
+            sentinels,
+        };
+        // Ready: the replica synced, every sentinel knows the replica and the other two.
+        until("the replica syncs", Duration::from_secs(20), || async {
+            info(r, "replication")
+                .await
+                .contains("master_link_status:up")
+        })
+        .await;
+        for &s in &setup.sentinels {
+            until(
+                "the sentinels see each other",
+                Duration::from_secs(30),
+                || async {
+                    let Some(mut c) = try_conn(s).await else {
+                        return false;
+                    };
+                    let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
+                        .arg("sentinels")
+                        .arg(MASTER)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap_or_default();
+                    let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                        .arg("replicas")
+                        .arg(MASTER)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap_or_default();
+                    peers.len() == 2 && replicas.len() == 1
+                },
+            )
+            .await;
+        }
+        Some(setup)
+    }
+
+    fn sentinel_addrs(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    fn locker(&self, ns: &str, ttl: Duration) -> dlock_redis::RedisLockerBuilder {
+        RedisLocker::builder()
+            .sentinels(self.sentinel_addrs(), MASTER)
+            .ttl(ttl)
+            .namespace(ns)
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until every sentinel names the replica and the old
+    /// master has been turned into its replica (the sentinels do that a few seconds later).
+    /// Returns when the sentinels named the new master.
+    async fn failover(&self) -> Instant {
+        let [old, new] = self.data;
+        let mut c = conn(self.sentinels[0]).await;
+        // NOGOODSLAVE until the sentinel's view of the replica is fresh (it reads the
+        // replica's INFO every 10 s).
+        let asked = Instant::now();
+        loop {
+            let r: redis::RedisResult<()> = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(MASTER)
+                .query_async(&mut c)
+                .await;
+            match r {
+                Ok(()) => break,
+                Err(e)
+                    if e.code() == Some("NOGOODSLAVE")
+                        && asked.elapsed() < Duration::from_secs(30) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("SENTINEL FAILOVER: {e}"),
+            }
+        }
+        for &s in &self.sentinels {
+            until(
+                "the sentinels name the new master",
+                Duration::from_secs(30),
+                || async { named_master(s).await == Some(new) },
+            )
+            .await;
+        }
+        let named = Instant::now();
+        until(
+            "the old master becomes a replica",
+            Duration::from_secs(60),
+            || async {
+                let i = info(old, "replication").await;
+                i.contains("role:slave") && i.contains("master_link_status:up")
+            },
+        )
+        .await;
+        // ... and the new master counts it (min-replicas-to-write: it accepts writes).
+        until(
+            "the new master counts its replica",
+            Duration::from_secs(30),
+            || async {
+                info(new, "replication")
+                    .await
+                    .contains("min_slaves_good_slaves:1")
+            },
+        )
+        .await;
+        named
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_name_the_master_and_options_are_checked() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let began = std::time::Instant::now();
+    let ns = "dlock-test/sentinel/find";
+    let l = setup
+        .locker(ns, Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let name = LockName::new("found").expect("valid name");
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("granted on the master the sentinels name");
+    let mut master = conn(setup.data[0]).await;
+    let held: Option<String> = redis::cmd("GET")
+        .arg(format!("{ns}/dlock:{{found}}"))
+        .query_async(&mut master)
+        .await
+        .expect("GET");
+    assert!(held.is_some(), "the lock key is not on the master");
+    lease.release().await.expect("release");
+    // A sentinel that is down is skipped: the first address refuses connections.
+    let l = RedisLocker::builder()
+        .sentinels(
+            [format!("127.0.0.1:{}", free_port())]
+                .into_iter()
+                .chain(setup.sentinel_addrs()),
+            MASTER,
+        )
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    l.try_acquire(&name)
+        .await
+        .expect("the next sentinel answers")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    // An unknown master name: no grant, an Unavailable error naming why.
+    let unknown = RedisLocker::builder()
+        .sentinels(setup.sentinel_addrs(), "no-such-master")
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let e = unknown.try_acquire(&name).await.expect_err("no master");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("does not know"), "{e}");
+    // Options are checked before any I/O.
+    let s = setup.sentinel_addrs();
+    let bad = [
+        RedisLocker::builder()
+            .url("redis://127.0.0.1:1")
+            .sentinels(s.clone(), MASTER),
+        RedisLocker::builder(),
+        RedisLocker::builder().sentinels(Vec::<String>::new(), MASTER),
+        RedisLocker::builder().sentinels(["127.0.0.1"], MASTER),
+        RedisLocker::builder().sentinels(["127.0.0.1:0"], MASTER),
+        RedisLocker::builder().sentinels(["a b:1"], MASTER),
+        RedisLocker::builder().sentinels([s[0].clone(), s[0].clone()], MASTER),
+        RedisLocker::builder().sentinels(s.clone(), ""),
+        RedisLocker::builder().sentinels(s.clone(), "my master"),
+        RedisLocker::builder()
+            .url("redis://127.0.0.1:1")
+            .master_password("pw"),
+        RedisLocker::builder().url("redis://127.0.0.1:1").tls(true),
+        RedisLocker::builder()
+            .sentinels(s.clone(), MASTER)
+            .tls_root_certificates(b"not PEM".to_vec()),
+    ];
+    for (i, b) in bad.into_iter().enumerate() {
+        let e = b.build().expect_err("invalid options");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "case {i}: {e}");
+    }
+    RedisLocker::builder()
+        .sentinels(["[::1]:26379", "sentinel-1.example:26379"], MASTER)
+        .build()
+        .expect("IPv6 and host names are addresses");
+    println!("sentinel discovery: {:?}", began.elapsed());
+}
+
+/// One hold of the contended workload.
+#[derive(Debug, Clone)]
+struct Hold {
+    client: usize,
+    token: u64,
+    granted: Instant,
+    /// When the holder stopped believing: release started, `lost()` fired, or the promised
+    /// deadline, whichever came first.
+    end: Instant,
+    lost: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let began = std::time::Instant::now();
+    let ns = "dlock-test/sentinel/contended";
+    let name = LockName::new("shared").expect("valid name");
+    let holds: Arc<Mutex<Vec<Hold>>> = Arc::default();
+    let errors: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    // Whether client 0 holds the lock right now.
+    let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for client in 0..3 {
+        let l = setup
+            .locker(ns, Duration::from_secs(2))
+            .build()
+            .expect("builds");
+        let (name, holds, errors, mut stop) =
+            (name.clone(), holds.clone(), errors.clone(), stop.clone());
+        // Client 0 holds long (past its TTL, across renewals); the others briefly.
+        let holding = holding.clone();
+        let hold_for = if client == 0 {
+            Duration::from_secs(4)
+        } else {
+            Duration::from_millis(40)
+        };
+        tasks.push(tokio::spawn(async move {
+            while !*stop.borrow() {
+                let lease = match l
+                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(e) => {
+                        *errors
+                            .lock()
+                            .expect("lock")
+                            .entry(format!("{:?}", e.kind()))
+                            .or_default() += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let granted = Instant::now();
+                let token = lease.token().0;
+                holding.store(client == 0, std::sync::atomic::Ordering::SeqCst);
+                let lost = lease.lost();
+                let (end, was_lost) = tokio::select! {
+                    () = tokio::time::sleep(hold_for) => (Instant::now(), false),
+                    _ = lost => (Instant::now(), true),
+                    _ = stop.changed() => (Instant::now(), false),
+                };
+                holding.store(false, std::sync::atomic::Ordering::SeqCst);
+                let end = end.min(lease.deadline());
+                holds.lock().expect("lock").push(Hold {
+                    client,
+                    token,
+                    granted,
+                    end,
+                    lost: was_lost,
+                });
+                let _ = lease.release().await;
+            }
+        }));
+    }
+    let count = |holds: &Arc<Mutex<Vec<Hold>>>| holds.lock().expect("lock").len();
+    until(
+        "grants before the failover, client 0 holding",
+        Duration::from_secs(60),
+        || async { count(&holds) >= 6 && holding.load(std::sync::atomic::Ordering::SeqCst) },
+    )
+    .await;
+    let before = Instant::now();
+    let failover_began = Instant::now();
+    let named = setup.failover().await;
+    let converted = Instant::now();
+    let at_conversion = count(&holds);
+    until(
+        "grants after the failover",
+        Duration::from_secs(60),
+        || async { count(&holds) >= at_conversion + 6 },
+    )
+    .await;
+    stop_tx.send_replace(true);
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    let mut holds = holds.lock().expect("lock").clone();
+    holds.sort_by_key(|h| h.granted);
+    let max_before = holds
+        .iter()
+        .filter(|h| h.granted < before)
+        .map(|h| h.token)
+        .max()
+        .expect("grants before");
+    let after: Vec<&Hold> = holds.iter().filter(|h| h.granted > converted).collect();
+    assert!(after.len() >= 3, "too few grants after the failover");
+    for h in &after {
+        assert!(
+            h.token > max_before,
+            "token {} after the failover is not above {max_before}",
+            h.token
+        );
+    }
+    // The new master holds the name's fence counter now (the old one is its replica).
+    let mut new_master = conn(setup.data[1]).await;
+    let role: redis::Role = redis::cmd("ROLE")
+        .query_async(&mut new_master)
+        .await
+        .expect("ROLE");
+    assert!(matches!(role, redis::Role::Primary { .. }), "{role:?}");
+    let fence: u64 = redis::cmd("GET")
+        .arg(format!("{ns}/dlock:{{shared}}:fence"))
+        .query_async(&mut new_master)
+        .await
+        .expect("the fence counter on the new master");
+    assert!(
+        fence >= after.last().expect("after").token,
+        "the last grants were not made on the new master"
+    );
+    let mut overlaps = Vec::new();
+    let mut out_of_order = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            if b.granted < a.end {
+                overlaps.push(format!(
+                    "client {} (token {}, lost {}) believed until {:?} after client {} (token {}) was granted",
+                    a.client,
+                    a.token,
+                    a.lost,
+                    a.end - b.granted,
+                    b.client,
+                    b.token
+                ));
+            }
+        }
+        if let Some(b) = holds.get(i + 1)
+            && b.token <= a.token
+        {
+            out_of_order.push((a.token, b.token));
+        }
+    }
+    let lost = holds.iter().filter(|h| h.lost).count();
+    // Client 0's lease held across the failover could not be renewed (the old master refuses
+    // writes once its replica is promoted): lost, before its deadline.
+    let across = holds
+        .iter()
+        .find(|h| h.client == 0 && h.granted < failover_began && h.end > failover_began)
+        .expect("client 0 held the lock when the failover began");
+    assert!(
+        across.lost,
+        "the lease held across the failover was not lost: {across:?}"
+    );
+    println!(
+        "holds {} (lost {lost}), errors {:?}, failover: sentinels named the new master after {:?}, the old master was demoted {:?} later; {:?} in all",
+        holds.len(),
+        errors.lock().expect("lock"),
+        named - failover_began,
+        converted - named,
+        began.elapsed()
+    );
+    assert!(
+        out_of_order.is_empty(),
+        "tokens not increasing: {out_of_order:?}"
+    );
+    assert!(overlaps.is_empty(), "overlapping holds: {overlaps:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_grant_survives_a_failover() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let began = std::time::Instant::now();
+    let ns = "dlock-test/sentinel/acked";
+    // The TTL outlasts the time the sentinels take to demote the old master (see the README).
+    // While the old master is still a master the new one has no replica: both refuse
+    // writes (min-replicas-to-write) until the sentinels demote the old one (~10-15 s here).
+    let ttl = Duration::from_secs(45);
+    let l = setup
+        .locker(ns, ttl)
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let name = LockName::new("acked").expect("valid name");
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("granted and acknowledged");
+    let token = lease.token().0;
+    setup.failover().await;
+    let demoted = Instant::now();
+    // A renewal sent after the demotion succeeds (on the new master, the only one then).
+    until("a renewal on the new master", ttl, || async {
+        lease.deadline() > demoted + ttl / 2 || lease.is_lost()
+    })
+    .await;
+    assert!(
+        !lease.is_lost(),
+        "the acknowledged lease was lost {:?} after the old master was demoted",
+        demoted.elapsed()
+    );
+    assert!(lease.deadline() > demoted + ttl / 2, "not renewed");
+    let mut new_master = conn(setup.data[1]).await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{ns}/dlock:{{acked}}"))
+        .query_async(&mut new_master)
+        .await
+        .expect("PTTL");
+    assert!(pttl > 0, "the lock key is not held on the new master");
+    let other = setup.locker(ns, ttl).build().expect("builds");
+    assert!(
+        other
+            .try_acquire(&name)
+            .await
+            .expect("new master")
+            .is_none(),
+        "another client was granted the held lock"
+    );
+    lease.release().await.expect("release on the new master");
+    let next = other
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("free after the release");
+    assert!(next.token().0 > token);
+    next.release().await.expect("release");
+    println!(
+        "acknowledged lease across a failover: {:?}",
+        began.elapsed()
+    );
+}
