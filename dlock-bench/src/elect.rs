@@ -3,7 +3,7 @@
 //! the same interface as the locks. dlock's `Election` on each backend; as peers, etcd's own
 //! election API on etcd (`etcd-client`'s `campaign` / `resign`, with a lease kept alive) and on
 //! ZooKeeper zookeeper-client's `Client::lock` with Curator's `LeaderLatch` node name
-//! ([`ZkPeer`] with `latch-`, built in `main.rs`). Redis has no Rust election peer.
+//! (`impls::ZkPeer` with `latch-`, built in `main.rs`). Redis has no Rust election peer.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
