@@ -142,24 +142,27 @@ async fn a_short_ttl_waiter_never_shortens_the_queue() {
             .await
     });
     queued(&mut conn, &queue, 2).await;
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .expect("TIME");
-    let now_ms = secs * 1000 + micros / 1000;
-    let entry_deadline: u64 = redis::cmd("HGET")
-        .arg(&deadlines)
-        .arg(&first)
-        .query_async(&mut conn)
-        .await
-        .expect("HGET");
-    for key in [&queue, &deadlines] {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key)
+    // One MULTI: the server's clock, the entry's deadline and both keys' TTLs, read at one
+    // instant (separate reads let the clock move on between them under load).
+    let ((secs, micros), entry_deadline, ttls): ((u64, u64), u64, [i64; 2]) = {
+        let (time, deadline, q_ttl, qt_ttl): ((u64, u64), u64, i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("TIME")
+            .cmd("HGET")
+            .arg(&deadlines)
+            .arg(&first)
+            .cmd("PTTL")
+            .arg(&queue)
+            .cmd("PTTL")
+            .arg(&deadlines)
             .query_async(&mut conn)
             .await
-            .expect("PTTL");
-        // TIME was read before PTTL, and both round to milliseconds: 2 ms of slack.
+            .expect("MULTI TIME HGET PTTL PTTL");
+        (time, deadline, [q_ttl, qt_ttl])
+    };
+    let now_ms = secs * 1000 + micros / 1000;
+    for (key, pttl) in [&queue, &deadlines].into_iter().zip(ttls) {
+        // Both round to milliseconds: 2 ms of slack.
         let expires = now_ms + u64::try_from(pttl).unwrap_or(0) + 2;
         assert!(
             pttl == -1 || expires >= entry_deadline,
