@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, local};
+use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions, local};
 
 fn alive(pid: u32) -> bool {
     // /proc/<pid> disappears once the process is reaped; a zombie would still show, and we reap.
@@ -147,6 +147,136 @@ fn missing_binary_is_typed() {
     assert!(
         !HarnessError::Io("x".into()).may_skip(),
         "only a missing binary may skip"
+    );
+}
+
+fn start_with_or_skip(kind: ServerKind, n: usize, options: &ServerOptions) -> Option<Cluster> {
+    match Cluster::start_with(kind, n, options) {
+        Ok(c) => Some(c),
+        Err(e) if e.may_skip() => {
+            println!("skip: {e}");
+            None
+        }
+        Err(e) => panic!("{kind}×{n} ({options:?}) did not start: {e}"),
+    }
+}
+
+/// A TLS-only Redis: no plain answer on its port, TLS answers with the generated CA, the
+/// variables a child needs name the CA, and a restart serves TLS again with the same
+/// certificates.
+#[test]
+fn redis_tls_only_restarts_with_its_certificates() {
+    let Some(cluster) = start_with_or_skip(
+        ServerKind::Redis,
+        1,
+        &ServerOptions::default().with_tls(false),
+    ) else {
+        return;
+    };
+    let node = cluster.node(0);
+    assert!(node.is_tls());
+    assert!(node.endpoint().starts_with("rediss://127.0.0.1:"));
+    assert!(node.is_serving(), "{}", cluster.logs());
+    assert!(
+        !local::probe(ServerKind::Redis, node.addr()),
+        "a TLS-only redis answered in plain text"
+    );
+    let tls = cluster.tls().expect("a TLS cluster has certificates");
+    let ca = tls.ca_pem().expect("the CA is readable");
+    assert!(tls.client_identity().is_some());
+    let env = cluster.external_env();
+    let [ca_var, cert_var, key_var] = ServerKind::Redis.tls_env_vars();
+    for var in [ServerKind::Redis.env_var(), ca_var, cert_var, key_var] {
+        assert!(env.iter().any(|(k, _)| k == var), "{var} missing: {env:?}");
+    }
+    let info = node
+        .read_text(b"INFO server\r\nQUIT\r\n")
+        .expect("INFO over TLS");
+    assert!(info.contains("redis_version"), "{info}");
+    assert!(cluster.server_requests().is_some());
+    node.restart().unwrap_or_else(|e| panic!("{e}"));
+    assert!(node.is_serving(), "{}", cluster.logs());
+    assert!(!local::probe(ServerKind::Redis, node.addr()));
+    assert_eq!(tls.ca_pem().expect("the CA is readable"), ca);
+}
+
+/// etcd with client TLS and client-certificate authentication: `etcdctl` with the CA alone is
+/// refused, with the client identity it is served.
+#[test]
+fn etcd_tls_checks_client_certificates() {
+    let Some(cluster) = start_with_or_skip(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    ) else {
+        return;
+    };
+    let node = cluster.node(0);
+    assert!(node.endpoint().starts_with("https://127.0.0.1:"));
+    assert!(node.is_serving(), "{}", cluster.logs());
+    assert!(!local::probe(ServerKind::Etcd, node.addr()));
+    let tls = cluster.tls().expect("certificates");
+    let (cert, key) = tls.client_identity().expect("a client identity");
+    let health = |identity: bool| {
+        let mut cmd = std::process::Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &node.endpoint(), "--dial-timeout", "2s"])
+            .arg(format!("--cacert={}", tls.ca().display()));
+        if identity {
+            cmd.arg(format!("--cert={}", cert.display()))
+                .arg(format!("--key={}", key.display()));
+        }
+        cmd.args(["endpoint", "health"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(health(true), "{}", cluster.logs());
+    assert!(!health(false), "served a client without a certificate");
+    let metrics = node
+        .read_text(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("/metrics over TLS with the client identity");
+    assert!(metrics.contains("etcd_server_has_leader"), "{metrics}");
+}
+
+/// A plain cluster takes another shape in place (what a private cluster of a TLS or ACL
+/// topology goes through): same ports, the new arguments and TLS, and back.
+#[test]
+fn reconfigure_changes_how_nodes_serve() {
+    let Some(cluster) = start_or_skip(ServerKind::Redis, 1) else {
+        return;
+    };
+    let node = cluster.node(0);
+    let addr = node.addr();
+    let options = ServerOptions::default()
+        .with_tls(false)
+        .with_args(["--maxclients", "777"]);
+    cluster
+        .reconfigure(&options)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cluster.options(), options);
+    assert_eq!(node.addr(), addr);
+    assert!(node.is_serving() && !local::probe(ServerKind::Redis, addr));
+    let config = node
+        .read_text(b"CONFIG GET maxclients\r\nQUIT\r\n")
+        .expect("CONFIG GET over TLS");
+    assert!(config.contains("777"), "{config}");
+    node.restart().unwrap_or_else(|e| panic!("{e}"));
+    assert!(node.is_serving(), "a restart keeps TLS");
+    cluster
+        .reconfigure(&ServerOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(cluster.tls().is_none() && !node.is_tls());
+    assert!(local::probe(ServerKind::Redis, addr));
+    let shared = Cluster::shared(ServerKind::Redis, 1).expect("plain shared");
+    let tls = Cluster::shared_with(
+        ServerKind::Redis,
+        1,
+        &ServerOptions::default().with_tls(false),
+    )
+    .expect("TLS shared");
+    assert!(
+        !std::sync::Arc::ptr_eq(&shared, &tls),
+        "one shared cluster per options"
     );
 }
 

@@ -8,47 +8,11 @@ use std::time::Duration;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
+use support::acl::{FAMILY_RULES, RULES, acl_rules};
 
 fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }
-
-/// The ACL rules the README documents for a locker under the namespace `ns` (the key pattern
-/// and the notification channel pattern are added by the caller).
-const RULES: &[&str] = &[
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+ping",
-    "+subscribe",
-    "+unsubscribe",
-    "+set",
-    "+get",
-    "+del",
-    "+pttl",
-    "+pexpire",
-    "+time",
-    "+lindex",
-    "+lpop",
-    "+lrem",
-    "+rpush",
-    "+hget",
-    "+hset",
-    "+hdel",
-    "+publish",
-];
-
-/// What the read-write lock and the semaphore need on top of [`RULES`] (as the README says).
-const FAMILY_RULES: &[&str] = &[
-    "+zadd",
-    "+zrem",
-    "+zrange",
-    "+zremrangebyscore",
-    "+zcard",
-    "+zscore",
-    "+pexpireat",
-    "+lrange",
-];
 
 async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
     let mut conn = redis::Client::open(url)
@@ -57,15 +21,9 @@ async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
         .await
         .expect("connect");
     let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg(user)
-        .arg("reset")
-        .arg("on")
-        .arg(">pw")
-        .arg(format!("~{ns}/dlock:*"))
-        .arg(format!("&{ns}/dlock:notify:*"));
-    for r in rules {
-        cmd.arg(*r);
+    cmd.arg("SETUSER").arg(user).arg("reset");
+    for r in acl_rules("pw", &format!("{ns}/"), &[rules]) {
+        cmd.arg(r);
     }
     let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
 }

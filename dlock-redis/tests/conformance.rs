@@ -1,14 +1,17 @@
 //! The shared conformance suite against real Redis servers: `redis` (one node, fair mode),
-//! `redis_spin` (one node, spin mode), `redlock` (five nodes) and `redlock_degraded` (five
-//! nodes, two of them killed). Each declares the capabilities it must report.
+//! `redis_spin` (one node, spin mode), `redlock` (five nodes), `redlock_degraded` (five
+//! nodes, two of them killed), `redis_acl` (one node, fair mode, the lockers connecting as an
+//! ACL user with exactly the README's rules) and `redis_tls` (one TLS-only node, fair mode).
+//! Each declares the capabilities it must report.
 
 mod support;
 
 use std::sync::{Arc, OnceLock};
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_conformance::{Declared, TestBackend};
 use dlock_core::FencingStrength;
+use support::acl::{CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES};
 use support::{ClusterRef, Kind, RedisBackend};
 
 fn shared(nodes: usize) -> Arc<Cluster> {
@@ -73,6 +76,50 @@ fn redlock_degraded() -> Arc<dyn TestBackend> {
     }))
 }
 
+/// One node whose config has the ACL user `CONFORMANCE_USER` with exactly the README's rules
+/// (mutex, family, election) for the keys and channels of this row's namespaces
+/// (`dlock-test/<run>/redis_acl/<scenario>/`). Set at start-up (`user` directive), so a
+/// restarted node still has it; the default user stays for the scenarios' own helpers.
+fn redis_acl_options() -> ServerOptions {
+    let mut args = vec!["--user".to_string(), CONFORMANCE_USER.to_string()];
+    args.extend(support::acl::acl_rules(
+        CONFORMANCE_PASSWORD,
+        "dlock-test/*/redis_acl/*/",
+        &[RULES, FAMILY_RULES, ELECTION_RULES],
+    ));
+    ServerOptions::default().with_args(args)
+}
+
+/// The single node in fair mode, the lockers connecting as the ACL user.
+fn redis_acl() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        let options = redis_acl_options();
+        let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
+            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+        Arc::new(
+            RedisBackend::new("redis-acl", Kind::Single, ClusterRef::Shared(cluster))
+                .with_user(CONFORMANCE_USER, CONFORMANCE_PASSWORD)
+                .with_options(options),
+        )
+    }))
+}
+
+/// The single node in fair mode serving TLS only (`--port 0 --tls-port P`, certificates made
+/// at start-up); the lockers connect with `rediss://` trusting the cluster's CA.
+fn redis_tls() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        let options = ServerOptions::default().with_tls(false);
+        let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
+            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+        Arc::new(
+            RedisBackend::new("redis-tls", Kind::Single, ClusterRef::Shared(cluster))
+                .with_options(options),
+        )
+    }))
+}
+
 /// Fair mode: a queue with one wake-up per release; one counter per lock.
 const FAIR: Declared = Declared {
     fair: true,
@@ -96,3 +143,5 @@ dlock_conformance::conformance_tests!(redis, redis(), declared = FAIR);
 dlock_conformance::conformance_tests!(redis_spin, redis_spin(), declared = SPIN);
 dlock_conformance::conformance_tests!(redlock, redlock(), declared = REDLOCK);
 dlock_conformance::conformance_tests!(redlock_degraded, redlock_degraded(), declared = REDLOCK);
+dlock_conformance::conformance_tests!(redis_acl, redis_acl(), declared = FAIR);
+dlock_conformance::conformance_tests!(redis_tls, redis_tls(), declared = FAIR);

@@ -23,7 +23,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 9] = [
+pub const BACKENDS: [Backend; 12] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -55,6 +55,18 @@ pub const BACKENDS: [Backend; 9] = [
         module: "redlock_degraded",
     },
     Backend {
+        name: "redis-acl",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redis_acl",
+    },
+    Backend {
+        name: "redis-tls",
+        krate: "dlock-redis",
+        target: "conformance",
+        module: "redis_tls",
+    },
+    Backend {
         name: "etcd",
         krate: "dlock-etcd",
         target: "conformance",
@@ -65,6 +77,13 @@ pub const BACKENDS: [Backend; 9] = [
         krate: "dlock-etcd",
         target: "conformance",
         module: "etcd_cluster",
+    },
+    Backend {
+        name: "etcd-tls",
+        krate: "dlock-etcd",
+        // Its own binary: with the other two etcd rows, 24 test threads starved 2 cores.
+        target: "conformance_tls",
+        module: "etcd_tls",
     },
     Backend {
         name: "zk",
@@ -95,7 +114,7 @@ pub struct Options {
     pub from: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,etcd,etcd-cluster,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,redis-acl,redis-tls,etcd,etcd-cluster,etcd-tls,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///

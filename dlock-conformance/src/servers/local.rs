@@ -2,13 +2,14 @@
 //! `ports.rs`) in temp dirs.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::process::Launch;
-use super::{HarnessError, ServerKind};
+use super::tls::{TlsFiles, Transport};
+use super::{HarnessError, ServerKind, ServerOptions};
 
 /// ZooKeeper's jar as packaged by Debian.
 pub const ZK_JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -31,6 +32,18 @@ pub(crate) fn check_installed(kind: ServerKind) -> Result<(), HarnessError> {
             hint: format!(
                 "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {pkg}"
             ),
+        })
+    }
+}
+
+/// Whether `openssl` (which makes the certificates of TLS clusters) is here.
+pub(crate) fn check_openssl(kind: ServerKind) -> Result<(), HarnessError> {
+    if which("openssl").is_some() {
+        Ok(())
+    } else {
+        Err(HarnessError::Missing {
+            kind,
+            hint: "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y openssl (it makes the certificates of TLS test servers)".into(),
         })
     }
 }
@@ -58,6 +71,7 @@ pub(crate) fn ports_per_node(kind: ServerKind) -> usize {
 static CLUSTER_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// How the nodes of a cluster reach their peers.
+#[derive(Debug, Clone)]
 pub(crate) enum Peers {
     /// On each other's own peer ports.
     Direct,
@@ -80,25 +94,60 @@ pub(crate) enum Peers {
 pub(crate) const PARTITION_SYNC_LIMIT: u32 = 100;
 
 /// How to launch every node of a `kind` cluster with the given ports (`ports_per_node` each),
-/// data under `dir`. Writes config files.
+/// data under `dir`, serving as `options` say (with `tls`'s certificates when it is TLS).
+/// Writes config files.
 pub(crate) fn launches(
     kind: ServerKind,
     dir: &Path,
     ports: &[Vec<u16>],
     peers: &Peers,
+    options: &ServerOptions,
+    tls: Option<&TlsFiles>,
 ) -> Result<Vec<Launch>, HarnessError> {
     let n = ports.len();
     let mut out = Vec::with_capacity(n);
+    let tls = match (options.tls, tls) {
+        (None, _) => None,
+        (Some(mode), Some(files)) => {
+            let Some((cert, key)) = files.server_identity() else {
+                return Err(HarnessError::Io(
+                    "a local TLS server needs its own certificate and key".into(),
+                ));
+            };
+            Some((mode, files.ca(), cert, key))
+        }
+        (Some(_), None) => {
+            return Err(HarnessError::Io(
+                "a TLS cluster needs its certificates generated first".into(),
+            ));
+        }
+    };
     match kind {
         ServerKind::Redis => {
             for (i, p) in ports.iter().enumerate() {
                 let data = dir.join(format!("redis{i}"));
                 mkdir(&data)?;
-                out.push(Launch {
-                    program: PathBuf::from("redis-server"),
-                    args: [
-                        "--port",
-                        &p[0].to_string(),
+                // TLS only: the plain port is closed (0), the client port serves TLS.
+                let listen: Vec<String> = match tls {
+                    None => vec!["--port".into(), p[0].to_string()],
+                    Some((mode, ca, cert, key)) => vec![
+                        "--port".into(),
+                        "0".into(),
+                        "--tls-port".into(),
+                        p[0].to_string(),
+                        "--tls-cert-file".into(),
+                        path_str(cert),
+                        "--tls-key-file".into(),
+                        path_str(key),
+                        "--tls-ca-cert-file".into(),
+                        path_str(ca),
+                        "--tls-auth-clients".into(),
+                        if mode.client_auth { "yes" } else { "no" }.into(),
+                    ],
+                };
+                let mut args = listen;
+                args.extend(
+                    [
                         "--bind",
                         "127.0.0.1",
                         "--save",
@@ -111,8 +160,12 @@ pub(crate) fn launches(
                         &path_str(&data),
                     ]
                     .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                    .map(|s| s.to_string()),
+                );
+                args.extend(options.args.iter().cloned());
+                out.push(Launch {
+                    program: PathBuf::from("redis-server"),
+                    args,
                     cwd: Some(data),
                     env: Vec::new(),
                     stdin_piped: false,
@@ -133,9 +186,10 @@ pub(crate) fn launches(
                 .map(|i| format!("n{i}=http://127.0.0.1:{}", advertised(i)))
                 .collect::<Vec<_>>()
                 .join(",");
+            let scheme = if tls.is_some() { "https" } else { "http" };
             for (i, p) in ports.iter().enumerate() {
                 let data = dir.join(format!("etcd{i}"));
-                let client = format!("http://127.0.0.1:{}", p[0]);
+                let client = format!("{scheme}://127.0.0.1:{}", p[0]);
                 let peer = format!("http://127.0.0.1:{}", p[1]);
                 let advertise = format!("http://127.0.0.1:{}", advertised(i));
                 let mut args: Vec<String> = [
@@ -178,6 +232,23 @@ pub(crate) fn launches(
                 if !fsync() {
                     args.push("--unsafe-no-fsync".into());
                 }
+                // Client TLS (peers stay plain http).
+                if let Some((mode, ca, cert, key)) = tls {
+                    args.extend([
+                        "--cert-file".into(),
+                        path_str(cert),
+                        "--key-file".into(),
+                        path_str(key),
+                    ]);
+                    if mode.client_auth {
+                        args.extend([
+                            "--client-cert-auth".into(),
+                            "--trusted-ca-file".into(),
+                            path_str(ca),
+                        ]);
+                    }
+                }
+                args.extend(options.args.iter().cloned());
                 out.push(Launch {
                     program: PathBuf::from("etcd"),
                     args,
@@ -188,6 +259,11 @@ pub(crate) fn launches(
             }
         }
         ServerKind::Zk => {
+            if tls.is_some() {
+                return Err(HarnessError::Io(
+                    "the harness starts ZooKeeper without TLS only".into(),
+                ));
+            }
             for (i, p) in ports.iter().enumerate() {
                 let node_dir = dir.join(format!("zk{i}"));
                 let data = node_dir.join("data");
@@ -214,6 +290,11 @@ pub(crate) fn launches(
                         cfg.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", j + 1));
                     }
                     write(&data.join("myid"), &format!("{}\n", i + 1))?;
+                }
+                // Extra options are zoo.cfg lines (`key=value`).
+                for line in &options.args {
+                    cfg.push_str(line);
+                    cfg.push('\n');
                 }
                 let cfg_path = node_dir.join("zoo.cfg");
                 write(&cfg_path, &cfg)?;
@@ -265,11 +346,20 @@ fn write(p: &Path, text: &str) -> Result<(), HarnessError> {
 /// One request/reply exchange over a fresh connection; the reply read until EOF or `until`
 /// appears.
 pub(crate) fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<String> {
+    exchange_via(&Transport::Plain, addr, request, until)
+}
+
+/// As [`exchange`], over `transport` (TLS for a TLS node).
+pub(crate) fn exchange_via(
+    transport: &Transport,
+    addr: SocketAddr,
+    request: &[u8],
+    until: &str,
+) -> Option<String> {
     let timeout = Duration::from_millis(500);
-    let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.set_write_timeout(Some(timeout)).ok()?;
+    let mut s = transport.connect(addr, timeout).ok()?;
     s.write_all(request).ok()?;
+    s.flush().ok()?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -289,6 +379,12 @@ pub(crate) fn exchange(addr: SocketAddr, request: &[u8], until: &str) -> Option<
 
 /// Whether the server at `addr` serves requests (protocol-level check, not just the port).
 pub fn probe(kind: ServerKind, addr: SocketAddr) -> bool {
+    probe_via(kind, addr, &Transport::Plain)
+}
+
+/// As [`probe`], over `transport`.
+pub(crate) fn probe_via(kind: ServerKind, addr: SocketAddr, transport: &Transport) -> bool {
+    let exchange = |addr, request: &[u8], until| exchange_via(transport, addr, request, until);
     match kind {
         ServerKind::Redis => {
             exchange(addr, b"PING\r\n", "\r\n").is_some_and(|r| r.starts_with("+PONG"))
@@ -318,7 +414,12 @@ pub fn zk_mode(addr: SocketAddr) -> Option<String> {
 /// How many leader changes the etcd member at `addr` has seen
 /// (`etcd_server_leader_changes_seen_total` in its `/metrics`); `None` when it does not answer.
 pub fn etcd_leader_changes(addr: SocketAddr) -> Option<u64> {
-    let reply = exchange(
+    etcd_leader_changes_via(addr, &Transport::Plain)
+}
+
+pub(crate) fn etcd_leader_changes_via(addr: SocketAddr, transport: &Transport) -> Option<u64> {
+    let reply = exchange_via(
+        transport,
         addr,
         b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
         "\u{0}",
@@ -333,8 +434,13 @@ pub fn etcd_leader_changes(addr: SocketAddr) -> Option<u64> {
 /// Whether the etcd member at `addr` is the raft leader (`etcd_server_is_leader 1` in its
 /// `/metrics`); `None` when it does not answer.
 pub fn etcd_is_leader(addr: SocketAddr) -> Option<bool> {
+    etcd_is_leader_via(addr, &Transport::Plain)
+}
+
+pub(crate) fn etcd_is_leader_via(addr: SocketAddr, transport: &Transport) -> Option<bool> {
     // HTTP/1.0: a plain (not chunked) body, read to its end.
-    let reply = exchange(
+    let reply = exchange_via(
+        transport,
         addr,
         b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
         "\u{0}",

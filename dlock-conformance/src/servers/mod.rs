@@ -17,6 +17,11 @@
 //! - **containers** (cargo feature `containers`): image and port configuration for
 //!   testcontainers, in the `containers` module when the feature is on.
 //!
+//! [`ServerOptions`] shape how a cluster's nodes serve ([`Cluster::shared_with`],
+//! [`Cluster::start_with`], [`Cluster::reconfigure`]): TLS only for clients, with a CA, server
+//! and client certificates generated for the cluster ([`TlsFiles`]), and extra server
+//! arguments (e.g. a Redis ACL user). Restarts keep them.
+//!
 //! Every [`HarnessError`] names the server (kind, node, endpoint, every port) and the step
 //! (start, restart, pause, …) that failed.
 //!
@@ -34,6 +39,7 @@ mod partition;
 mod ports;
 pub(crate) mod process;
 pub mod stats;
+mod tls;
 
 #[cfg(feature = "containers")]
 pub mod containers;
@@ -46,6 +52,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use node::Node;
+pub use tls::TlsFiles;
+
+use tls::Transport;
 
 /// Which server a cluster runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,11 +88,89 @@ impl ServerKind {
 
     /// The endpoint string clients use for a node at `addr`.
     pub fn endpoint(self, addr: SocketAddr) -> String {
-        match self {
-            ServerKind::Redis => format!("redis://{addr}"),
-            ServerKind::Etcd => format!("http://{addr}"),
-            ServerKind::Zk => addr.to_string(),
+        self.endpoint_for(addr, false)
+    }
+
+    /// The endpoint string clients use for a node at `addr` that serves TLS when `tls`
+    /// (`rediss://`, `https://`).
+    pub fn endpoint_for(self, addr: SocketAddr, tls: bool) -> String {
+        match (self, tls) {
+            (ServerKind::Redis, false) => format!("redis://{addr}"),
+            (ServerKind::Redis, true) => format!("rediss://{addr}"),
+            (ServerKind::Etcd, false) => format!("http://{addr}"),
+            (ServerKind::Etcd, true) => format!("https://{addr}"),
+            (ServerKind::Zk, _) => addr.to_string(),
         }
+    }
+
+    /// The variables naming an external TLS server's CA bundle, client certificate and client
+    /// key (`DLOCK_REDIS_TLS_CA`, `DLOCK_REDIS_TLS_CERT`, `DLOCK_REDIS_TLS_KEY`, …).
+    pub fn tls_env_vars(self) -> [&'static str; 3] {
+        match self {
+            ServerKind::Redis => [
+                "DLOCK_REDIS_TLS_CA",
+                "DLOCK_REDIS_TLS_CERT",
+                "DLOCK_REDIS_TLS_KEY",
+            ],
+            ServerKind::Etcd => [
+                "DLOCK_ETCD_TLS_CA",
+                "DLOCK_ETCD_TLS_CERT",
+                "DLOCK_ETCD_TLS_KEY",
+            ],
+            ServerKind::Zk => ["DLOCK_ZK_TLS_CA", "DLOCK_ZK_TLS_CERT", "DLOCK_ZK_TLS_KEY"],
+        }
+    }
+}
+
+/// How the nodes of a cluster serve: plain (the default) or TLS only, and extra server
+/// arguments. Part of a shared cluster's identity: [`Cluster::shared_with`] keeps one cluster
+/// per (kind, nodes, options).
+///
+/// ```no_run
+/// use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
+/// // etcd serving clients over TLS only, and only to clients with a certificate of its CA.
+/// let cluster = Cluster::start_with(ServerKind::Etcd, 1, &ServerOptions::default().with_tls(true))?;
+/// let ca = cluster.tls().expect("a TLS cluster").ca_pem();
+/// # Ok::<(), dlock_conformance::servers::HarnessError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// Serve clients over TLS only (Redis: `--port 0 --tls-port P`; etcd: `https://` client
+    /// URLs, peers stay plain), with certificates generated when the cluster starts
+    /// ([`Cluster::tls`]). ZooKeeper: not supported.
+    pub tls: Option<TlsMode>,
+    /// Extra arguments appended to every node's command line (Redis: config directives,
+    /// `--user alice on …`; etcd: flags); for ZooKeeper, extra `zoo.cfg` lines. The external
+    /// provider ignores them: its servers must already be configured so.
+    pub args: Vec<String>,
+}
+
+/// TLS settings of [`ServerOptions::tls`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct TlsMode {
+    /// Accept only clients presenting a certificate signed by the cluster's CA (Redis
+    /// `--tls-auth-clients yes`; etcd `--client-cert-auth --trusted-ca-file`).
+    pub client_auth: bool,
+}
+
+impl ServerOptions {
+    /// Serve clients over TLS only; with `client_auth`, only to clients presenting a
+    /// certificate of the cluster's CA ([`TlsFiles::client_identity`] is one).
+    pub fn with_tls(mut self, client_auth: bool) -> Self {
+        self.tls = Some(TlsMode { client_auth });
+        self
+    }
+
+    /// Appends extra server arguments (see [`ServerOptions::args`]).
+    pub fn with_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
     }
 }
 
@@ -171,11 +258,27 @@ pub struct Cluster {
     kind: ServerKind,
     nodes: Vec<Node>,
     external: bool,
+    /// How the nodes serve now, and the certificates of a TLS cluster (replaced by
+    /// [`Cluster::reconfigure`]). Boxed: test code keeps clusters in enums beside `Arc`s.
+    serving: Box<Mutex<Serving>>,
+    /// How the nodes reach their peers (kept to launch them again with other options).
+    peers: local::Peers,
     dir: Option<tempfile::TempDir>,
     /// Held until the cluster is dropped (after its processes are killed).
     _ports: Option<ports::Reservation>,
     /// The peer-link proxies of a partitionable cluster (dropped after the processes).
     links: Option<partition::Links>,
+}
+
+struct Serving {
+    options: ServerOptions,
+    tls: Option<TlsFiles>,
+    /// Certificate sets made so far (each reconfiguration to TLS makes a fresh one).
+    generation: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl fmt::Debug for Cluster {
@@ -188,7 +291,7 @@ impl fmt::Debug for Cluster {
     }
 }
 
-type SharedMap = HashMap<(ServerKind, usize), Result<Arc<Cluster>, HarnessError>>;
+type SharedMap = HashMap<(ServerKind, usize, ServerOptions), Result<Arc<Cluster>, HarnessError>>;
 static SHARED: Mutex<Option<SharedMap>> = Mutex::new(None);
 
 /// The last `tail` bytes of every node's output of every shared cluster started in this
@@ -230,15 +333,29 @@ impl Cluster {
     /// [`HarnessError::may_skip`]), [`HarnessError::NotReady`] when a server did not start.
     /// A failed start is remembered: later calls return the same error at once.
     pub fn shared(kind: ServerKind, nodes: usize) -> Result<Arc<Cluster>, HarnessError> {
+        Cluster::shared_with(kind, nodes, &ServerOptions::default())
+    }
+
+    /// As [`Cluster::shared`], for a cluster serving as `options` say: one shared cluster per
+    /// (kind, nodes, options).
+    ///
+    /// # Errors
+    /// As [`Cluster::shared`]; TLS needs `openssl` ([`HarnessError::Missing`] without it).
+    pub fn shared_with(
+        kind: ServerKind,
+        nodes: usize,
+        options: &ServerOptions,
+    ) -> Result<Arc<Cluster>, HarnessError> {
         let mut guard = SHARED.lock().unwrap_or_else(|p| p.into_inner());
         let map = guard.get_or_insert_with(HashMap::new);
-        if let Some(found) = map.get(&(kind, nodes)) {
+        let key = (kind, nodes, options.clone());
+        if let Some(found) = map.get(&key) {
             return found.clone();
         }
         // Shared clusters live in a static that is never dropped: the atexit handler kills
         // their processes and removes their data dirs.
-        let started = Cluster::start(kind, nodes).map(Arc::new);
-        map.insert((kind, nodes), started.clone());
+        let started = Cluster::start_with(kind, nodes, options).map(Arc::new);
+        map.insert(key, started.clone());
         started
     }
 
@@ -248,25 +365,54 @@ impl Cluster {
     /// # Errors
     /// As [`Cluster::shared`].
     pub fn start(kind: ServerKind, nodes: usize) -> Result<Cluster, HarnessError> {
+        Cluster::start_with(kind, nodes, &ServerOptions::default())
+    }
+
+    /// As [`Cluster::start`], serving as `options` say.
+    ///
+    /// The external provider serves a TLS cluster when `DLOCK_<KIND>_TLS_CA` is set too
+    /// ([`ServerKind::tls_env_vars`]; a plain one when it is not), and ignores
+    /// [`ServerOptions::args`].
+    ///
+    /// # Errors
+    /// As [`Cluster::start`]; TLS needs `openssl` ([`HarnessError::Missing`] without it).
+    pub fn start_with(
+        kind: ServerKind,
+        nodes: usize,
+        options: &ServerOptions,
+    ) -> Result<Cluster, HarnessError> {
         if nodes == 0 {
             return Err(HarnessError::Io("a cluster needs at least one node".into()));
         }
-        if let Some(addrs) = external::addrs(kind, nodes)? {
-            let nodes = addrs
-                .into_iter()
-                .enumerate()
-                .map(|(i, a)| Node::external(kind, i, a))
-                .collect();
-            return Ok(Cluster {
-                kind,
-                nodes,
-                external: true,
-                dir: None,
-                _ports: None,
-                links: None,
-            });
+        let tls = TlsFiles::from_env(kind)?;
+        if tls.is_some() == options.tls.is_some() {
+            if let Some(addrs) = external::addrs(kind, nodes)? {
+                let transport = match &tls {
+                    Some(files) => Transport::Tls(files.client_config()?),
+                    None => Transport::Plain,
+                };
+                let nodes = addrs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, a)| Node::external(kind, i, a, transport.clone()))
+                    .collect();
+                return Ok(Cluster {
+                    kind,
+                    nodes,
+                    external: true,
+                    serving: Box::new(Mutex::new(Serving {
+                        options: options.clone(),
+                        tls,
+                        generation: 0,
+                    })),
+                    peers: local::Peers::Direct,
+                    dir: None,
+                    _ports: None,
+                    links: None,
+                });
+            }
         }
-        Cluster::start_retrying(kind, nodes, false)
+        Cluster::start_retrying(kind, nodes, false, options)
     }
 
     /// Starts a private cluster of `kind` with `nodes` nodes whose peer links go through fault
@@ -294,19 +440,23 @@ impl Cluster {
                 "put the peer links of the {kind} × {nodes} cluster behind fault proxies"
             )));
         }
-        Cluster::start_retrying(kind, nodes, true)
+        Cluster::start_retrying(kind, nodes, true, &ServerOptions::default())
     }
 
     fn start_retrying(
         kind: ServerKind,
         nodes: usize,
         partitionable: bool,
+        options: &ServerOptions,
     ) -> Result<Cluster, HarnessError> {
         local::check_installed(kind)?;
+        if options.tls.is_some() {
+            local::check_openssl(kind)?;
+        }
         const ATTEMPTS: usize = 3;
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match Cluster::start_local(kind, nodes, partitionable) {
+            match Cluster::start_local(kind, nodes, partitionable, options) {
                 Ok(c) => return Ok(c),
                 // Reserved ports are not taken by other tests; a server that still fails to
                 // start (a slow host, a port some foreign program took) gets fresh ports.
@@ -325,6 +475,7 @@ impl Cluster {
         kind: ServerKind,
         n: usize,
         partitionable: bool,
+        options: &ServerOptions,
     ) -> Result<Cluster, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("dlock-{kind}-"))
@@ -345,15 +496,36 @@ impl Cluster {
         } else {
             (None, local::Peers::Direct, None)
         };
-        let launches = local::launches(kind, dir.path(), &ports, &peers)?;
+        let tls = match options.tls {
+            Some(_) => Some(TlsFiles::generate(&dir.path().join("tls0"))?),
+            None => None,
+        };
+        let transport = match &tls {
+            Some(files) => Transport::Tls(files.client_config()?),
+            None => Transport::Plain,
+        };
+        let launches = local::launches(kind, dir.path(), &ports, &peers, options, tls.as_ref())?;
         let mut nodes = Vec::with_capacity(n);
         for (i, (launch, p)) in launches.into_iter().zip(ports).enumerate() {
-            nodes.push(Node::local(kind, i, p, launch, pids.clone())?);
+            nodes.push(Node::local(
+                kind,
+                i,
+                p,
+                launch,
+                transport.clone(),
+                pids.clone(),
+            )?);
         }
         let cluster = Cluster {
             kind,
             nodes,
             external: false,
+            serving: Box::new(Mutex::new(Serving {
+                options: options.clone(),
+                tls,
+                generation: 1,
+            })),
+            peers,
             dir: Some(dir),
             _ports: Some(reservation),
             links,
@@ -364,6 +536,96 @@ impl Cluster {
         }
         tracing::info!(%kind, nodes = n, endpoints = ?cluster.endpoints(), "cluster ready");
         Ok(cluster)
+    }
+
+    /// Makes every node serve as `options` say: kills each node and starts it again with them
+    /// (same ports, same data dirs; TLS with a freshly generated certificate set), then waits
+    /// until every node serves. Later restarts keep them. Nothing happens when the cluster
+    /// already serves so. This is how a backend whose topology serves TLS or needs extra
+    /// configuration turns the plain private cluster a scenario started
+    /// ([`TestBackend::on_cluster`](crate::TestBackend::on_cluster)) into its own shape.
+    /// What the servers held is lost where a restart loses it (Redis without persistence).
+    ///
+    /// # Errors
+    /// [`HarnessError::External`] for an external cluster (unless it already serves so);
+    /// [`HarnessError::NotReady`] when a node does not come back; [`HarnessError::Missing`]
+    /// without `openssl` for TLS.
+    pub fn reconfigure(&self, options: &ServerOptions) -> Result<(), HarnessError> {
+        let mut serving = lock(&self.serving);
+        if serving.options == *options {
+            return Ok(());
+        }
+        let Some(dir) = self.dir.as_ref().filter(|_| !self.external) else {
+            return Err(HarnessError::External(format!(
+                "reconfigure the {} cluster",
+                self.kind
+            )));
+        };
+        let what = format!("{} cluster [{}], step reconfigure", self.kind, {
+            self.nodes
+                .iter()
+                .map(Node::describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        let tls = match options.tls {
+            Some(_) => {
+                local::check_openssl(self.kind)?;
+                let sub = dir.path().join(format!("tls{}", serving.generation));
+                Some(TlsFiles::generate(&sub).map_err(|e| e.context(&what))?)
+            }
+            None => None,
+        };
+        let transport = match &tls {
+            Some(files) => Transport::Tls(files.client_config().map_err(|e| e.context(&what))?),
+            None => Transport::Plain,
+        };
+        let ports: Vec<Vec<u16>> = self.nodes.iter().map(|n| n.ports().to_vec()).collect();
+        let launches = local::launches(
+            self.kind,
+            dir.path(),
+            &ports,
+            &self.peers,
+            options,
+            tls.as_ref(),
+        )
+        .map_err(|e| e.context(&what))?;
+        // Every node down first (an etcd member must not see its peers half reconfigured).
+        for node in &self.nodes {
+            node.kill_quietly();
+        }
+        for (node, launch) in self.nodes.iter().zip(launches) {
+            node.relaunch(launch, transport.clone())?;
+        }
+        *serving = Serving {
+            options: options.clone(),
+            tls,
+            generation: serving.generation + 1,
+        };
+        drop(serving);
+        let until = Instant::now() + READY_TIMEOUT;
+        for node in &self.nodes {
+            node.wait_ready(until, "reconfigure")?;
+        }
+        tracing::info!(kind = %self.kind, ?options, "cluster reconfigured");
+        Ok(())
+    }
+
+    /// How the nodes serve now.
+    pub fn options(&self) -> ServerOptions {
+        lock(&self.serving).options.clone()
+    }
+
+    /// The certificates of a TLS cluster (`None` for a plain one): the CA clients trust and a
+    /// client identity the servers accept.
+    pub fn tls(&self) -> Option<TlsFiles> {
+        lock(&self.serving).tls.clone()
+    }
+
+    /// Requests the nodes have received so far, summed (see [`stats::requests`]), read over
+    /// each node's own transport (TLS when it serves TLS); `None` when a node does not answer.
+    pub fn server_requests(&self) -> Option<u64> {
+        self.nodes.iter().map(Node::requests).sum()
     }
 
     /// Waits until every node serves requests.
@@ -425,10 +687,15 @@ impl Cluster {
         &self.nodes
     }
 
-    /// The `DLOCK_*` variable that makes [`Cluster::shared`] in a child process reach these
-    /// same servers.
+    /// The `DLOCK_*` variables that make [`Cluster::shared`] (or [`Cluster::shared_with`] with
+    /// the same TLS setting) in a child process reach these same servers: the endpoints, and
+    /// for a TLS cluster the CA and client identity files ([`ServerKind::tls_env_vars`]).
     pub fn external_env(&self) -> Vec<(String, String)> {
-        vec![(self.kind.env_var().to_string(), self.endpoints().join(","))]
+        let mut env = vec![(self.kind.env_var().to_string(), self.endpoints().join(","))];
+        if let Some(tls) = self.tls() {
+            env.extend(tls.env(self.kind));
+        }
+        env
     }
 
     /// The captured output of every node, with a header per node.
@@ -457,10 +724,9 @@ impl Cluster {
             ServerKind::Zk => self.nodes.iter().position(|n| {
                 !n.is_paused() && local::zk_mode(n.addr()).as_deref() == Some("leader")
             }),
-            ServerKind::Etcd => self
-                .nodes
-                .iter()
-                .position(|n| !n.is_paused() && local::etcd_is_leader(n.addr()) == Some(true)),
+            ServerKind::Etcd => self.nodes.iter().position(|n| {
+                !n.is_paused() && local::etcd_is_leader_via(n.addr(), &n.transport()) == Some(true)
+            }),
         }
     }
 
@@ -474,7 +740,7 @@ impl Cluster {
         self.nodes
             .iter()
             .filter(|n| !n.is_paused())
-            .map(|n| local::etcd_leader_changes(n.addr()))
+            .map(|n| local::etcd_leader_changes_via(n.addr(), &n.transport()))
             .sum()
     }
 

@@ -1,12 +1,13 @@
 //! One server node: its process, its captured output, and the faults tests inflict on it.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::process::{self, Launch};
+use super::tls::Transport;
 use super::{HarnessError, READY_TIMEOUT, ServerKind, local};
 
 /// Captured output is kept up to this many bytes (the tail).
@@ -17,9 +18,12 @@ pub struct Node {
     kind: ServerKind,
     index: usize,
     addr: SocketAddr,
-    endpoint: String,
     ports: Vec<u16>,
-    launch: Option<Launch>,
+    /// Whether the harness started this node (and may kill, pause and restart it).
+    local: bool,
+    /// How the node is launched and how the harness talks to it; replaced by
+    /// [`Node::relaunch`].
+    config: Mutex<Config>,
     child: Mutex<Option<Child>>,
     paused: Mutex<bool>,
     log: Arc<Mutex<String>>,
@@ -27,12 +31,18 @@ pub struct Node {
     pid_slot: Option<super::partition::Pids>,
 }
 
+/// What a restart launches and how the harness reaches the node.
+struct Config {
+    launch: Option<Launch>,
+    transport: Transport,
+}
+
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("kind", &self.kind)
             .field("index", &self.index)
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &self.endpoint())
             .field("pid", &self.pid())
             .finish()
     }
@@ -43,14 +53,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Node {
-    pub(crate) fn external(kind: ServerKind, index: usize, addr: SocketAddr) -> Node {
+    pub(crate) fn external(
+        kind: ServerKind,
+        index: usize,
+        addr: SocketAddr,
+        transport: Transport,
+    ) -> Node {
         Node {
             kind,
             index,
             addr,
-            endpoint: kind.endpoint(addr),
             ports: vec![addr.port()],
-            launch: None,
+            local: false,
+            config: Mutex::new(Config {
+                launch: None,
+                transport,
+            }),
             child: Mutex::new(None),
             paused: Mutex::new(false),
             log: Arc::new(Mutex::new(String::from(
@@ -66,6 +84,7 @@ impl Node {
         index: usize,
         ports: Vec<u16>,
         launch: Launch,
+        transport: Transport,
         pid_slot: Option<super::partition::Pids>,
     ) -> Result<Node, HarnessError> {
         let addr = SocketAddr::from(([127, 0, 0, 1], ports.first().copied().unwrap_or(0)));
@@ -73,9 +92,12 @@ impl Node {
             kind,
             index,
             addr,
-            endpoint: kind.endpoint(addr),
             ports,
-            launch: Some(launch),
+            local: true,
+            config: Mutex::new(Config {
+                launch: Some(launch),
+                transport,
+            }),
             child: Mutex::new(None),
             paused: Mutex::new(false),
             log: Arc::new(Mutex::new(String::new())),
@@ -95,12 +117,20 @@ impl Node {
             .join(", ");
         format!(
             "{} node {} ({}; ports {ports})",
-            self.kind, self.index, self.endpoint
+            self.kind,
+            self.index,
+            self.endpoint()
         )
     }
 
+    /// How the harness talks to the node (plain or TLS).
+    pub(crate) fn transport(&self) -> Transport {
+        lock(&self.config).transport.clone()
+    }
+
     fn spawn(&self, step: &str) -> Result<(), HarnessError> {
-        let Some(launch) = &self.launch else {
+        let launch = lock(&self.config).launch.clone();
+        let Some(launch) = launch else {
             return Err(HarnessError::External(format!(
                 "{step} {}",
                 self.describe()
@@ -133,6 +163,7 @@ impl Node {
     /// for in the error.
     pub(crate) fn wait_ready(&self, until: Instant, step: &str) -> Result<(), HarnessError> {
         let since = Instant::now();
+        let transport = self.transport();
         loop {
             if let Some(child) = lock(&self.child).as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -147,7 +178,7 @@ impl Node {
                     });
                 }
             }
-            if local::probe(self.kind, self.addr) {
+            if local::probe_via(self.kind, self.addr, &transport) {
                 return Ok(());
             }
             if Instant::now() >= until {
@@ -176,9 +207,16 @@ impl Node {
         self.addr
     }
 
-    /// The node's client endpoint (see [`Cluster::endpoints`](super::Cluster::endpoints)).
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
+    /// The node's client endpoint (see [`Cluster::endpoints`](super::Cluster::endpoints)):
+    /// `rediss://` or `https://` when it serves TLS.
+    pub fn endpoint(&self) -> String {
+        let tls = matches!(lock(&self.config).transport, Transport::Tls(_));
+        self.kind.endpoint_for(self.addr, tls)
+    }
+
+    /// Whether the node serves its clients over TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(lock(&self.config).transport, Transport::Tls(_))
     }
 
     /// Every port the node listens on, the client port first (etcd: client, peer; ZooKeeper:
@@ -202,7 +240,33 @@ impl Node {
 
     /// Whether the node serves requests right now (protocol-level probe).
     pub fn is_serving(&self) -> bool {
-        local::probe(self.kind, self.addr)
+        local::probe_via(self.kind, self.addr, &self.transport())
+    }
+
+    /// Sends `request` over a fresh connection (TLS when the node serves TLS, with the
+    /// cluster's client identity) and reads the reply until the server closes the connection
+    /// or 2 s pass: for the servers' text stats (`INFO` + `QUIT`, HTTP/1.0 `/metrics`). `None`
+    /// when the node does not answer. The plain-TCP form is [`crate::read_text`].
+    pub fn read_text(&self, request: &[u8]) -> Option<String> {
+        let mut s = self
+            .transport()
+            .connect(self.addr, Duration::from_secs(2))
+            .ok()?;
+        s.write_all(request).ok()?;
+        s.flush().ok()?;
+        let mut out = Vec::new();
+        match s.read_to_end(&mut out) {
+            Ok(_) => {}
+            Err(_) if !out.is_empty() => {}
+            Err(_) => return None,
+        }
+        Some(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// Requests the node has received so far (see [`stats::node_requests`](super::stats)),
+    /// read over the node's own transport (TLS when it serves TLS).
+    pub fn requests(&self) -> Option<u64> {
+        super::stats::node_requests_via(self.kind, self.addr, &self.transport())
     }
 
     /// The node's captured output.
@@ -215,7 +279,7 @@ impl Node {
     /// # Errors
     /// [`HarnessError::External`] for an external node.
     pub fn kill(&self) -> Result<(), HarnessError> {
-        if self.launch.is_none() {
+        if !self.local {
             return Err(HarnessError::External(format!("kill {}", self.describe())));
         }
         self.kill_quietly();
@@ -240,7 +304,7 @@ impl Node {
     }
 
     fn signal(&self, sig: i32, what: &str) -> Result<(), HarnessError> {
-        if self.launch.is_none() {
+        if !self.local {
             return Err(HarnessError::External(format!(
                 "{what} {}",
                 self.describe()
@@ -303,7 +367,7 @@ impl Node {
     /// [`HarnessError::External`] for an external node; [`HarnessError::Io`] when it cannot be
     /// spawned.
     pub fn start_again(&self) -> Result<(), HarnessError> {
-        if self.launch.is_none() {
+        if !self.local {
             return Err(HarnessError::External(format!(
                 "restart {}",
                 self.describe()
@@ -311,6 +375,28 @@ impl Node {
         }
         self.kill_quietly();
         self.spawn("restart")
+    }
+
+    /// Kills the node and starts it with `launch` (same ports, same data dir), reached over
+    /// `transport` from now on; later restarts use `launch` too. Does not wait until it serves.
+    pub(crate) fn relaunch(
+        &self,
+        launch: Launch,
+        transport: Transport,
+    ) -> Result<(), HarnessError> {
+        if !self.local {
+            return Err(HarnessError::External(format!(
+                "reconfigure {}",
+                self.describe()
+            )));
+        }
+        self.kill_quietly();
+        *lock(&self.config) = Config {
+            launch: Some(launch),
+            transport,
+        };
+        append(&self.log, "---- reconfigured ----\n");
+        self.spawn("reconfigure")
     }
 }
 

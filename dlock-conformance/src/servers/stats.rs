@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 
 use super::ServerKind;
-use super::local::exchange;
+use super::local::exchange_via;
+use super::tls::Transport;
 
 /// Requests received so far by the server at `addr`:
 /// - Redis: the sum of `calls=` over `INFO commandstats`;
@@ -15,6 +16,16 @@ use super::local::exchange;
 ///
 /// `None` when the node does not answer or the reply has no such counter.
 pub fn node_requests(kind: ServerKind, addr: SocketAddr) -> Option<u64> {
+    node_requests_via(kind, addr, &Transport::Plain)
+}
+
+/// As [`node_requests`], over `transport` (TLS for a TLS node).
+pub(crate) fn node_requests_via(
+    kind: ServerKind,
+    addr: SocketAddr,
+    transport: &Transport,
+) -> Option<u64> {
+    let exchange = |addr, request: &[u8], until| exchange_via(transport, addr, request, until);
     match kind {
         ServerKind::Redis => {
             // QUIT makes the server close the connection, so the reply is read to its end.

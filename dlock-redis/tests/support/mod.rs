@@ -1,4 +1,5 @@
-//! The Redis and Redlock topologies as conformance backends, shared by the test files.
+//! The Redis and Redlock topologies as conformance backends, shared by the test files, and the
+//! ACL rules the README documents.
 
 #![allow(dead_code)]
 
@@ -6,10 +7,73 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::{RedisLocker, RedlockLocker};
+
+/// The ACL rules the README documents, as `ACL SETUSER` / `user` directive arguments. The key
+/// pattern (`~P dlock:*`) and the notification channel pattern (`&P dlock:notify:*`) for the
+/// key prefix `P` come first ([`acl_rules`]).
+pub mod acl {
+    /// What the mutex needs (README, "ACL").
+    pub const RULES: &[&str] = &[
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+ping",
+        "+subscribe",
+        "+unsubscribe",
+        "+set",
+        "+get",
+        "+del",
+        "+pttl",
+        "+pexpire",
+        "+time",
+        "+lindex",
+        "+lpop",
+        "+lrem",
+        "+rpush",
+        "+hget",
+        "+hset",
+        "+hdel",
+        "+publish",
+    ];
+
+    /// What the read-write lock and the semaphore need on top of [`RULES`] (README).
+    pub const FAMILY_RULES: &[&str] = &[
+        "+zadd",
+        "+zrem",
+        "+zrange",
+        "+zremrangebyscore",
+        "+zcard",
+        "+zscore",
+        "+pexpireat",
+        "+lrange",
+    ];
+
+    /// What the election needs on top of [`RULES`] (README): the announcement script's
+    /// `HINCRBY` / `XADD`, the leader read's `HMGET` / `XREVRANGE`, observers' `XREAD`.
+    pub const ELECTION_RULES: &[&str] = &["+hincrby", "+hmget", "+xadd", "+xrevrange", "+xread"];
+
+    /// The user the `redis-acl` conformance row's lockers connect as.
+    pub const CONFORMANCE_USER: &str = "dlock-conformance";
+    /// Its password.
+    pub const CONFORMANCE_PASSWORD: &str = "conformance-pw";
+
+    /// `on >password ~P dlock:* &P dlock:notify:*` and `rules`, for keys under the prefix (or
+    /// prefix pattern) `prefix`: what follows the user name in `ACL SETUSER` or `user`.
+    pub fn acl_rules(password: &str, prefix: &str, rules: &[&[&str]]) -> Vec<String> {
+        let mut out = vec![
+            "on".to_string(),
+            format!(">{password}"),
+            format!("~{prefix}dlock:*"),
+            format!("&{prefix}dlock:notify:*"),
+        ];
+        out.extend(rules.iter().flat_map(|r| r.iter()).map(|r| r.to_string()));
+        out
+    }
+}
 
 /// Which locker a backend builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +91,12 @@ pub struct RedisBackend {
     pub name: String,
     pub kind: Kind,
     pub cluster: ClusterRef,
+    /// The user and password the lockers connect as (an ACL user); the default user when
+    /// `None`. The scenarios' own helpers (audit, break, expiry) always use the default user.
+    pub user: Option<(String, String)>,
+    /// How the servers serve (TLS, ACL users): a private cluster a scenario starts is
+    /// reconfigured so ([`Cluster::reconfigure`]) before the backend uses it.
+    pub options: ServerOptions,
 }
 
 /// A shared cluster or one this backend owns.
@@ -50,14 +120,58 @@ impl RedisBackend {
             name: name.into(),
             kind,
             cluster,
+            user: None,
+            options: ServerOptions::default(),
         }
     }
 
+    /// Lockers connect as `user` with `password`.
+    pub fn with_user(mut self, user: &str, password: &str) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The servers serve as `options` say (the cluster must already; private clusters are
+    /// reconfigured so).
+    pub fn with_options(mut self, options: ServerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The CA bundle of a TLS cluster.
+    fn ca_pem(&self) -> Option<Vec<u8>> {
+        let tls = self.cluster.get().tls()?;
+        Some(
+            tls.ca_pem()
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", tls.ca().display())),
+        )
+    }
+
+    /// The lockers' URLs: through `via` when given, with the user's credentials, `rediss://`
+    /// for a TLS cluster.
     fn urls(&self, via: Option<&[SocketAddr]>) -> Vec<String> {
-        match via {
-            Some(addrs) => addrs.iter().map(|a| format!("redis://{a}")).collect(),
-            None => self.cluster.get().endpoints(),
-        }
+        let scheme = if self.cluster.get().tls().is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        let auth = match &self.user {
+            Some((user, password)) => format!("{user}:{password}@"),
+            None => String::new(),
+        };
+        let addrs = match via {
+            Some(addrs) => addrs.to_vec(),
+            None => self.cluster.get().addrs(),
+        };
+        addrs
+            .iter()
+            .map(|a| format!("{scheme}://{auth}{a}"))
+            .collect()
+    }
+
+    /// An administrative client of one node (the default user; the cluster's CA over TLS).
+    fn admin(&self, url: &str) -> Result<redis::Client, redis::RedisError> {
+        admin_client(url, self.ca_pem())
     }
 
     /// Node URLs the backend audits (node 0 only for the single-node lock).
@@ -75,9 +189,26 @@ impl RedisBackend {
     }
 }
 
+/// A client of `url` (`rediss://` trusting `ca` when given).
+pub fn admin_client(url: &str, ca: Option<Vec<u8>>) -> Result<redis::Client, redis::RedisError> {
+    match ca {
+        None => redis::Client::open(url),
+        Some(ca) => {
+            // redis-rs builds its TLS configuration with the process' default crypto provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca),
+                },
+            )
+        }
+    }
+}
+
 /// `PTTL` of `key` on one server.
-async fn pttl(url: &str, key: &str) -> Result<i64, redis::RedisError> {
-    let client = redis::Client::open(url)?;
+async fn pttl(client: &redis::Client, key: &str) -> Result<i64, redis::RedisError> {
     let mut conn = client.get_multiplexed_async_connection().await?;
     redis::cmd("PTTL").arg(key).query_async(&mut conn).await
 }
@@ -95,7 +226,15 @@ pub async fn server_leftovers(
     url: &str,
     namespace: &str,
 ) -> Result<Vec<String>, redis::RedisError> {
-    let client = redis::Client::open(url)?;
+    leftovers_of(&redis::Client::open(url)?, url, namespace).await
+}
+
+/// [`server_leftovers`] through `client` (labelled `url`).
+async fn leftovers_of(
+    client: &redis::Client,
+    url: &str,
+    namespace: &str,
+) -> Result<Vec<String>, redis::RedisError> {
     let mut conn = client.get_multiplexed_async_connection().await?;
     let pattern = format!("{namespace}/dlock:*");
     let mut keys: Vec<String> = Vec::new();
@@ -172,6 +311,9 @@ impl RedisBackend {
         if let Some(t) = opts.request_timeout {
             b = b.request_timeout(t);
         }
+        if let Some(ca) = self.ca_pem() {
+            b = b.tls_root_certificates(ca);
+        }
         b.build()
     }
 }
@@ -194,13 +336,16 @@ impl TestBackend for RedisBackend {
         match self.kind {
             Kind::Single | Kind::Spin => Ok(Arc::new(self.single(&opts)?)),
             // Redlock's per-node timeout derives from the TTL; it has no request timeout knob.
-            Kind::Redlock => Ok(Arc::new(
-                RedlockLocker::builder()
+            Kind::Redlock => {
+                let mut b = RedlockLocker::builder()
                     .nodes(urls)
                     .ttl(opts.ttl)
-                    .namespace(&opts.namespace)
-                    .build()?,
-            )),
+                    .namespace(&opts.namespace);
+                if let Some(ca) = self.ca_pem() {
+                    b = b.tls_root_certificates(ca);
+                }
+                Ok(Arc::new(b.build()?))
+            }
         }
     }
 
@@ -232,9 +377,10 @@ impl TestBackend for RedisBackend {
         let mut out = Vec::new();
         for (i, url) in self.audit_urls().iter().enumerate() {
             let node = self.cluster.get().node(i);
+            let client = self.admin(url).map_err(|e| backend_err(&e))?;
             let read = tokio::time::timeout(
                 std::time::Duration::from_secs(2),
-                server_leftovers(url, namespace),
+                leftovers_of(&client, url, namespace),
             )
             .await;
             match read {
@@ -277,7 +423,7 @@ impl TestBackend for RedisBackend {
             if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
                 continue;
             }
-            let client = redis::Client::open(url.as_str()).map_err(|e| backend_err(&e))?;
+            let client = self.admin(url).map_err(|e| backend_err(&e))?;
             let mut conn = match client.get_multiplexed_async_connection().await {
                 Ok(c) => c,
                 Err(e) if e.is_connection_refusal() => continue,
@@ -319,8 +465,9 @@ impl TestBackend for RedisBackend {
             if !node.is_running() && !self.cluster.get().is_external() {
                 continue;
             }
+            let client = self.admin(url).map_err(|e| backend_err(&e))?;
             let read =
-                tokio::time::timeout(std::time::Duration::from_secs(2), pttl(url, &key)).await;
+                tokio::time::timeout(std::time::Duration::from_secs(2), pttl(&client, &key)).await;
             match read {
                 Ok(Ok(-2)) => remaining.push(Some(0)),
                 Ok(Ok(ms)) if ms < 0 => remaining.push(None),
@@ -351,11 +498,16 @@ impl TestBackend for RedisBackend {
         false
     }
 
-    /// `PUBLISH` calls (also from scripts) over the audited nodes, from `INFO commandstats`.
+    /// `PUBLISH` calls (also from scripts) over the audited nodes, from `INFO commandstats`
+    /// (over TLS on a TLS cluster).
     fn wake_signals(&self) -> Result<u64, String> {
         let mut total = 0;
-        for addr in self.node_addrs() {
-            let info = dlock_conformance::read_text(addr, b"INFO commandstats\r\nQUIT\r\n")
+        for (i, addr) in self.node_addrs().into_iter().enumerate() {
+            let info = self
+                .cluster
+                .get()
+                .node(i)
+                .read_text(b"INFO commandstats\r\nQUIT\r\n")
                 .ok_or_else(|| format!("redis at {addr} did not answer INFO"))?;
             total += info
                 .lines()
@@ -370,8 +522,18 @@ impl TestBackend for RedisBackend {
         Ok(total)
     }
 
+    /// The endpoints, and for a TLS cluster the CA (the child's factory asks for the same
+    /// [`ServerOptions`], so the external provider gives it the same servers).
     fn child_env(&self) -> Vec<(String, String)> {
         self.cluster.get().external_env()
+    }
+
+    /// Requests over the audited nodes (over TLS on a TLS cluster).
+    fn server_requests(&self) -> Option<u64> {
+        let cluster = self.cluster.get();
+        (0..self.node_addrs().len())
+            .map(|i| cluster.node(i).requests())
+            .sum()
     }
 
     fn logs(&self) -> String {
@@ -382,11 +544,24 @@ impl TestBackend for RedisBackend {
         Some((ServerKind::Redis, self.cluster.get().len()))
     }
 
+    /// The same backend over `cluster`, first made to serve as this backend's servers do
+    /// (TLS, ACL user).
     fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
-        Some(Arc::new(RedisBackend::new(
-            &self.name,
-            self.kind,
-            ClusterRef::Shared(cluster),
-        )))
+        reconfigure(&cluster, &self.options);
+        let mut b = RedisBackend::new(&self.name, self.kind, ClusterRef::Shared(cluster))
+            .with_options(self.options.clone());
+        b.user = self.user.clone();
+        Some(Arc::new(b))
     }
+}
+
+/// Makes `cluster` serve as `options` say (blocking: off the runtime's worker when called on
+/// one); panics with the harness' error when it cannot.
+pub fn reconfigure(cluster: &Cluster, options: &ServerOptions) {
+    let run = || cluster.reconfigure(options);
+    let done = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+        _ => run(),
+    };
+    done.unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
 }
