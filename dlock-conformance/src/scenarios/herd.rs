@@ -13,6 +13,13 @@ use super::util::{name, within};
 use super::{Ctx, Verdict, ensure};
 use crate::TestBackend;
 
+/// How many requests per handoff a waiter may add, whatever the number of waiters: a bounded
+/// constant, never a share of N (a herd adds about N per handoff, 32 at N = 32). etcd's waiter
+/// re-reads up to five times in the first 120 ms after opening its watch when a write landed
+/// between the watch's revision and its first read (an unsynced watch, served by etcd's 100 ms
+/// resync); enqueues that land together under load make that common, and rehearsal r34 saw
+/// 6.69 requests per handoff at N = 32 against 2.00 at N = 1.
+const EXTRA_REQUESTS_PER_WAITER: f64 = 6.0;
 /// Waiter counts measured.
 const NS: [usize; 3] = [1, 8, 32];
 /// How long a waiter may wait.
@@ -133,7 +140,7 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
             "{wakeups:.2} wakeups per release with {n} waiters: a release wakes more than one waiter"
         );
         ensure!(
-            requests <= 2.0 * r1 + 2.0,
+            requests <= 2.0 * r1 + EXTRA_REQUESTS_PER_WAITER,
             "{requests:.2} requests per handoff with {n} waiters vs {r1:.2} with one: not flat"
         );
         if let (Some(per), Some(first)) = (server, s1) {
