@@ -256,7 +256,7 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
             "{wakeups:.2} wakeups per release with {n} waiters: a release wakes more than one waiter"
         );
         ensure!(
-            requests <= 2.0 * r1 + 2.0,
+            requests <= 2.0 * r1 + super::herd::EXTRA_REQUESTS_PER_WAITER,
             "{requests:.2} requests per handoff with {n} waiters vs {r1:.2} with one: not flat"
         );
     }
