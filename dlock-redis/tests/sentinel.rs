@@ -1,13 +1,11 @@
 //! Redis Sentinel: the locker finds the master through the sentinels and follows a failover.
 //!
-//! Each test starts its own servers (1 master, 1 replica, 3 sentinels on free ephemeral ports,
-//! a temp dir for the sentinels' configurations), killed on drop. Without `redis-server` the
+//! Each test starts its own deployment (`support/sentinel.rs`: 1 master and 1 replica from the
+//! harness, 3 sentinels on free ephemeral ports), killed on drop. Without `redis-server` the
 //! tests print why and pass, unless `CI` is set: then they fail.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,32 +13,17 @@ use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_redis::RedisLocker;
 use tokio::time::Instant;
 
-const MASTER: &str = "m";
+mod support;
 
-/// A process this test started; killed on drop.
-struct Proc(Child);
+use support::sentinel::{Deployment, MASTER, Timing, data_options};
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// 1 master, 1 replica, 3 sentinels monitoring the master as `m` (quorum 2).
+/// 1 master, 1 replica, 3 sentinels monitoring the master as `m` (quorum 2): the shared
+/// [`Deployment`] with the failover timing (down after 1 s).
 struct Setup {
-    _procs: Vec<Proc>,
-    dir: PathBuf,
+    deployment: Deployment,
     /// Ports of the data servers: [first master, first replica].
     data: [u16; 2],
     sentinels: Vec<u16>,
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        self._procs.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn free_port() -> u16 {
@@ -48,40 +31,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
-}
-
-/// Whether redis-server is installed: false (after printing why) when it is not and `CI` is
-/// unset; a failure when `CI` is set.
-fn redis_server_available() -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "redis-server is not installed, and CI is set"
-        );
-        eprintln!("skipped: redis-server is not installed (set CI to make this a failure)");
-    }
-    found
-}
-
-fn spawn(args: &[&str], dir: &std::path::Path, log: &str) -> Proc {
-    let out = std::fs::File::create(dir.join(log)).expect("log file");
-    let err = out.try_clone().expect("log file");
-    Proc(
-        Command::new("redis-server")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("start redis-server"),
-    )
 }
 
 async fn conn(port: u16) -> redis::aio::MultiplexedConnection {
@@ -140,107 +89,37 @@ async fn named_master(port: u16) -> Option<u16> {
 }
 
 impl Setup {
+    /// The deployment (servers of this test's own), or `None` after printing why when
+    /// redis-server is not installed and `CI` is unset.
     async fn start() -> Option<Setup> {
-        if !redis_server_available() {
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "dlock-sentinel-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let (m, r) = (free_port(), free_port());
-        // As the README recommends for Sentinel: a master without a replica acknowledging
-        // within 2 s refuses writes, so the demoted master stops granting and renewing as soon
-        // as its replica is promoted.
-        let common = [
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--min-replicas-to-write",
-            "1",
-            "--min-replicas-max-lag",
-            "2",
-        ];
-        let mut procs = Vec::new();
-        let (mp, rp) = (m.to_string(), r.to_string());
-        let mut args = vec!["--port", mp.as_str()];
-        args.extend(common);
-        procs.push(spawn(&args, &dir, "master.log"));
-        let mut args = vec![
-            "--port",
-            rp.as_str(),
-            "--replicaof",
-            "127.0.0.1",
-            mp.as_str(),
-        ];
-        args.extend(common);
-        procs.push(spawn(&args, &dir, "replica.log"));
-        let sentinels: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        for (i, port) in sentinels.iter().enumerate() {
-            let conf = dir.join(format!("sentinel-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                     sentinel monitor {MASTER} 127.0.0.1 {m} 2\n\
-                     sentinel down-after-milliseconds {MASTER} 1000\n\
-                     sentinel failover-timeout {MASTER} 10000\n\
-                     sentinel parallel-syncs {MASTER} 1\n",
-                    dir = dir.display()
-                ),
-            )
-            .expect("sentinel config");
-            let conf = conf.to_string_lossy().into_owned();
-            procs.push(spawn(
-                &[conf.as_str(), "--sentinel"],
-                &dir,
-                &format!("sentinel-{i}.log"),
-            ));
-        }
-        let setup = Setup {
-            _procs: procs,
-            dir,
-            data: [m, r],
-            sentinels,
-        };
-        // Ready: the replica synced, every sentinel knows the replica and the other two.
-        until("the replica syncs", Duration::from_secs(20), || async {
-            info(r, "replication")
-                .await
-                .contains("master_link_status:up")
+        let started = tokio::task::spawn_blocking(|| {
+            let master = dlock_conformance::servers::Cluster::start_with(
+                dlock_conformance::servers::ServerKind::Redis,
+                1,
+                &data_options(),
+            )?;
+            Deployment::start(Arc::new(master), Timing::FAST)
         })
-        .await;
-        for &s in &setup.sentinels {
-            until(
-                "the sentinels see each other",
-                Duration::from_secs(30),
-                || async {
-                    let Some(mut c) = try_conn(s).await else {
-                        return false;
-                    };
-                    let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
-                        .arg("sentinels")
-                        .arg(MASTER)
-                        .query_async(&mut c)
-                        .await
-                        .unwrap_or_default();
-                    let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-                        .arg("replicas")
-                        .arg(MASTER)
-                        .query_async(&mut c)
-                        .await
-                        .unwrap_or_default();
-                    peers.len() == 2 && replicas.len() == 1
-                },
-            )
-            .await;
-        }
-        Some(setup)
+        .await
+        .expect("the deployment start panicked");
+        let deployment = match started {
+            Ok(d) => d,
+            Err(e) if e.may_skip() => {
+                eprintln!("skipped: {e}");
+                return None;
+            }
+            Err(e) => panic!("cannot start the sentinel deployment: {e}"),
+        };
+        let data = [
+            deployment.master_addr().port(),
+            deployment.replica_addr().expect("a replica").port(),
+        ];
+        let sentinels = deployment.sentinels.iter().map(|a| a.port()).collect();
+        Some(Setup {
+            deployment,
+            data,
+            sentinels,
+        })
     }
 
     fn sentinel_addrs(&self) -> Vec<String> {
@@ -643,6 +522,101 @@ async fn an_acknowledged_grant_survives_a_failover() {
     next.release().await.expect("release");
     println!(
         "acknowledged lease across a failover: {:?}",
+        began.elapsed()
+    );
+}
+
+/// A node fault, not a requested failover: the master is killed. The lease held on it is lost
+/// no later than its deadline; the sentinels promote the replica, which refuses locks while it
+/// has no replica of its own (`min-replicas-to-write 1`: with one replica, losing either data
+/// server stops grants); once the old master is back (empty: no persistence) the sentinels
+/// make it the new master's replica, and grants resume with tokens above the lost lease's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_replica() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let began = std::time::Instant::now();
+    let ns = "dlock-test/sentinel/killed";
+    let name = LockName::new("killed").expect("valid name");
+    let holder = setup
+        .locker(ns, Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let lease = holder
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("granted on the first master");
+    let token = lease.token().0;
+    let lost = lease.lost();
+    let master = Arc::clone(&setup.deployment.master);
+    tokio::task::spawn_blocking(move || master.node(0).kill())
+        .await
+        .expect("kill")
+        .expect("the master killed");
+    let killed = Instant::now();
+    // No renewal can succeed after the kill: this is the last promise.
+    let deadline = lease.deadline();
+    tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("lost() fired");
+    let lost_at = Instant::now();
+    assert!(
+        lost_at <= deadline + Duration::from_millis(250),
+        "lost() fired {:?} after the lease's deadline",
+        lost_at - deadline
+    );
+    let [_, new] = setup.data;
+    for &s in &setup.sentinels {
+        until(
+            "the sentinels name the replica",
+            Duration::from_secs(30),
+            || async { named_master(s).await == Some(new) },
+        )
+        .await;
+    }
+    let promoted = Instant::now();
+    let other = setup
+        .locker(ns, Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let refused = other.try_acquire(&name).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == ErrorKind::Unavailable),
+        "the promoted replica without a replica of its own: {:?}",
+        refused.map(|l| l.map(|l| l.token()))
+    );
+    let master = Arc::clone(&setup.deployment.master);
+    tokio::task::spawn_blocking(move || master.node(0).start_again())
+        .await
+        .expect("restart")
+        .expect("the old master restarted");
+    until(
+        "the new master counts the old one as its replica",
+        Duration::from_secs(60),
+        || async {
+            info(new, "replication")
+                .await
+                .contains("min_slaves_good_slaves:1")
+        },
+    )
+    .await;
+    let back = Instant::now();
+    let next = other
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(20)))
+        .await
+        .expect("granted on the new master once it has a replica");
+    assert!(
+        next.token().0 > token,
+        "token {} after the failover is not above {token}",
+        next.token().0
+    );
+    next.release().await.expect("release");
+    println!(
+        "master killed: lost after {:?}, replica promoted after {:?}, old master back as its replica {:?} later; {:?} in all",
+        lost_at - killed,
+        promoted - killed,
+        back - promoted,
         began.elapsed()
     );
 }
