@@ -47,6 +47,10 @@ pub struct EtcdLockerBuilder {
     connect_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<etcd_client::TlsOptions>,
+    /// PEM root certificates ([`EtcdLockerBuilder::tls_root_certificates`]).
+    root_pem: Option<Vec<u8>>,
+    /// PEM certificate chain and private key ([`EtcdLockerBuilder::tls_client_identity`]).
+    identity_pem: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for EtcdLockerBuilder {
@@ -59,6 +63,11 @@ impl std::fmt::Debug for EtcdLockerBuilder {
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field(
+                "tls_root_certificates",
+                &self.root_pem.as_ref().map(Vec::len),
+            )
+            .field("tls_client_identity", &self.identity_pem.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -75,6 +84,8 @@ impl Default for EtcdLockerBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
+            root_pem: None,
+            identity_pem: None,
         }
     }
 }
@@ -167,9 +178,49 @@ impl EtcdLockerBuilder {
 
     /// TLS settings (CA, client identity, domain), passed through to etcd-client. Use
     /// `https://` endpoints with it.
+    ///
+    /// [`tls_root_certificates`](Self::tls_root_certificates) and
+    /// [`tls_client_identity`](Self::tls_client_identity) are the same settings in the shape
+    /// every dlock backend takes, checked by [`build`](Self::build); given together with
+    /// these options, their certificates are added to them (and their identity replaces
+    /// theirs), so `tls` can still set what they do not (e.g. the expected server name).
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Trust these root certificates (PEM, one or more), e.g. a private CA, to verify the
+    /// servers' certificates; use `https://` endpoints. The servers' certificates must name
+    /// the host of the endpoint (an IP address of an `https://127.0.0.1:2379` endpoint).
+    /// Needs the `tls` feature.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) and [`validate`](Self::validate) fail with
+    /// [`Error::InvalidOption`] naming `tls_root_certificates`, before any I/O, when the
+    /// bytes hold no PEM certificate or one that cannot be parsed, or without the `tls`
+    /// feature.
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_pem = Some(pem.into());
+        self
+    }
+
+    /// Present this client identity to servers that check client certificates (etcd's
+    /// `--client-cert-auth`): a PEM certificate chain and its PEM private key (PKCS #8, PKCS
+    /// #1 or SEC1). The key never appears in `Debug` output or errors. Needs the `tls`
+    /// feature.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) and [`validate`](Self::validate) fail with
+    /// [`Error::InvalidOption`] naming `tls_client_identity`, before any I/O, when the
+    /// certificate or the key cannot be parsed or the key does not belong to the certificate,
+    /// or without the `tls` feature.
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.identity_pem = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -179,7 +230,8 @@ impl EtcdLockerBuilder {
     /// [`Error::InvalidOption`] naming the bad option: no endpoints, a malformed endpoint, a TTL
     /// outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
     /// prefix, an empty user name, a zero or absurd timeout, an `https://` endpoint without
-    /// the `tls` feature.
+    /// the `tls` feature, root certificates or a client identity that cannot be parsed (or
+    /// given without the `tls` feature).
     pub fn validate(&self) -> Result<(), Error> {
         self.config().map(|_| ())
     }
@@ -203,6 +255,7 @@ impl EtcdLockerBuilder {
             tracing::info!(requested = ?ttl, effective = ?effective, "etcd lease TTLs are whole seconds; TTL rounded up");
         }
         check_prefix(&self.prefix)?;
+        self.check_tls()?;
         if let Some((user, _)) = &self.user {
             if user.is_empty() {
                 return Err(Error::invalid_option("user", "the user name is empty"));
@@ -246,10 +299,108 @@ impl EtcdLockerBuilder {
             opts = opts.with_user(user.clone(), password.clone());
         }
         #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            opts = opts.with_tls(tls.clone());
+        if let Some(tls) = self.tls_options() {
+            opts = opts.with_tls(tls);
         }
         opts
+    }
+
+    /// The TLS options: [`EtcdLockerBuilder::tls`]'s, with the root certificates and client
+    /// identity added; `None` without any TLS option.
+    #[cfg(feature = "tls")]
+    fn tls_options(&self) -> Option<etcd_client::TlsOptions> {
+        use etcd_client::{Certificate, Identity};
+        if self.tls.is_none() && self.root_pem.is_none() && self.identity_pem.is_none() {
+            return None;
+        }
+        let mut tls = self.tls.clone().unwrap_or_default();
+        if let Some(pem) = &self.root_pem {
+            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        }
+        if let Some((cert, key)) = &self.identity_pem {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        Some(tls)
+    }
+
+    /// Checks the root certificates and the client identity as the TLS stack will use them
+    /// (parsed into a client configuration, no I/O), each on its own so that the error names
+    /// the option. Error messages never quote the key.
+    fn check_tls(&self) -> Result<(), Error> {
+        if let Some(pem) = &self.root_pem {
+            if !contains(pem, b"-----BEGIN CERTIFICATE-----") {
+                return Err(Error::invalid_option(
+                    "tls_root_certificates",
+                    "expected one or more PEM certificates (-----BEGIN CERTIFICATE-----)",
+                ));
+            }
+        }
+        if let Some((cert, key)) = &self.identity_pem {
+            if !contains(cert, b"-----BEGIN CERTIFICATE-----") {
+                return Err(Error::invalid_option(
+                    "tls_client_identity",
+                    "the certificate is not PEM (-----BEGIN CERTIFICATE-----)",
+                ));
+            }
+            if !contains(key, b"PRIVATE KEY-----") {
+                return Err(Error::invalid_option(
+                    "tls_client_identity",
+                    "the key is not a PEM private key (-----BEGIN PRIVATE KEY-----)",
+                ));
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        for (option, given) in [
+            ("tls_root_certificates", self.root_pem.is_some()),
+            ("tls_client_identity", self.identity_pem.is_some()),
+        ] {
+            if given {
+                return Err(Error::invalid_option(
+                    option,
+                    "TLS needs dlock-etcd's `tls` feature",
+                ));
+            }
+        }
+        #[cfg(feature = "tls")]
+        {
+            use etcd_client::{Certificate, Identity, TlsOptions};
+            // tonic parses the PEM when it builds the connector for an endpoint.
+            let parse = |tls: TlsOptions| {
+                tonic::transport::Endpoint::from_static("https://localhost")
+                    .tls_config(tls)
+                    .map(|_| ())
+                    .map_err(|e| {
+                        let mut why = e.to_string();
+                        let mut source = std::error::Error::source(&e);
+                        while let Some(s) = source {
+                            why = format!("{why}: {s}");
+                            source = s.source();
+                        }
+                        why
+                    })
+            };
+            if let Some(pem) = &self.root_pem {
+                parse(TlsOptions::new().ca_certificate(Certificate::from_pem(pem))).map_err(
+                    |why| {
+                        Error::invalid_option(
+                            "tls_root_certificates",
+                            format!("cannot use the root certificates: {why}"),
+                        )
+                    },
+                )?;
+            }
+            if let Some((cert, key)) = &self.identity_pem {
+                parse(TlsOptions::new().identity(Identity::from_pem(cert, key))).map_err(
+                    |why| {
+                        Error::invalid_option(
+                            "tls_client_identity",
+                            format!("cannot use the certificate and key: {why}"),
+                        )
+                    },
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Validates the options, then connects.
@@ -269,6 +420,10 @@ impl EtcdLockerBuilder {
         let opts = self.connect_options(&cfg);
         EtcdLocker::connect(cfg, opts, self.user.is_some()).await
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
@@ -389,6 +544,14 @@ mod tests {
             (base().prefix("a%2Fb"), Some("prefix")),
             (base().prefix("dlock-test/run_1/mutual-exclusion"), None),
             (base().user("", "pw"), Some("user")),
+            (
+                base().tls_root_certificates(b"not PEM".to_vec()),
+                Some("tls_root_certificates"),
+            ),
+            (
+                base().tls_client_identity(b"not PEM".to_vec(), b"no key".to_vec()),
+                Some("tls_client_identity"),
+            ),
             (base().user("root", ""), None),
             (
                 base().request_timeout(Duration::ZERO),

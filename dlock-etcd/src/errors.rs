@@ -47,10 +47,68 @@ fn is_access_denied(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Why a TLS handshake failed for good: retrying the same connection cannot help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsRefusal {
+    /// Our roots do not accept the server's certificate (another CA, a name the certificate
+    /// does not carry, expired).
+    ServerCertificate,
+    /// The server refused our client certificate (none, another CA's, expired).
+    ClientCertificate,
+}
+
+/// Alerts a server sends when it refuses the client's certificate (rustls' names).
+const CLIENT_CERTIFICATE_ALERTS: &[&str] = &[
+    "received fatal alert: CertificateRequired",
+    "received fatal alert: BadCertificate",
+    "received fatal alert: UnknownCA",
+    "received fatal alert: CertificateUnknown",
+    "received fatal alert: CertificateExpired",
+    "received fatal alert: UnsupportedCertificate",
+];
+
+/// Whether `e` (or an error it was caused by) is a TLS handshake failure over certificates.
+fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
+    let mut texts = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    texts.iter().find_map(|t| {
+        if t.contains("invalid peer certificate") {
+            Some(TlsRefusal::ServerCertificate)
+        } else if CLIENT_CERTIFICATE_ALERTS.iter().any(|a| t.contains(a)) {
+            Some(TlsRefusal::ClientCertificate)
+        } else {
+            None
+        }
+    })
+}
+
 /// Converts an etcd-client error: transport trouble and a stale auth token (refreshed before
 /// the retry) are [`Error::Unavailable`], refused credentials or permissions
-/// [`Error::AccessDenied`], anything else the server answered is [`Error::Backend`].
+/// [`Error::AccessDenied`], anything else the server answered is [`Error::Backend`]. A TLS
+/// handshake that failed over certificates is not retryable: a server certificate our roots
+/// do not accept is [`Error::Backend`], our client certificate refused [`Error::AccessDenied`].
 pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
+    match tls_refusal(&e) {
+        Some(TlsRefusal::ServerCertificate) => {
+            let message = format!(
+                "{what}: TLS: the server's certificate is not accepted (check \
+                 tls_root_certificates and that the certificate names the endpoint's host): {e}"
+            );
+            return Error::backend(message, Some(Box::new(e) as BoxError));
+        }
+        Some(TlsRefusal::ClientCertificate) => {
+            let message = format!(
+                "{what}: TLS: the server refused our client certificate (check \
+                 tls_client_identity): {e}"
+            );
+            return Error::access_denied(message, Some(Box::new(e) as BoxError));
+        }
+        None => {}
+    }
     let unavailable = match &e {
         etcd_client::Error::TransportError(_)
         | etcd_client::Error::IoError(_)
@@ -97,6 +155,35 @@ mod tests {
 
     fn status(code: Code, msg: &str) -> etcd_client::Error {
         etcd_client::Error::GRpcStatus(tonic::Status::new(code, msg))
+    }
+
+    #[test]
+    fn certificate_failures_are_not_retryable() {
+        let unknown = status(Code::Unavailable, "invalid peer certificate: UnknownIssuer");
+        let mapped = map("x", unknown);
+        assert!(!mapped.is_retryable(), "{mapped}");
+        assert_eq!(mapped.kind(), dlock_core::ErrorKind::Backend, "{mapped}");
+        assert!(
+            mapped.to_string().contains("tls_root_certificates"),
+            "{mapped}"
+        );
+        let refused = status(
+            Code::Unavailable,
+            "transport error: received fatal alert: CertificateRequired",
+        );
+        let mapped = map("x", refused);
+        assert_eq!(
+            mapped.kind(),
+            dlock_core::ErrorKind::AccessDenied,
+            "{mapped}"
+        );
+        assert!(
+            mapped.to_string().contains("tls_client_identity"),
+            "{mapped}"
+        );
+        // Other transport trouble stays retryable.
+        let reset = status(Code::Unavailable, "connection reset by peer");
+        assert!(map("x", reset).is_retryable());
     }
 
     #[test]

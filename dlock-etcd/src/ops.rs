@@ -154,8 +154,8 @@ impl Etcd {
     /// `until`.
     ///
     /// # Errors
-    /// [`Error::Backend`] when etcd refuses our credentials now (e.g. the password changed);
-    /// [`Error::Unavailable`] when it does not answer in time.
+    /// [`Error::AccessDenied`] when etcd refuses our credentials now (e.g. the password
+    /// changed); [`Error::Unavailable`] when it does not answer in time.
     pub(crate) async fn refresh_auth(&self, member: usize, until: Instant) -> Result<(), Error> {
         if !self.authenticates {
             return Ok(());

@@ -21,7 +21,7 @@ use dlock_conformance::servers::ServerOptions;
 /// One member serving clients over TLS only (`https://`, `--cert-file`/`--key-file`) and
 /// accepting only clients with a certificate of its CA (`--client-cert-auth
 /// --trusted-ca-file`); certificates made at start-up. Lockers trust the CA and present the
-/// client identity (`EtcdLockerBuilder::tls`).
+/// client identity (`EtcdLockerBuilder::tls_root_certificates`, `tls_client_identity`).
 fn etcd_tls() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
     Arc::clone(B.get_or_init(|| backend(1, "etcd-tls", ServerOptions::default().with_tls(true))))

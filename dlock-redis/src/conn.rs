@@ -67,6 +67,23 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// `url` with the password (and anything that is not plainly a URL) masked, for `Debug`
+/// output: `redis://user:***@host:6379/0`. A string without `://` shows as `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "***".to_owned();
+    };
+    // A query or fragment may carry a password too (`?password=`): drop it whole.
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    // Credentials end at the last '@' (a password may hold an unescaped '/' or '@').
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return format!("{scheme}://{rest}");
+    };
+    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    let user = if user.contains('/') { "" } else { user };
+    format!("{scheme}://{user}:***@{host}")
+}
+
 /// [`parse_url`], trusting only the PEM root certificates `root_pem` when given (instead of
 /// the system's roots); they need a `rediss://` URL. No I/O.
 pub(crate) fn parse_url_with_roots(
@@ -655,6 +672,26 @@ pub(crate) fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_urls_keep_no_password() {
+        assert_eq!(
+            redact_url("redis://alice:s3cret@h:6379/0"),
+            "redis://alice:***@h:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://:s3cret@h:6380"),
+            "rediss://:***@h:6380"
+        );
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        // A password holding '@' or '/', one in the query, and text that is not a URL.
+        assert_eq!(redact_url("redis://u:a@b@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://h:1/0?password=s3cret"), "redis://h:1/0");
+        assert_eq!(redact_url("u:s3cret@h"), "***");
+        for url in ["redis://u:s3cret@h", "redis://u:x/s3cret@h:1"] {
+            assert!(!redact_url(url).contains("s3cret"), "{url}");
+        }
+    }
 
     #[test]
     fn sentinel_addresses_are_host_and_port() {

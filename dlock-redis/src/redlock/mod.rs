@@ -102,7 +102,9 @@ impl std::fmt::Debug for RedlockLocker {
 }
 
 /// Builds a [`RedlockLocker`]; see [`RedlockLocker::builder`].
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output masks the passwords in the node URLs.
+#[derive(Clone)]
 #[must_use]
 pub struct RedlockLockerBuilder {
     nodes: Vec<String>,
@@ -111,6 +113,24 @@ pub struct RedlockLockerBuilder {
     node_timeout: Option<Duration>,
     retry_delay: Duration,
     root_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for RedlockLockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|u| crate::conn::redact_url(u))
+            .collect();
+        f.debug_struct("RedlockLockerBuilder")
+            .field("nodes", &nodes)
+            .field("ttl", &self.ttl)
+            .field("prefix", &self.prefix)
+            .field("node_timeout", &self.node_timeout)
+            .field("retry_delay", &self.retry_delay)
+            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
+            .finish()
+    }
 }
 
 impl RedlockLocker {

@@ -113,7 +113,10 @@ impl std::fmt::Debug for RedisLocker {
 }
 
 /// Builds a [`RedisLocker`]; see [`RedisLocker::builder`].
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows no password: the URL's is masked, the sentinel and master
+/// passwords show only whether they are set.
+#[derive(Clone)]
 #[must_use]
 pub struct RedisLockerBuilder {
     url: Option<String>,
@@ -130,6 +133,32 @@ pub struct RedisLockerBuilder {
     master_username: Option<String>,
     master_password: Option<String>,
     tls: bool,
+}
+
+impl std::fmt::Debug for RedisLockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLockerBuilder")
+            .field("url", &self.url.as_deref().map(crate::conn::redact_url))
+            .field("ttl", &self.ttl)
+            .field("prefix", &self.prefix)
+            .field("fair", &self.fair)
+            .field("request_timeout", &self.request_timeout)
+            .field("retry_delay", &self.retry_delay)
+            .field("replicas", &self.replicas)
+            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
+            .field("sentinels", &self.sentinels)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "<set>"),
+            )
+            .field("master_username", &self.master_username)
+            .field(
+                "master_password",
+                &self.master_password.as_ref().map(|_| "<set>"),
+            )
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// The most sentinels a locker accepts.

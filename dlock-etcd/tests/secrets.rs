@@ -1,0 +1,384 @@
+//! Secrets never show: the password given to `EtcdLockerBuilder::user` and the private key
+//! given to `tls_client_identity` (or `tls`) appear neither in the `Debug` output of builders,
+//! lockers and errors (a wrong password against a real server with authentication included),
+//! nor in anything traced at TRACE level, by dlock or by the crates under it, while lockers
+//! connect, acquire, refresh their auth token and release against real servers (etcd with
+//! authentication on; etcd checking client certificates).
+//!
+//! Every check goes through [`Secrets::leaks`]; `the_detector_finds_each_form` shows that it
+//! finds each form a secret could take (the text, its bytes as `Debug` prints them, a line of
+//! a PEM key), in the `Debug` output of etcd-client's own options, which do print them.
+
+mod support;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_etcd::EtcdLocker;
+use dlock_etcd::etcd_client::{ConnectOptions, Identity, TlsOptions};
+use support::PrivateEtcd;
+
+/// The locker user's password: distinctive, so that any occurrence is a leak.
+const PASSWORD: &str = "Pw-etcd-7Qx2-secret-Lm9Z";
+/// root's password (only etcdctl uses it).
+const ROOT_PASSWORD: &str = "Root-etcd-4Hk8-secret-Tz3W";
+const USER: &str = "dlock-secrets";
+
+/// The secrets of one test and the forms in which each could leak.
+struct Secrets {
+    /// (what, a form of it).
+    forms: Vec<(String, String)>,
+}
+
+impl Secrets {
+    fn new() -> Self {
+        Secrets { forms: Vec::new() }
+    }
+
+    /// A password: its text, and its bytes as `{:?}` prints a byte slice.
+    fn password(mut self, what: &str, pw: &str) -> Self {
+        self.forms.push((what.into(), pw.into()));
+        self.forms
+            .push((format!("{what} (bytes)"), debug_bytes(pw.as_bytes())));
+        self
+    }
+
+    /// A PEM private key: every full line of its base64 body, and a run of its bytes as `{:?}`
+    /// prints a byte slice.
+    fn pem_key(mut self, what: &str, pem: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(pem).into_owned();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with("-----") && l.len() >= 40)
+        {
+            self.forms
+                .push((format!("{what} (PEM line)"), line.to_string()));
+        }
+        let mid = pem.len() / 2;
+        self.forms.push((
+            format!("{what} (bytes)"),
+            debug_bytes(&pem[mid..(mid + 24).min(pem.len())]),
+        ));
+        self
+    }
+
+    /// The forms of the secrets that occur in `text`.
+    fn leaks(&self, text: &str) -> Vec<&str> {
+        self.forms
+            .iter()
+            .filter(|(_, form)| text.contains(form.as_str()))
+            .map(|(what, _)| what.as_str())
+            .collect()
+    }
+
+    /// Fails when `text` (named `what`) contains a secret.
+    fn assert_hidden(&self, what: &str, text: &str) {
+        let leaks = self.leaks(text);
+        assert!(leaks.is_empty(), "{what} shows {leaks:?}:\n{text}");
+    }
+}
+
+/// `[1, 2, 3]` as `{:?}` prints it, without the brackets (so it matches inside a longer slice).
+fn debug_bytes(b: &[u8]) -> String {
+    let s = format!("{b:?}");
+    s.trim_start_matches('[').trim_end_matches(']').to_string()
+}
+
+/// Everything traced in this process, at every level and from every crate: a subscriber of
+/// its own that writes every span and event with all its fields (`Debug` of each value).
+fn captured() -> &'static Mutex<String> {
+    static OUT: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
+    OUT.get_or_init(|| {
+        let out = Arc::new(Mutex::new(String::new()));
+        tracing::subscriber::set_global_default(Capture {
+            out: Arc::clone(&out),
+            next: std::sync::atomic::AtomicU64::new(1),
+        })
+        .expect("no other global subscriber in this test binary");
+        out
+    })
+}
+
+struct Capture {
+    out: Arc<Mutex<String>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl Capture {
+    fn write(&self, head: String, record: impl FnOnce(&mut Fields<'_>)) {
+        let mut line = head;
+        record(&mut Fields(&mut line));
+        line.push('\n');
+        self.out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_str(&line);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let m = span.metadata();
+        self.write(
+            format!("SPAN {} {} {}", m.level(), m.target(), m.name()),
+            |f| span.record(f),
+        );
+        tracing::span::Id::from_u64(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.write(format!("RECORD {}", span.into_u64()), |f| values.record(f));
+    }
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let m = event.metadata();
+        self.write(format!("{} {}", m.level(), m.target()), |f| event.record(f));
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// An etcd with authentication on and the user [`USER`] (password [`PASSWORD`]) whose role
+/// may read and write `dlock-test/`, issuing auth tokens that expire after 2 s unused.
+fn auth_server() -> PrivateEtcd {
+    let server = PrivateEtcd::start(&[
+        "--auth-token-ttl",
+        "2",
+        "--bcrypt-cost",
+        "4",
+        "--heartbeat-interval",
+        "50",
+        "--election-timeout",
+        "500",
+    ]);
+    let root_pw = format!("--new-user-password={ROOT_PASSWORD}");
+    let user_pw = format!("--new-user-password={PASSWORD}");
+    server.etcdctl(&["user", "add", "root", &root_pw]);
+    server.etcdctl(&["role", "add", "dlock-locker"]);
+    server.etcdctl(&[
+        "role",
+        "grant-permission",
+        "dlock-locker",
+        "--prefix=true",
+        "readwrite",
+        "dlock-test/",
+    ]);
+    server.etcdctl(&["user", "add", USER, &user_pw]);
+    server.etcdctl(&["user", "grant-role", USER, "dlock-locker"]);
+    server.etcdctl(&["auth", "enable"]);
+    server
+}
+
+/// A client identity of a test CA, made with openssl: (certificate, key) PEM.
+fn identity_files() -> (Vec<u8>, Vec<u8>) {
+    let cluster = Cluster::shared_with(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    )
+    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let files = cluster.tls().expect("a TLS cluster");
+    let (cert, key) = files.client_identity().expect("a client identity");
+    (
+        std::fs::read(cert).expect("read the certificate"),
+        std::fs::read(key).expect("read the key"),
+    )
+}
+
+fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+/// The detector finds every form, in etcd-client's own `Debug` output (which prints the
+/// password and the key's bytes), and finds nothing in a string without them.
+#[test]
+fn the_detector_finds_each_form() {
+    let (cert, key) = identity_files();
+    let secrets = Secrets::new()
+        .password("password", PASSWORD)
+        .pem_key("key", &key);
+    let options = format!("{:?}", ConnectOptions::new().with_user(USER, PASSWORD));
+    assert!(secrets.leaks(&options).contains(&"password"), "{options}");
+    let bytes = format!("{:?}", PASSWORD.as_bytes().to_vec());
+    assert!(
+        secrets.leaks(&bytes).contains(&"password (bytes)"),
+        "{bytes}"
+    );
+    let identity = format!("{:?}", Identity::from_pem(&cert, &key));
+    assert!(
+        secrets.leaks(&identity).contains(&"key (bytes)"),
+        "{identity}"
+    );
+    let pem = String::from_utf8_lossy(&key).into_owned();
+    assert!(secrets.leaks(&pem).contains(&"key (PEM line)"));
+    assert!(secrets.leaks("nothing secret here").is_empty());
+    assert!(secrets.leaks(&format!("{:?}", cert)).is_empty());
+}
+
+/// The builder's `Debug` (plain and pretty) shows the user but not the password or the key,
+/// whichever way the key was given.
+#[test]
+fn builder_debug_hides_the_password_and_the_key() {
+    let (cert, key) = identity_files();
+    let secrets = Secrets::new()
+        .password("password", PASSWORD)
+        .pem_key("key", &key);
+    let b = EtcdLocker::builder()
+        .endpoints(["https://127.0.0.1:2379"])
+        .user(USER, PASSWORD)
+        .tls_root_certificates(cert.clone())
+        .tls_client_identity(cert.clone(), key.clone())
+        .tls(TlsOptions::new().identity(Identity::from_pem(&cert, &key)));
+    for text in [format!("{b:?}"), format!("{b:#?}")] {
+        assert!(
+            text.contains(USER),
+            "the Debug output shows nothing: {text}"
+        );
+        secrets.assert_hidden("the builder's Debug", &text);
+    }
+    // An option error about the identity does not quote the key either.
+    let bad = EtcdLocker::builder()
+        .endpoints(["https://127.0.0.1:1"])
+        .tls_client_identity(key.clone(), key.clone())
+        .validate()
+        .expect_err("a key is not a certificate");
+    secrets.assert_hidden("an identity error", &format!("{bad} {bad:?}"));
+}
+
+/// A wrong password against a real server: the error (Display, Debug, source chain) names
+/// neither the wrong password nor the right one; a user without permission for the prefix
+/// gets an error without the password.
+#[test]
+fn errors_do_not_show_passwords() {
+    let server = auth_server();
+    let wrong = "Wrong-etcd-3Vb6-secret-Qa1P";
+    let secrets = Secrets::new()
+        .password("password", PASSWORD)
+        .password("wrong password", wrong)
+        .password("root password", ROOT_PASSWORD);
+    support::runtime().block_on(async {
+        let ns = support::namespace("secrets");
+        let err = support::builder(vec![server.endpoint.clone()], &ns)
+            .user(USER, wrong)
+            .build()
+            .await
+            .expect_err("a wrong password");
+        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+        let mut text = format!("{err}\n{err:?}\n{err:#?}");
+        let mut source = std::error::Error::source(&err);
+        while let Some(s) = source {
+            text.push_str(&format!("\n{s}\n{s:?}"));
+            source = s.source();
+        }
+        secrets.assert_hidden("a wrong-password error", &text);
+
+        // Outside the role's prefix: refused by permission, after a successful login.
+        let outside = support::builder(vec![server.endpoint.clone()], "elsewhere/secrets")
+            .user(USER, PASSWORD)
+            .build()
+            .await
+            .expect("the right password logs in");
+        let err = outside
+            .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+            .expect_err("no permission outside dlock-test/");
+        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+        secrets.assert_hidden(
+            "a permission error",
+            &format!("{err}\n{err:?}\n{outside:?}"),
+        );
+    });
+}
+
+/// TRACE from every crate while lockers log in, acquire, have their token expire and
+/// refreshed, and release (etcd with authentication), and while a locker with a client
+/// identity does the same over TLS: neither the password nor the key shows.
+#[test]
+fn traces_do_not_show_the_password_or_the_key() {
+    let log = captured();
+    let server = auth_server();
+    let (cert, key) = identity_files();
+    let tls_cluster = Cluster::shared_with(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    )
+    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let ca = std::fs::read(tls_cluster.tls().expect("TLS").ca()).expect("read the CA");
+    let secrets = Secrets::new()
+        .password("password", PASSWORD)
+        .pem_key("key", &key);
+    support::runtime().block_on(async {
+        let ns = support::namespace("secrets-trace");
+        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+            .user(USER, PASSWORD)
+            .build()
+            .await
+            .expect("log in");
+        let lease = locker
+            .acquire(&name("a"), AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        // The 2 s token expires unused (keep-alives do not use it): the next requests
+        // refresh it, logging in again with the password.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let second = locker
+            .acquire(&name("b"), AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire after the token expired");
+        lease.release().await.expect("release");
+        second.release().await.expect("release");
+        secrets.assert_hidden("the locker's Debug", &format!("{locker:?}"));
+
+        let tls = support::builder(tls_cluster.endpoints(), &ns)
+            .tls_root_certificates(ca)
+            .tls_client_identity(cert, key.clone())
+            .build()
+            .await
+            .expect("TLS locker");
+        let lease = tls
+            .acquire(&name("c"), AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire over TLS");
+        lease.release().await.expect("release over TLS");
+    });
+    let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // The capture saw the work: dlock's events, the refresh, and the HTTP/2 layer's TRACE.
+    for expected in ["dlock_etcd", "auth token refreshed", "TRACE h2"] {
+        assert!(
+            text.contains(expected),
+            "the capture lacks {expected:?} ({} bytes captured)",
+            text.len()
+        );
+    }
+    secrets.assert_hidden("the TRACE output", &text);
+}

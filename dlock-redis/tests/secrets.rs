@@ -1,0 +1,345 @@
+//! Secrets never show: the password in a Redis URL (`redis://user:PASSWORD@host`), the
+//! sentinel and master passwords, appear neither in the `Debug` output of builders, lockers
+//! and errors (a wrong password against a real server included), nor in anything traced at
+//! TRACE level while a locker logged in as an ACL user acquires and releases on a real server.
+//!
+//! Every check goes through [`Secrets::leaks`]; `the_detector_finds_each_form` shows that it
+//! finds each form a password could take (its text, its bytes as `Debug` prints them, the
+//! URL that carries it) and nothing else. Only crates that trace through `tracing` are
+//! captured (redis-rs itself does not log through it).
+
+mod support;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
+use dlock_redis::{RedisLocker, RedlockLocker};
+use support::acl::{FAMILY_RULES, RULES, acl_rules};
+
+/// The ACL user's password: distinctive, so that any occurrence is a leak.
+const PASSWORD: &str = "Pw-redis-8Rt3-secret-Kx5N";
+const SENTINEL_PASSWORD: &str = "Sentinel-redis-2Jd7-secret-Wq4C";
+const MASTER_PASSWORD: &str = "Master-redis-6Hn1-secret-Ub8E";
+const USER: &str = "dlock-secrets";
+
+/// The secrets of one test and the forms in which each could leak.
+struct Secrets {
+    /// (what, a form of it).
+    forms: Vec<(String, String)>,
+}
+
+impl Secrets {
+    fn new() -> Self {
+        Secrets { forms: Vec::new() }
+    }
+
+    /// A password: its text, and its bytes as `{:?}` prints a byte slice.
+    fn password(mut self, what: &str, pw: &str) -> Self {
+        self.forms.push((what.into(), pw.into()));
+        let bytes = format!("{:?}", pw.as_bytes());
+        let bytes = bytes.trim_start_matches('[').trim_end_matches(']');
+        self.forms
+            .push((format!("{what} (bytes)"), bytes.to_string()));
+        self
+    }
+
+    /// The forms of the secrets that occur in `text`.
+    fn leaks(&self, text: &str) -> Vec<&str> {
+        self.forms
+            .iter()
+            .filter(|(_, form)| text.contains(form.as_str()))
+            .map(|(what, _)| what.as_str())
+            .collect()
+    }
+
+    /// Fails when `text` (named `what`) contains a secret.
+    fn assert_hidden(&self, what: &str, text: &str) {
+        let leaks = self.leaks(text);
+        assert!(leaks.is_empty(), "{what} shows {leaks:?}:\n{text}");
+    }
+}
+
+fn secrets() -> Secrets {
+    Secrets::new()
+        .password("password", PASSWORD)
+        .password("sentinel password", SENTINEL_PASSWORD)
+        .password("master password", MASTER_PASSWORD)
+}
+
+/// Everything traced in this process, at every level: a subscriber of its own that writes
+/// every span and event with all its fields (`Debug` of each value).
+fn captured() -> &'static Mutex<String> {
+    static OUT: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
+    OUT.get_or_init(|| {
+        let out = Arc::new(Mutex::new(String::new()));
+        tracing::subscriber::set_global_default(Capture {
+            out: Arc::clone(&out),
+            next: std::sync::atomic::AtomicU64::new(1),
+        })
+        .expect("no other global subscriber in this test binary");
+        out
+    })
+}
+
+struct Capture {
+    out: Arc<Mutex<String>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl Capture {
+    fn write(&self, head: String, record: impl FnOnce(&mut Fields<'_>)) {
+        let mut line = head;
+        record(&mut Fields(&mut line));
+        line.push('\n');
+        self.out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_str(&line);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let m = span.metadata();
+        self.write(
+            format!("SPAN {} {} {}", m.level(), m.target(), m.name()),
+            |f| span.record(f),
+        );
+        tracing::span::Id::from_u64(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.write(format!("RECORD {}", span.into_u64()), |f| values.record(f));
+    }
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let m = event.metadata();
+        self.write(format!("{} {}", m.level(), m.target()), |f| event.record(f));
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+/// The shared node and an ACL user [`USER`] with the README's rules under `ns` (password
+/// [`PASSWORD`]); returns the node's address.
+async fn acl_user(ns: &str) -> std::net::SocketAddr {
+    let cluster = Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let url = cluster.endpoints().remove(0);
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(USER).arg("reset");
+    for r in acl_rules(PASSWORD, &format!("{ns}/"), &[RULES, FAMILY_RULES]) {
+        cmd.arg(r);
+    }
+    let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
+    cluster.addrs()[0]
+}
+
+#[test]
+fn the_detector_finds_each_form() {
+    let s = secrets();
+    let url = format!("redis://{USER}:{PASSWORD}@127.0.0.1:6379");
+    assert_eq!(s.leaks(&url), ["password"]);
+    assert_eq!(s.leaks(&format!("{url:?}")), ["password"]);
+    let bytes = format!("{:?}", SENTINEL_PASSWORD.as_bytes().to_vec());
+    assert_eq!(s.leaks(&bytes), ["sentinel password (bytes)"]);
+    // redis-rs redacts the password in its client's `Debug` (what a locker's connection
+    // shows), and the detector agrees.
+    let client = redis::Client::open(url.as_str()).expect("url");
+    assert!(s.leaks(&format!("{client:?}")).is_empty(), "{client:?}");
+    assert!(
+        s.leaks("redis://dlock-secrets:***@127.0.0.1:6379")
+            .is_empty()
+    );
+}
+
+/// `RedisLockerBuilder`'s `Debug` with the password in the URL and the sentinel and master
+/// passwords.
+#[test]
+fn redis_builder_debug_hides_passwords() {
+    let s = secrets();
+    let with_url = RedisLocker::builder().url(format!("redis://{USER}:{PASSWORD}@127.0.0.1:6379"));
+    let with_sentinels = RedisLocker::builder()
+        .sentinels(["127.0.0.1:26379"], "mymaster")
+        .sentinel_password(SENTINEL_PASSWORD)
+        .master_username(USER)
+        .master_password(MASTER_PASSWORD);
+    // Every case is checked before the verdict, so that a failure lists them all.
+    let mut leaks = Vec::new();
+    for (case, b) in [("URL", with_url), ("sentinels", with_sentinels)] {
+        for text in [format!("{b:?}"), format!("{b:#?}")] {
+            let found = s.leaks(&text);
+            if !found.is_empty() {
+                leaks.push(format!("{case}: {found:?} in {text}"));
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "RedisLockerBuilder's Debug shows secrets:\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// `RedlockLockerBuilder`'s `Debug` with passwords in the node URLs.
+#[test]
+fn redlock_builder_debug_hides_passwords() {
+    let s = secrets();
+    let b = RedlockLocker::builder().nodes([
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:6379"),
+        format!("redis://:{PASSWORD}@127.0.0.1:6380"),
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:6381"),
+    ]);
+    for text in [format!("{b:?}"), format!("{b:#?}")] {
+        s.assert_hidden("RedlockLockerBuilder's Debug", &text);
+    }
+}
+
+/// Lockers' `Debug`, and the errors of a malformed URL carrying a password, of a wrong
+/// password and of a missing permission against a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockers_and_errors_hide_passwords() {
+    let s = secrets().password("wrong password", "Wrong-redis-5Pz9-secret-Gc2Y");
+    let ns = "dlock-test/secrets/errors";
+    let addr = acl_user(ns).await;
+
+    // Malformed URLs that carry the password.
+    for url in [
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:notaport"),
+        format!("redis://{USER}:{PASSWORD}@[::1"),
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:6379/notadb"),
+    ] {
+        let err = RedisLocker::builder()
+            .url(url.clone())
+            .build()
+            .expect_err("a malformed URL");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        s.assert_hidden("a URL error", &format!("{err}\n{err:?}"));
+        let err = RedlockLocker::builder()
+            .nodes([url.clone(), url.clone(), url])
+            .build()
+            .expect_err("a malformed URL");
+        s.assert_hidden("a Redlock URL error", &format!("{err}\n{err:?}"));
+    }
+
+    let wrong = RedisLocker::builder()
+        .url(format!(
+            "redis://{USER}:Wrong-redis-5Pz9-secret-Gc2Y@{addr}"
+        ))
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    s.assert_hidden("a RedisLocker's Debug", &format!("{wrong:?}"));
+    let err = wrong
+        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect_err("a wrong password");
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+    let mut text = format!("{err}\n{err:?}\n{err:#?}");
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        text.push_str(&format!("\n{e}\n{e:?}"));
+        source = e.source();
+    }
+    s.assert_hidden("a wrong-password error", &text);
+
+    // The right password, a namespace the user's key pattern does not cover.
+    let outside = RedisLocker::builder()
+        .url(format!("redis://{USER}:{PASSWORD}@{addr}"))
+        .ttl(Duration::from_secs(2))
+        .namespace("dlock-test/secrets/elsewhere")
+        .build()
+        .expect("builds");
+    let err = outside
+        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect_err("no permission");
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+    s.assert_hidden(
+        "a permission error",
+        &format!("{err}\n{err:?}\n{outside:?}"),
+    );
+
+    let redlock = RedlockLocker::builder()
+        .nodes([format!("redis://{USER}:{PASSWORD}@{addr}")])
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    s.assert_hidden("a RedlockLocker's Debug", &format!("{redlock:?}"));
+}
+
+/// TRACE while a locker logged in as the ACL user acquires, renews and releases a mutex, a
+/// read lock and a semaphore permit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_do_not_show_the_password() {
+    let log = captured();
+    let s = secrets();
+    let ns = "dlock-test/secrets/trace";
+    let addr = acl_user(ns).await;
+    let locker = RedisLocker::builder()
+        .url(format!("redis://{USER}:{PASSWORD}@{addr}"))
+        .ttl(Duration::from_secs(1))
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    let wait = AcquireOptions::wait(Duration::from_secs(5));
+    let lease = locker.acquire(&name("m"), wait).await.expect("acquire");
+    let read = locker.read(&name("rw"), wait).await.expect("read lock");
+    let permit = locker
+        .acquire_permit(&name("sem"), 2, wait)
+        .await
+        .expect("permit");
+    // A few renewal rounds.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    lease.check().expect("renewed");
+    lease.release().await.expect("release");
+    read.release().await.expect("release");
+    permit.release().await.expect("release");
+    let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        text.contains("dlock_"),
+        "the capture saw nothing of dlock ({} bytes):\n{text}",
+        text.len()
+    );
+    s.assert_hidden("the TRACE output", &text);
+}
