@@ -23,7 +23,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 12] = [
+pub const BACKENDS: [Backend; 14] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -67,6 +67,12 @@ pub const BACKENDS: [Backend; 12] = [
         module: "redis_tls",
     },
     Backend {
+        name: "redis-sentinel",
+        krate: "dlock-redis",
+        target: "conformance_sentinel",
+        module: "redis_sentinel",
+    },
+    Backend {
         name: "etcd",
         krate: "dlock-etcd",
         target: "conformance",
@@ -84,6 +90,12 @@ pub const BACKENDS: [Backend; 12] = [
         // Its own binary: with the other two etcd rows, 24 test threads starved 2 cores.
         target: "conformance_tls",
         module: "etcd_tls",
+    },
+    Backend {
+        name: "etcd-auth",
+        krate: "dlock-etcd",
+        target: "conformance_auth",
+        module: "etcd_auth",
     },
     Backend {
         name: "zk",
@@ -114,7 +126,7 @@ pub struct Options {
     pub from: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,redis-acl,redis-tls,etcd,etcd-cluster,etcd-tls,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,redis-acl,redis-tls,redis-sentinel,etcd,etcd-cluster,etcd-tls,etcd-auth,zk,zk-cluster] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///
