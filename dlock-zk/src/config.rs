@@ -1,13 +1,18 @@
 //! The locker's builder and its validated configuration.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{Error, validate_ttl};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::AsyncReadExt;
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
-use crate::paths::{join_root, validate_connect, validate_namespace, validate_root};
+use crate::errors::map;
+use crate::paths::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
 
 /// The default root under which lock parents are created.
 pub const DEFAULT_ROOT: &str = "/dlock";
@@ -47,12 +52,14 @@ impl ZkAcl {
 /// The validated configuration of a locker.
 #[derive(Clone)]
 pub(crate) struct Config {
+    /// The connect string; with TLS, every member without a scheme is written `tcp+tls://`.
     pub(crate) connect: String,
     /// The session timeout requested from the server.
     pub(crate) ttl: Duration,
     /// `<root>[/<namespace>]`: where lock parents live.
     pub(crate) base: String,
-    pub(crate) digest: Option<(String, String)>,
+    /// How sessions authenticate (digest, TLS).
+    pub(crate) access: Access,
     pub(crate) acl: ZkAcl,
 }
 
@@ -62,9 +69,294 @@ impl fmt::Debug for Config {
             .field("connect", &self.connect)
             .field("ttl", &self.ttl)
             .field("base", &self.base)
-            .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("access", &self.access)
             .field("acl", &self.acl)
             .finish()
+    }
+}
+
+/// How every session of a locker (and every probe session) reaches and authenticates to the
+/// servers: digest credentials and TLS. Its `Debug` shows neither the password nor any key.
+#[derive(Clone, Default)]
+pub(crate) struct Access {
+    /// `digest` scheme credentials (user, password).
+    pub(crate) digest: Option<(String, String)>,
+    /// TLS trust and identity, when the locker uses TLS.
+    pub(crate) tls: Option<Tls>,
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Access")
+            .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.is_some())
+            .field(
+                "tls_client_identity",
+                &self.tls.as_ref().is_some_and(|t| t.client_identity),
+            )
+            .finish()
+    }
+}
+
+/// Validated TLS settings: the client crate's options, and the same trust and identity as a
+/// rustls configuration of our own, to explain a failed handshake.
+#[derive(Clone)]
+pub(crate) struct Tls {
+    options: zk::TlsOptions,
+    config: Arc<rustls::ClientConfig>,
+    /// Whether a client certificate is presented (for `Debug`).
+    client_identity: bool,
+}
+
+impl Access {
+    /// The connector for one session (the locker's, or a probe's): the session and connection
+    /// timeouts, the digest credentials and the TLS settings. Every session of the locker is
+    /// opened through here.
+    pub(crate) fn connector(
+        &self,
+        session_timeout: Duration,
+        connection_timeout: Duration,
+    ) -> zk::Connector {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(connection_timeout);
+        if let Some((user, password)) = &self.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        if let Some(tls) = &self.tls {
+            // The client crate builds its rustls configuration with the process-wide default
+            // provider, and panics when there is none to pick.
+            ensure_tls_provider();
+            connector = connector.with_tls(tls.options.clone());
+        }
+        connector
+    }
+
+    /// Opens a session on `connect` with `connector` (made by [`Access::connector`]).
+    ///
+    /// With TLS, the client crate retries a failed handshake until the session timeout and then
+    /// reports only a timeout. So the first attempt tries each member once (the client's
+    /// `fail_eagerly`); when every member failed, a handshake of our own with each tells
+    /// whether they failed over certificates (an untrusted or misnamed server certificate, or
+    /// a client certificate the server refuses): then the connect ends at once with that
+    /// reason, a non-retryable error. Otherwise (members down or slow) the client's usual
+    /// connect follows. A connect that succeeds at once costs nothing more.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no member accepts a session within about the session
+    /// timeout; [`Error::Backend`] when every member's certificate fails verification;
+    /// [`Error::AccessDenied`] when every member refuses our client certificate.
+    pub(crate) async fn connect(
+        &self,
+        connector: zk::Connector,
+        connect: &str,
+        session_timeout: Duration,
+    ) -> Result<zk::Client, Error> {
+        let Some(tls) = &self.tls else {
+            return connector
+                .connect(connect)
+                .await
+                .map_err(|e| map("connect", e));
+        };
+        match connector.clone().with_fail_eagerly().connect(connect).await {
+            Ok(client) => return Ok(client),
+            Err(zk::Error::NoHosts | zk::Error::Timeout | zk::Error::ConnectionLoss) => {}
+            Err(e) => return Err(map("connect", e)),
+        }
+        if let Some(refused) = tls.explain(connect, session_timeout).await {
+            return Err(refused);
+        }
+        connector
+            .connect(connect)
+            .await
+            .map_err(|e| map("connect", e))
+    }
+}
+
+/// Installs rustls' `ring` provider as the process default unless one is installed already
+/// (an application's own choice, e.g. `aws-lc-rs`, is kept). Never panics.
+fn ensure_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one meanwhile, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Why one member's handshake failed, when it is a certificate problem.
+enum Refusal {
+    /// We do not trust the server's certificate (or it names another host).
+    ServerCertificate(String),
+    /// The server refused our client certificate (or the lack of one).
+    ClientCertificate(String),
+}
+
+impl Tls {
+    /// Builds the TLS settings from PEM text, checking everything the handshake needs.
+    fn new(roots_pem: &[u8], identity: Option<&(Vec<u8>, Vec<u8>)>) -> Result<Tls, Error> {
+        let roots_err = |why: String| Error::invalid_option("tls_root_certificates", why);
+        let id_err = |why: String| Error::invalid_option("tls_client_identity", why);
+        let roots_text = std::str::from_utf8(roots_pem)
+            .map_err(|_| roots_err("expected one or more PEM certificates".into()))?;
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(roots_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| roots_err(format!("expected one or more PEM certificates: {e}")))?;
+        if certs.is_empty() {
+            return Err(roots_err("expected one or more PEM certificates".into()));
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| roots_err(format!("not a usable root certificate: {e}")))?;
+        }
+        let mut options = zk::TlsOptions::new()
+            .with_pem_ca(roots_text)
+            .map_err(|e| roots_err(format!("{e}")))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| roots_err(format!("{e}")))?
+            .with_root_certificates(roots);
+        let config = match identity {
+            None => builder.with_no_client_auth(),
+            Some((cert_pem, key_pem)) => {
+                let (Ok(cert_text), Ok(key_text)) =
+                    (std::str::from_utf8(cert_pem), std::str::from_utf8(key_pem))
+                else {
+                    return Err(id_err(
+                        "expected a PEM certificate and a PEM private key".into(),
+                    ));
+                };
+                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| id_err(format!("expected PEM certificates: {e}")))?;
+                if chain.is_empty() {
+                    return Err(id_err("expected one or more PEM certificates".into()));
+                }
+                // The key's own error text never quotes the key.
+                let key = PrivateKeyDer::from_pem_slice(key_pem)
+                    .map_err(|_| id_err("expected a PEM private key".into()))?;
+                options = options
+                    .with_pem_identity(cert_text, key_text)
+                    .map_err(|_| id_err("expected a PEM certificate and private key".into()))?;
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    id_err(format!("the certificate and key do not go together: {e}"))
+                })?
+            }
+        };
+        Ok(Tls {
+            options,
+            config: Arc::new(config),
+            client_identity: identity.is_some(),
+        })
+    }
+
+    /// Handshakes with every TLS member of `connect` (each bounded by a fifth of
+    /// `session_timeout`): `Some` error saying why when every member failed over
+    /// certificates; `None` when one accepted us or failed for another reason (down, slow, not
+    /// all members use TLS).
+    async fn explain(&self, connect: &str, session_timeout: Duration) -> Option<Error> {
+        let all = connect_hosts(connect);
+        let hosts: Vec<String> = all
+            .iter()
+            .filter_map(|h| h.strip_prefix("tcp+tls://").map(str::to_owned))
+            .collect();
+        if hosts.is_empty() || hosts.len() != all.len() {
+            return None;
+        }
+        let within = session_timeout / 5;
+        // A server that accepted the handshake refuses a client certificate right after it
+        // (TLS 1.3): wait that long for its verdict.
+        let verdict =
+            (session_timeout / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
+        let mut checks = tokio::task::JoinSet::new();
+        for host in hosts {
+            let config = Arc::clone(&self.config);
+            checks.spawn(async move {
+                let why = tokio::time::timeout(within, refusal(config, &host, verdict))
+                    .await
+                    .ok()
+                    .flatten();
+                (host, why)
+            });
+        }
+        let mut reasons = Vec::new();
+        let mut client_refused = true;
+        while let Some(done) = checks.join_next().await {
+            match done {
+                Ok((host, Some(Refusal::ServerCertificate(why)))) => {
+                    client_refused = false;
+                    reasons.push(format!("{host}: {why}"));
+                }
+                Ok((host, Some(Refusal::ClientCertificate(why)))) => {
+                    reasons.push(format!("{host}: {why}"));
+                }
+                _ => return None,
+            }
+        }
+        let message = format!(
+            "ZooKeeper connect: TLS handshake refused by every member ({}); check \
+             tls_root_certificates, tls_client_identity and that the connect string names the \
+             hosts the server certificates were issued for",
+            reasons.join("; ")
+        );
+        tracing::warn!(%message, "ZooKeeper TLS handshake failed");
+        Some(if client_refused {
+            Error::access_denied(message, None)
+        } else {
+            Error::backend(message, None)
+        })
+    }
+}
+
+/// One handshake with `host` (`host:port`, `[v6]:port`): `Some` when it fails over
+/// certificates. After a handshake that completes, waits up to `verdict` for the server's
+/// verdict on our certificate (TLS 1.3 servers refuse a client certificate after the client
+/// finished; a server that accepted it waits for our first request).
+async fn refusal(
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    verdict: Duration,
+) -> Option<Refusal> {
+    let (name, port) = host.rsplit_once(':')?;
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok()?;
+    let server_name = ServerName::try_from(name.to_owned()).ok()?;
+    let tcp = tokio::net::TcpStream::connect((name, port)).await.ok()?;
+    let mut tls = match tokio_rustls::TlsConnector::from(config)
+        .connect(server_name, tcp)
+        .await
+    {
+        Ok(tls) => tls,
+        Err(e) => return classify(&e),
+    };
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(verdict, tls.read(&mut byte)).await {
+        Ok(Err(e)) => classify(&e),
+        Ok(Ok(_)) | Err(_) => None,
+    }
+}
+
+/// The certificate problem an I/O error of a handshake carries, if any.
+fn classify(e: &std::io::Error) -> Option<Refusal> {
+    use rustls::AlertDescription as A;
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(why) => Some(Refusal::ServerCertificate(format!(
+            "the server's certificate is not accepted: {why:?}"
+        ))),
+        rustls::Error::AlertReceived(
+            alert @ (A::BadCertificate
+            | A::CertificateRequired
+            | A::UnknownCA
+            | A::CertificateUnknown
+            | A::UnsupportedCertificate
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::AccessDenied),
+        ) => Some(Refusal::ClientCertificate(format!(
+            "the server refused our client certificate (alert {alert:?})"
+        ))),
+        _ => None,
     }
 }
 
@@ -90,6 +382,8 @@ pub struct ZkLockerBuilder {
     namespace: Option<String>,
     digest: Option<(String, String)>,
     acl: ZkAcl,
+    tls_roots: Option<Vec<u8>>,
+    tls_identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl fmt::Debug for ZkLockerBuilder {
@@ -101,6 +395,8 @@ impl fmt::Debug for ZkLockerBuilder {
             .field("namespace", &self.namespace)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
             .field("acl", &self.acl)
+            .field("tls", &self.tls_roots.is_some())
+            .field("tls_client_identity", &self.tls_identity.is_some())
             .finish()
     }
 }
@@ -114,6 +410,8 @@ impl ZkLockerBuilder {
             namespace: None,
             digest: None,
             acl: ZkAcl::Open,
+            tls_roots: None,
+            tls_identity: None,
         }
     }
 
@@ -154,15 +452,68 @@ impl ZkLockerBuilder {
         self
     }
 
+    /// Connects over TLS, trusting only these root certificates (PEM, one or more), e.g. a
+    /// private CA. The servers must serve TLS on their `secureClientPort` (ZooKeeper's Netty
+    /// connection factory; see the crate's README).
+    ///
+    /// With TLS on, a member written without a scheme (`host:port`) or as
+    /// `tcp+tls://host:port` is reached over TLS; one written `tcp://host:port` stays plain.
+    /// The server's certificate must name the host as written in the connect string (an IP
+    /// address or a DNS name). When every member fails the handshake over certificates (one
+    /// that fails verification, or a server that refuses the client certificate),
+    /// [`build`](Self::build) (and any later session) fails after one try of each member with a
+    /// non-retryable error. Checked by [`build`](Self::build) before any I/O.
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate (PEM chain) with its private key (PEM) to servers that
+    /// require client certificates (`ssl.clientAuth=need`). Needs
+    /// [`tls_root_certificates`](Self::tls_root_certificates). The key never shows in `Debug`
+    /// output, errors or logs.
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks every option without connecting.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] naming the bad option: an empty or malformed connect string,
     /// a TTL outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
-    /// root or namespace path, an empty digest user or password (or a user holding `:`), or a
-    /// creator ACL without digest authentication.
+    /// root or namespace path, an empty digest user or password (or a user holding `:`), a
+    /// creator ACL without digest authentication, root certificates or a client identity that
+    /// are not PEM (or a key that does not go with its certificate), a client identity without
+    /// root certificates, or a `tcp+tls://` member without root certificates.
     pub(crate) fn validate(&self) -> Result<Config, Error> {
-        validate_connect(&self.connect)?;
+        // `tcp+tls://` is the client crate's scheme for a TLS member; the address after it is
+        // checked like any other.
+        validate_connect(&self.connect.replace("tcp+tls://", "tcp://"))?;
+        let tls = match (&self.tls_roots, &self.tls_identity) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(Error::invalid_option(
+                    "tls_client_identity",
+                    "a client identity needs tls_root_certificates (TLS is on with root certificates)",
+                ));
+            }
+            (Some(roots), identity) => Some(Tls::new(roots, identity.as_ref())?),
+        };
+        let connect = match &tls {
+            Some(_) => tls_connect_string(&self.connect),
+            None if self.connect.contains("tcp+tls://") => {
+                return Err(Error::invalid_option(
+                    "connect",
+                    "a tcp+tls:// member needs tls_root_certificates",
+                ));
+            }
+            None => self.connect.clone(),
+        };
         let ttl = validate_ttl(self.ttl)?;
         validate_root(&self.root)?;
         if let Some(ns) = &self.namespace {
@@ -192,10 +543,13 @@ impl ZkLockerBuilder {
             ));
         }
         Ok(Config {
-            connect: self.connect.clone(),
+            connect,
             ttl,
             base: join_root(&self.root, self.namespace.as_deref()),
-            digest: self.digest.clone(),
+            access: Access {
+                digest: self.digest.clone(),
+                tls,
+            },
             acl: self.acl,
         })
     }
@@ -205,7 +559,10 @@ impl ZkLockerBuilder {
     /// # Errors
     /// [`Error::InvalidOption`] for bad options (before any I/O, see the setters);
     /// [`Error::Unavailable`] when no server accepts a session within about the requested
-    /// timeout.
+    /// timeout; with TLS, when every member fails the handshake over certificates (see
+    /// [`tls_root_certificates`](Self::tls_root_certificates)), at once and not retryable:
+    /// [`Error::Backend`] for a server certificate that is not trusted or names another host,
+    /// [`Error::AccessDenied`] for a refused client certificate.
     ///
     /// # Cancel safety
     /// Dropping the future before it completes closes the half-opened session.
@@ -213,6 +570,25 @@ impl ZkLockerBuilder {
         let cfg = self.validate()?;
         ZkLocker::open(cfg).await
     }
+}
+
+/// The (validated) connect string with every member that has no scheme written
+/// `tcp+tls://`, so that the client's plain `connect` reaches it over TLS.
+fn tls_connect_string(connect: &str) -> String {
+    let hosts = connect_hosts(connect);
+    let hosts_len = hosts.join(",").len();
+    let chroot = connect.get(hosts_len..).unwrap_or("");
+    let hosts: Vec<String> = hosts
+        .into_iter()
+        .map(|h| {
+            if h.contains("://") {
+                h
+            } else {
+                format!("tcp+tls://{h}")
+            }
+        })
+        .collect();
+    format!("{}{chroot}", hosts.join(","))
 }
 
 #[cfg(test)]
@@ -242,6 +618,18 @@ mod tests {
         assert_eq!(err_option(b().digest_auth("u:x", "p")), "digest_auth");
         assert_eq!(err_option(b().digest_auth("u", "")), "digest_auth");
         assert_eq!(err_option(b().acl(ZkAcl::CreatorAll)), "acl");
+    }
+
+    #[test]
+    fn tls_reaches_every_member_without_a_scheme_over_tls() {
+        assert_eq!(
+            tls_connect_string("a:1,tcp://b:2,tcp+tls://c:3/chroot"),
+            "tcp+tls://a:1,tcp://b:2,tcp+tls://c:3/chroot"
+        );
+        assert_eq!(tls_connect_string("a:1/x"), "tcp+tls://a:1/x");
+        assert_eq!(tls_connect_string("[::1]:2181"), "tcp+tls://[::1]:2181");
+        // Without TLS a `tcp+tls://` member is refused before any I/O.
+        assert_eq!(err_option(ZkLockerBuilder::new("tcp+tls://a:1")), "connect");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriv
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::config::Config;
+use crate::config::{Access, Config};
 use crate::errors::{map, session_ended, transient};
 use crate::paths::{connect_hosts, is_ours};
 use crate::reads::SessionReads;
@@ -46,17 +46,9 @@ impl Session {
         // Notice a dead connection (and give up on a hung reconnect attempt) after 2/5 of the
         // TTL of silence, at least 500 ms (see `connection_timeout`). Idle sessions ping every
         // 3/8 of that to keep the connection provably alive.
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(cfg.ttl)
-            .with_connection_timeout(connection_timeout(cfg.ttl));
-        if let Some((user, password)) = &cfg.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
+        let connector = cfg.access.connector(cfg.ttl, connection_timeout(cfg.ttl));
         counters.add_requests(1);
-        let client = connector
-            .connect(&cfg.connect)
-            .await
-            .map_err(|e| map("connect", e))?;
+        let client = cfg.access.connect(connector, &cfg.connect, cfg.ttl).await?;
         let id = client.session_id().0;
         let timeout = client.session_timeout();
         let ended = Arc::new(AtomicBool::new(false));
@@ -89,7 +81,7 @@ impl Session {
             down_since,
             Retire {
                 hosts: connect_hosts(&cfg.connect),
-                digest: cfg.digest.clone(),
+                access: cfg.access.clone(),
                 client: session.client.clone(),
                 counters: Arc::clone(&session.counters),
                 ended,
@@ -229,20 +221,14 @@ async fn watch_state(
 /// arrives (`None` when every member that answered grants `timeout`).
 async fn probe_lower_timeout(
     hosts: &[String],
-    digest: Option<&(String, String)>,
+    access: &Access,
     timeout: Duration,
 ) -> Option<Duration> {
     let mut probes = tokio::task::JoinSet::new();
     for host in hosts {
         let host = host.clone();
-        let auth = digest.map(|(user, password)| format!("{user}:{password}"));
+        let connector = access.connector(timeout, connection_timeout(timeout));
         probes.spawn(async move {
-            let mut connector = zk::Client::connector()
-                .with_session_timeout(timeout)
-                .with_connection_timeout(connection_timeout(timeout));
-            if let Some(auth) = auth {
-                connector = connector.with_auth("digest", auth.as_bytes());
-            }
             // A member that does not answer within a connection timeout or two is not the one
             // the client just reconnected to. Dropping the client closes the probe session.
             let bound = connection_timeout(timeout) * 2;
@@ -271,8 +257,8 @@ async fn probe_lower_timeout(
 struct Retire {
     /// The members of the connect string.
     hosts: Vec<String>,
-    /// The session's digest credentials, for ensembles that require authentication.
-    digest: Option<(String, String)>,
+    /// The session's credentials and TLS settings, for the probe sessions.
+    access: Access,
     client: zk::Client,
     counters: Arc<Counters>,
     ended: Arc<AtomicBool>,
@@ -291,8 +277,7 @@ impl Retire {
     async fn check_after_reconnect(self: Arc<Self>, driver: RenewalDriver<SessionBackend>) {
         self.counters
             .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
-        let Some(granted) =
-            probe_lower_timeout(&self.hosts, self.digest.as_ref(), self.timeout).await
+        let Some(granted) = probe_lower_timeout(&self.hosts, &self.access, self.timeout).await
         else {
             return;
         };

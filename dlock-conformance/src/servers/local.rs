@@ -259,11 +259,6 @@ pub(crate) fn launches(
             }
         }
         ServerKind::Zk => {
-            if tls.is_some() {
-                return Err(HarnessError::Io(
-                    "the harness starts ZooKeeper without TLS only".into(),
-                ));
-            }
             for (i, p) in ports.iter().enumerate() {
                 let node_dir = dir.join(format!("zk{i}"));
                 let data = node_dir.join("data");
@@ -273,14 +268,22 @@ pub(crate) fn launches(
                     _ => 20,
                 };
                 let mut cfg = format!(
-                    "tickTime=100\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\nclientPort={}\n\
-                     clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nminSessionTimeout=200\n\
+                    "tickTime=100\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
+                     maxClientCnxns=0\nminSessionTimeout=200\n\
                      maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
                      forceSync={}\n",
                     path_str(&data),
-                    p[0],
                     if fsync() { "yes" } else { "no" }
                 );
+                match tls {
+                    None => cfg.push_str(&format!(
+                        "clientPort={}\nclientPortAddress=127.0.0.1\n",
+                        p[0]
+                    )),
+                    Some((mode, ca, cert, key)) => {
+                        cfg.push_str(&zk_tls_config(&node_dir, p[0], mode, ca, cert, key)?)
+                    }
+                }
                 if n > 1 {
                     for (j, q) in ports.iter().enumerate() {
                         let (quorum, election) = match peers {
@@ -301,6 +304,16 @@ pub(crate) fn launches(
                 let mut cp = ZK_JAR.to_string();
                 if Path::new("/usr/share/java/slf4j-simple.jar").exists() {
                     cp.push_str(":/usr/share/java/slf4j-simple.jar");
+                }
+                if tls.is_some() {
+                    // The Netty connection factory needs more of Netty than the jar's manifest
+                    // names (it lists buffer, common, handler, transport and epoll).
+                    for jar in ZK_NETTY_JARS {
+                        if Path::new(jar).exists() {
+                            cp.push(':');
+                            cp.push_str(jar);
+                        }
+                    }
                 }
                 out.push(Launch {
                     program: PathBuf::from("java"),
@@ -327,6 +340,49 @@ pub(crate) fn launches(
         }
     }
     Ok(out)
+}
+
+/// The Netty jars (Debian `libnetty-java`, a dependency of `libzookeeper-java`) that
+/// ZooKeeper's `NettyServerCnxnFactory` needs beyond those its jar's manifest names: the TLS
+/// handler's codec base classes, the transport's resolver, and the native transport's common
+/// part.
+const ZK_NETTY_JARS: &[&str] = &[
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
+
+/// The `zoo.cfg` lines of a TLS-only ZooKeeper node: no plain client port, the secure client
+/// port on `port` served by the Netty connection factory (the only one that speaks TLS), PEM
+/// key and trust stores (ZooKeeper 3.8 reads PEM; the key store is one file holding the key and
+/// the certificate, written into `node_dir`), and client certificates required with
+/// `client_auth` (the server does not match them against the client's host: the test client
+/// certificate names none). ZooKeeper turns unknown `zoo.cfg` keys into `zookeeper.*` system
+/// properties, which is where the factory reads its TLS settings.
+fn zk_tls_config(
+    node_dir: &Path,
+    port: u16,
+    mode: super::TlsMode,
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<String, HarnessError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| HarnessError::Io(format!("cannot read {}: {e}", p.display())))
+    };
+    let store = node_dir.join("server-keystore.pem");
+    write(&store, &format!("{}\n{}", read(key)?, read(cert)?))?;
+    Ok(format!(
+        "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+         ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+         ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+         ssl.clientAuth={}\nssl.hostnameVerification=false\n",
+        path_str(&store),
+        path_str(ca),
+        if mode.client_auth { "need" } else { "none" }
+    ))
 }
 
 fn path_str(p: &Path) -> String {

@@ -92,14 +92,15 @@ impl ServerKind {
     }
 
     /// The endpoint string clients use for a node at `addr` that serves TLS when `tls`
-    /// (`rediss://`, `https://`).
+    /// (`rediss://`, `https://`, ZooKeeper's `tcp+tls://`).
     pub fn endpoint_for(self, addr: SocketAddr, tls: bool) -> String {
         match (self, tls) {
             (ServerKind::Redis, false) => format!("redis://{addr}"),
             (ServerKind::Redis, true) => format!("rediss://{addr}"),
             (ServerKind::Etcd, false) => format!("http://{addr}"),
             (ServerKind::Etcd, true) => format!("https://{addr}"),
-            (ServerKind::Zk, _) => addr.to_string(),
+            (ServerKind::Zk, false) => addr.to_string(),
+            (ServerKind::Zk, true) => format!("tcp+tls://{addr}"),
         }
     }
 
@@ -137,8 +138,9 @@ impl ServerKind {
 #[non_exhaustive]
 pub struct ServerOptions {
     /// Serve clients over TLS only (Redis: `--port 0 --tls-port P`; etcd: `https://` client
-    /// URLs, peers stay plain), with certificates generated when the cluster starts
-    /// ([`Cluster::tls`]). ZooKeeper: not supported.
+    /// URLs, peers stay plain; ZooKeeper: no plain client port, `secureClientPort` served by
+    /// the Netty connection factory with PEM key and trust stores, quorum links stay plain),
+    /// with certificates generated when the cluster starts ([`Cluster::tls`]).
     pub tls: Option<TlsMode>,
     /// Extra arguments appended to every node's command line (Redis: config directives,
     /// `--user alice on …`; etcd: flags); for ZooKeeper, extra `zoo.cfg` lines. The external
@@ -151,7 +153,8 @@ pub struct ServerOptions {
 #[non_exhaustive]
 pub struct TlsMode {
     /// Accept only clients presenting a certificate signed by the cluster's CA (Redis
-    /// `--tls-auth-clients yes`; etcd `--client-cert-auth --trusted-ca-file`).
+    /// `--tls-auth-clients yes`; etcd `--client-cert-auth --trusted-ca-file`; ZooKeeper
+    /// `ssl.clientAuth=need`).
     pub client_auth: bool,
 }
 
@@ -651,7 +654,7 @@ impl Cluster {
     }
 
     /// Client endpoints in node order: `redis://127.0.0.1:P`, `http://127.0.0.1:P` or
-    /// `127.0.0.1:P` (ZooKeeper).
+    /// `127.0.0.1:P` (ZooKeeper; `tcp+tls://127.0.0.1:P` when it serves TLS).
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes
             .iter()

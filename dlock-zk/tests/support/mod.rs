@@ -1,6 +1,7 @@
 //! Shared helpers for the ZooKeeper backend tests: real servers from the conformance harness.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod backend;
 pub mod ensemble;
 pub mod java;
 
