@@ -1,6 +1,6 @@
-//! The shared conformance suite against real ZooKeeper: `zk` (one server) and `zk_cluster`
-//! (a three-server ensemble). The backend is in `support/backend.rs`; the TLS and digest rows
-//! are in `conformance_secure.rs`.
+//! The shared conformance suite against real ZooKeeper: `zk` (one server). The backend is in
+//! `support/backend.rs`; the three-server ensemble is in `conformance_cluster.rs`, the TLS and
+//! digest rows in `conformance_secure.rs`.
 
 mod support;
 
@@ -15,12 +15,4 @@ fn zk() -> Arc<dyn TestBackend> {
     Arc::clone(B.get_or_init(|| ZkBackend::shared("zk", 1, ServerOptions::default(), false)))
 }
 
-fn zk_cluster() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(
-        B.get_or_init(|| ZkBackend::shared("zk-cluster", 3, ServerOptions::default(), false)),
-    )
-}
-
 dlock_conformance::conformance_tests!(zk, zk(), declared = ZK);
-dlock_conformance::conformance_tests!(zk_cluster, zk_cluster(), declared = ZK);
