@@ -427,6 +427,9 @@ impl RenewBackend for SessionBackend {
             return Ok(Vec::new());
         }
         let single = self.reads.single.load(Ordering::Relaxed);
+        // The connection state this round starts from (see `reconnected_since`).
+        let mut states = self.client.state_watcher();
+        let connected_at_start = states.state() == zk::SessionState::SyncConnected;
         // Route the proof through the leader: a follower cut from its leader keeps answering
         // reads (until syncLimit × tickTime) while the leader expires the session. The sync is
         // sent first and the reads right behind it (ZooKeeper answers a session's requests in
@@ -451,6 +454,15 @@ impl RenewBackend for SessionBackend {
                 tracing::info!(error = %e, "the server has no multi-read; renewing with single reads");
                 self.reads.single.store(true, Ordering::Relaxed);
                 return Err(map("renewal (multi-read unsupported)", e));
+            }
+            Err(e)
+                if transient(&e) && connected_at_start && reconnected_since(&mut states).await =>
+            {
+                // The connection this round went out on died, and the client reconnected the
+                // session: a proof sent after this round started (see `reconnected_since`).
+                // The nodes are read again by the next regular round.
+                tracing::debug!(session = %format_args!("{:#x}", self.session_id), leases = n, error = %e, "renewal proven by the reconnect that followed its lost connection");
+                return Ok(vec![Renewal::Extended; n]);
             }
             Err(e) => return Err(map("renewal", e)),
         };
@@ -518,6 +530,35 @@ impl RenewBackend for SessionBackend {
                     return Err(map("release", e));
                 }
             }
+        }
+    }
+}
+
+/// Whether the session reconnected after `states` was last read connected: waits for it when
+/// the connection is down right now, and answers `false` at once when no state change is
+/// pending (the connection never went down: the error was not its death) or the session
+/// ended, went read-only or was closed.
+///
+/// A reconnect proves the session alive at the leader after the round started, as the round's
+/// own `sync` would have: the client publishes `Disconnected` before it writes each connect
+/// request, so any `SyncConnected` seen after a connected state was read comes from a connect
+/// request written after that read; and a member re-validates a reconnecting session at the
+/// leader (a follower forwards it), which touches it there. A read-only member does not, so
+/// `ConnectedReadOnly` proves nothing. Without this, the lease of a holder whose client gave up
+/// on a connection just as a short blip ended had to wait for a reconnect and then for a whole
+/// new round (a second leader round trip) inside what was left of its validity: CI rehearsal
+/// r36 lost `zk-cluster::short_blip` that way, 383 ms not being enough on a loaded machine.
+async fn reconnected_since(states: &mut zk::StateWatcher) -> bool {
+    // The client publishes the state change before it fails the requests in flight, so a
+    // connection's death is already visible here.
+    let Ok(mut state) = tokio::time::timeout(Duration::ZERO, states.changed()).await else {
+        return false;
+    };
+    loop {
+        match state {
+            zk::SessionState::SyncConnected => return true,
+            zk::SessionState::Disconnected => state = states.changed().await,
+            _ => return false,
         }
     }
 }
