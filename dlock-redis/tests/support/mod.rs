@@ -12,6 +12,8 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
+pub mod cluster;
+
 /// The ACL rules the README documents, as `ACL SETUSER` / `user` directive arguments. The key
 /// pattern (`~P dlock:*`) and the notification channel pattern (`&P dlock:notify:*`) for the
 /// key prefix `P` come first ([`acl_rules`]).
