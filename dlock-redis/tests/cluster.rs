@@ -247,74 +247,82 @@ async fn renewal_is_one_request_per_master_per_period() {
 }
 
 /// A waiter whose subscription sits on another master than the lock's slot owner is woken by
-/// the release (a cluster forwards `PUBLISH` to every node), not by its fallback timer (the
-/// holder's remaining TTL, 20 s, longer than the wait).
+/// the release (a cluster forwards `PUBLISH` to every node), not by its fallback timer (a
+/// queue entry refresh, up to 1 s later): over 7 handoffs the median wake-up latency stays far
+/// below what the timer gives (uniform over 0–1 s: a median under 150 ms by chance about 1 %).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_subscribed_on_another_master_is_woken() {
     let Some(cluster) = cluster() else { return };
     let ns = "wake";
     let ttl = Duration::from_secs(20);
     let name = LockName::new("across").unwrap();
-    let owner = owner_of(&cluster, &key(ns, "across")).await;
+    let k = key(ns, "across");
+    let owner = owner_of(&cluster, &k).await;
     let other = (owner + 1) % 3;
     let all = urls(&cluster);
     let holder = locker(all.clone(), ns, ttl);
-    let lease = holder
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("holder");
     // The waiter's first seed (where its subscription goes) is not the owner.
     let mut seeds = vec![all[other].clone()];
     seeds.extend((0..3).filter(|&i| i != other).map(|i| all[i].clone()));
     let waiter = locker(seeds, ns, ttl);
-    let w = {
-        let name = name.clone();
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            let r = waiter
-                .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-                .await;
-            (r, Instant::now())
-        })
-    };
-    // Queued and subscribed: the channel is on `other` only.
     let pattern = format!("{ns}/dlock:notify:*");
-    let began = Instant::now();
-    loop {
-        let on_other: Vec<String> = node_cmd(
+    let mut latencies = Vec::new();
+    for round in 0..7 {
+        let lease = holder
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("holder");
+        let w = {
+            let name = name.clone();
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let r = waiter
+                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+                    .await;
+                (r, Instant::now())
+            })
+        };
+        // Queued, and subscribed on `other` only.
+        let began = Instant::now();
+        loop {
+            let queued: i64 =
+                node_cmd(&cluster, owner, redis::cmd("LLEN").arg(format!("{k}:q"))).await;
+            let on_other: Vec<String> = node_cmd(
+                &cluster,
+                other,
+                redis::cmd("PUBSUB").arg("CHANNELS").arg(&pattern),
+            )
+            .await;
+            if queued == 1 && !on_other.is_empty() {
+                break;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "round {round}: the waiter never queued ({queued}) and subscribed on node {other}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let on_owner: Vec<String> = node_cmd(
             &cluster,
-            other,
+            owner,
             redis::cmd("PUBSUB").arg("CHANNELS").arg(&pattern),
         )
         .await;
-        if !on_other.is_empty() {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "the waiter never subscribed on node {other}"
-        );
+        assert!(on_owner.is_empty(), "subscribed on the owner: {on_owner:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        lease.release().await.expect("release");
+        let (got, at) = w.await.expect("waiter task");
+        let got = got.expect("the waiter must be granted");
+        latencies.push(at - released);
+        got.release().await.expect("release");
     }
-    let on_owner: Vec<String> = node_cmd(
-        &cluster,
-        owner,
-        redis::cmd("PUBSUB").arg("CHANNELS").arg(&pattern),
-    )
-    .await;
-    assert!(on_owner.is_empty(), "subscribed on the owner: {on_owner:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released = Instant::now();
-    lease.release().await.expect("release");
-    let (got, at) = w.await.expect("waiter task");
-    let got = got.expect("the waiter must be granted");
-    let latency = at - released;
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
     assert!(
-        latency < Duration::from_secs(2),
-        "woken {latency:?} after the release: by a timer, not the notification"
+        median < Duration::from_millis(150),
+        "median wake-up {median:?} after the release ({latencies:?}): timers, not notifications"
     );
-    assert!(waiter.stats().wakeups >= 1);
-    got.release().await.expect("release");
 }
 
 /// Moves the slot of `key` from node `from` to node `to` with its keys (the resharding steps
