@@ -33,7 +33,7 @@ use rustls::pki_types::pem::PemObject;
 pub(crate) struct Node {
     /// The current master's client and connection; `None` until a sentinel or cluster node
     /// opened one.
-    conn: Arc<Mutex<Option<(Option<Client>, Conn)>>>,
+    conn: Arc<Mutex<Option<Current>>>,
     target: Target,
     /// Held while the sentinels are asked: one discovery at a time.
     discovery: Arc<tokio::sync::Mutex<()>>,
@@ -41,6 +41,10 @@ pub(crate) struct Node {
     timeouts: Arc<AtomicU32>,
     pub(crate) display: Arc<str>,
 }
+
+/// A node's open connection, with the master's client for a single server (`None` for a
+/// cluster).
+type Current = (Option<Client>, Conn);
 
 /// Where a node's server is.
 #[derive(Clone)]
@@ -569,7 +573,7 @@ pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
 }
 
 impl Node {
-    fn current(&self) -> Option<(Option<Client>, Conn)> {
+    fn current(&self) -> Option<Current> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -581,7 +585,7 @@ impl Node {
     /// The current connection (and the master's client, for a single server): for a sentinel
     /// node without one, the sentinels are asked first; a cluster node without one connects to
     /// the cluster (one at a time, within `budget`).
-    async fn current_or_discover(&self, budget: Duration) -> Result<(Option<Client>, Conn), Error> {
+    async fn current_or_discover(&self, budget: Duration) -> Result<Current, Error> {
         if let Some(c) = self.current() {
             return Ok(c);
         }

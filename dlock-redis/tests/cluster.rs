@@ -183,7 +183,7 @@ async fn renewal_is_one_request_per_master_per_period() {
     for i in 0..90 {
         let name = format!("n{i}");
         let lease = l
-            .try_acquire(&LockName::new(&name).unwrap())
+            .try_acquire(&LockName::new(&name).expect("a valid name"))
             .await
             .expect("acquire")
             .expect("free");
@@ -255,7 +255,7 @@ async fn a_waiter_subscribed_on_another_master_is_woken() {
     let Some(cluster) = cluster() else { return };
     let ns = "wake";
     let ttl = Duration::from_secs(20);
-    let name = LockName::new("across").unwrap();
+    let name = LockName::new("across").expect("a valid name");
     let k = key(ns, "across");
     let owner = owner_of(&cluster, &k).await;
     let other = (owner + 1) % 3;
@@ -372,7 +372,7 @@ async fn a_moved_slot_is_followed() {
     let Some(cluster) = cluster() else { return };
     let ns = "moving";
     let ttl = Duration::from_millis(1500);
-    let name = LockName::new("resharded").unwrap();
+    let name = LockName::new("resharded").expect("a valid name");
     let k = key(ns, "resharded");
     let a = locker(urls(&cluster), ns, ttl);
     let b = locker(urls(&cluster), ns, ttl);
@@ -423,7 +423,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         }
         let lease = l
             .acquire(
-                &LockName::new(&name).unwrap(),
+                &LockName::new(&name).expect("a valid name"),
                 AcquireOptions::wait(Duration::from_secs(5)),
             )
             .await
@@ -436,7 +436,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
     assert_eq!(by_node.len(), 3);
     let victim = 1;
     cluster.node(victim).kill().expect("kill");
-    let (_, lost_lease) = by_node.remove(&victim).unwrap();
+    let (_, lost_lease) = by_node.remove(&victim).expect("a lease on the victim");
     let deadline = lost_lease.deadline();
     let reason = tokio::time::timeout(ttl * 2, lost_lease.lost())
         .await
@@ -464,7 +464,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         }
         let lease = again
             .acquire(
-                &LockName::new(&name).unwrap(),
+                &LockName::new(&name).expect("a valid name"),
                 AcquireOptions::wait(Duration::from_secs(5)),
             )
             .await

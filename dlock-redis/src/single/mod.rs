@@ -418,7 +418,7 @@ impl RedisLockerBuilder {
             Target::Url(client) => conn::open(client, request_timeout)?,
             Target::Sentinels(sentinels) => conn::open_sentinel(sentinels, request_timeout),
             Target::Cluster(cluster, display) => {
-                conn::open_cluster(cluster, display, request_timeout)
+                conn::open_cluster(*cluster, display, request_timeout)
             }
         };
         conn::warm_up(&node, request_timeout.max(Duration::from_secs(1)));
@@ -466,7 +466,7 @@ enum Target {
     Url(redis::Client),
     Sentinels(conn::Sentinels),
     /// The cluster and its display name (the seed addresses, never the password).
-    Cluster(conn::ClusterTarget, String),
+    Cluster(Box<conn::ClusterTarget>, String),
 }
 
 impl RedisLockerBuilder {
@@ -487,7 +487,7 @@ impl RedisLockerBuilder {
             }
             return self
                 .cluster_target(nodes)
-                .map(|(t, d)| Target::Cluster(t, d));
+                .map(|(t, d)| Target::Cluster(Box::new(t), d));
         }
         let (addrs, master) = match (&self.url, &self.sentinels) {
             (Some(_), Some(_)) => {
