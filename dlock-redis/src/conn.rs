@@ -493,6 +493,17 @@ pub(crate) fn is_not_master(e: &RedisError) -> bool {
     )
 }
 
+/// Whether a Redis Cluster's routing failed for now: a redirect (`MOVED`, `ASK`) still
+/// pending when the cluster connection's retries ran out (a resharding under way), or no
+/// connection to the slot's master: retryable.
+pub(crate) fn is_cluster_redirect(e: &RedisError) -> bool {
+    use redis::ServerErrorKind as K;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(K::Moved | K::Ask) | redis::ErrorKind::ClusterConnectionNotFound
+    ) || matches!(e.code(), Some("MOVED" | "ASK"))
+}
+
 /// Whether the server refused our credentials or our ACL permissions (`WRONGPASS`, `NOAUTH`,
 /// `NOPERM`, or a command inside our script refused by ACL, which Redis reports as a script
 /// error "The user executing the script can't …"): retrying cannot help until an operator
@@ -520,6 +531,7 @@ pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     }
     let message = format!("{what} on {node}: {e}");
     if is_not_master(e)
+        || is_cluster_redirect(e)
         || e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()
@@ -543,7 +555,7 @@ pub(crate) fn is_slow(e: &Error) -> bool {
             source: Some(s), ..
         } => s
             .downcast_ref::<RedisError>()
-            .is_some_and(|r| r.is_timeout() || is_not_master(r)),
+            .is_some_and(|r| r.is_timeout() || is_not_master(r) || is_cluster_redirect(r)),
         _ => false,
     }
 }
@@ -678,6 +690,8 @@ impl Node {
                 let sentinel = matches!(self.target, Target::Sentinel(_));
                 if redis_err.is_some_and(is_not_master) {
                     self.rebuild("the server is not a usable master");
+                } else if redis_err.is_some_and(is_cluster_redirect) {
+                    self.rebuild("the cluster's slots moved");
                 } else if sentinel
                     && redis_err.is_some_and(|e| {
                         e.is_io_error()
