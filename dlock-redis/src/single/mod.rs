@@ -41,7 +41,8 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   the grant. A token is the fence counter + 1, raised to at least the server's clock in
 ///   microseconds, so tokens keep increasing when the counter is lost (a restart without
 ///   persistence, a failover to a lagging replica, an evicted fence key). Release is a compare-and-delete. Every
-///   lease the locker holds is renewed in ONE round trip every TTL/3.
+///   lease the locker holds is renewed in ONE round trip every TTL/3 (on a Redis Cluster, one
+///   per master: see [`RedisLockerBuilder::cluster`]).
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
 ///   queue for long. A release with waiters queued reserves the lock for the head (nobody can
@@ -368,8 +369,9 @@ impl RedisLockerBuilder {
     /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), both or neither
-    /// of a URL and [`sentinels`](Self::sentinels), bad sentinel addresses or master name
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
+    /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
+    /// cluster nodes or address map (see there), bad sentinel addresses or master name
     /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
     /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
     /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
