@@ -160,12 +160,19 @@ async fn cluster_options_are_checked_before_any_io() {
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
         assert!(began.elapsed() < Duration::from_millis(100), "{what}: I/O?");
     }
-    // A good one builds without I/O even though nothing listens there.
-    RedisLocker::builder()
-        .cluster(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+    // A good one builds without I/O even though nothing listens there, and its Debug output
+    // names the seeds but not the password.
+    let l = RedisLocker::builder()
+        .cluster([
+            "redis://u:s3cr3t@127.0.0.1:1",
+            "redis://u:s3cr3t@127.0.0.1:2",
+        ])
         .cluster_address_map("127.0.0.1:1", "localhost:7001")
         .build()
         .expect("valid options build without I/O");
+    let shown = format!("{l:?}");
+    assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    assert!(!shown.contains("s3cr3t"), "the password leaked: {shown}");
 }
 
 /// 90 leases over the 3 masters: each renewal round is ONE request per master (client-side
