@@ -702,6 +702,10 @@ impl Node {
                 {
                     self.rebuild("the master is unreachable");
                 } else if redis_err.is_none_or(RedisError::is_timeout)
+                    // A cluster connection keeps one connection per master: a slow or frozen
+                    // master says nothing about the others, and the cluster connection
+                    // reconnects to it by itself.
+                    && !self.is_cluster()
                     && self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= REBUILD_AFTER_TIMEOUTS
                 {
                     self.rebuild("requests timed out repeatedly");

@@ -523,3 +523,61 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         lease.release().await.expect("release");
     }
 }
+
+/// A master is frozen (SIGSTOP) under held leases: the leases on the other masters stay held
+/// (the frozen master's renewal request must not hold back theirs past their deadlines), and
+/// the frozen master's leases are lost no later than their deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
+    let Some(cluster) = cluster() else { return };
+    let ns = "frozen";
+    let ttl = Duration::from_millis(1500);
+    let l = locker(urls(&cluster), ns, ttl);
+    let mut by_node: BTreeMap<usize, (String, dlock_core::Lease)> = BTreeMap::new();
+    for i in 0..100 {
+        let name = format!("f{i}");
+        let owner = owner_of(&cluster, &key(ns, &name)).await;
+        if by_node.contains_key(&owner) {
+            continue;
+        }
+        let lease = l
+            .acquire(
+                &LockName::new(&name).expect("a valid name"),
+                AcquireOptions::wait(Duration::from_secs(5)),
+            )
+            .await
+            .expect("acquire");
+        by_node.insert(owner, (name, lease));
+        if by_node.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(by_node.len(), 3);
+    let victim = 2;
+    cluster.node(victim).pause().expect("pause");
+    let (_, frozen) = by_node.remove(&victim).expect("a lease on the victim");
+    let deadline = frozen.deadline();
+    let lost = tokio::time::timeout(ttl * 2, frozen.lost()).await;
+    let at = Instant::now();
+    tokio::time::sleep(ttl * 2).await;
+    let survivors: Vec<(usize, bool)> = by_node
+        .iter()
+        .map(|(node, (_, lease))| (*node, lease.is_lost()))
+        .collect();
+    cluster.node(victim).resume().expect("resume");
+    let reason = lost.expect("the lease on the frozen master must be lost");
+    assert!(
+        at <= deadline + Duration::from_millis(100),
+        "lost {:?} after its deadline ({reason:?})",
+        at - deadline
+    );
+    for (node, was_lost) in survivors {
+        assert!(
+            !was_lost,
+            "the lease on live master {node} was lost while node {victim} was frozen"
+        );
+    }
+    for (_, (_, lease)) in by_node {
+        let _ = lease.release().await;
+    }
+}

@@ -205,7 +205,7 @@ impl SingleBackend {
 
     /// Cluster renewal: the batch grouped by the master of each lease's slot, ONE round trip
     /// per master (a pipeline of one script call per slot, chunked like the single-server
-    /// batch), all masters at once. A master whose request fails (down, slow, a slot moved
+    /// batch), all masters at once, each within the request timeout. A master whose request fails (down, slow, a slot moved
     /// away) leaves its leases undecided ([`Renewal::Retry`]: the driver retries them within
     /// their validity, and they are lost at their deadline at the latest) and makes the next
     /// round read the slot map again.
@@ -269,9 +269,18 @@ impl SingleBackend {
                 }
             }
             async move {
+                // Each master within the request timeout, not the leases' validity: the round
+                // settles when the slowest master answers, so a frozen master must not hold
+                // back the other masters' replies until their leases' deadlines.
                 let replies: Result<Vec<Vec<i64>>, Error> = self
                     .node
-                    .pipeline_to_slot("renew", &pipe, first_slot, self.ttl, &self.counters)
+                    .pipeline_to_slot(
+                        "renew",
+                        &pipe,
+                        first_slot,
+                        self.request_timeout,
+                        &self.counters,
+                    )
                     .await;
                 (master, calls, replies)
             }

@@ -380,17 +380,8 @@ impl RedisLockerBuilder {
     pub fn build(self) -> Result<RedisLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
         let target = self.target()?;
+        let request_timeout = self.request_timeout_or_default()?;
         let prefix = self.prefix?;
-        let request_timeout = match self.request_timeout {
-            None => (ttl / 3).min(Duration::from_secs(2)),
-            Some(t) if t.is_zero() || t > ttl => {
-                return Err(Error::invalid_option(
-                    "request_timeout",
-                    format!("{t:?} must be above zero and at most the TTL {ttl:?}"),
-                ));
-            }
-            Some(t) => t,
-        };
         if self.retry_delay.is_zero() || self.retry_delay > ttl {
             return Err(Error::invalid_option(
                 "retry_delay",
@@ -488,7 +479,7 @@ impl RedisLockerBuilder {
                 ));
             }
             return self
-                .cluster_target(nodes)
+                .cluster_target(nodes, self.request_timeout_or_default()?)
                 .map(|(t, d)| Target::Cluster(Box::new(t), d));
         }
         let (addrs, master) = match (&self.url, &self.sentinels) {
@@ -595,8 +586,25 @@ impl RedisLockerBuilder {
 }
 
 impl RedisLockerBuilder {
+    /// The request timeout: as set (above zero, at most the TTL), or TTL/3 at most 2 s.
+    fn request_timeout_or_default(&self) -> Result<Duration, Error> {
+        let ttl = validate_ttl(self.ttl)?;
+        match self.request_timeout {
+            None => Ok((ttl / 3).min(Duration::from_secs(2))),
+            Some(t) if t.is_zero() || t > ttl => Err(Error::invalid_option(
+                "request_timeout",
+                format!("{t:?} must be above zero and at most the TTL {ttl:?}"),
+            )),
+            Some(t) => Ok(t),
+        }
+    }
+
     /// Checks the cluster options (no I/O) and builds the cluster's client.
-    fn cluster_target(&self, nodes: &[String]) -> Result<(conn::ClusterTarget, String), Error> {
+    fn cluster_target(
+        &self,
+        nodes: &[String],
+        request_timeout: Duration,
+    ) -> Result<(conn::ClusterTarget, String), Error> {
         let sentinel_only = [
             ("sentinel_password", self.sentinel_password.is_some()),
             ("master_username", self.master_username.is_some()),
@@ -695,7 +703,8 @@ impl RedisLockerBuilder {
             .retries(4)
             .min_retry_wait(5)
             .max_retry_wait(100)
-            .retry_wait_formula(5, 2);
+            .retry_wait_formula(5, 2)
+            .connection_timeout(request_timeout);
         if !map.is_empty() {
             builder = builder.node_address_map(map);
         }
