@@ -37,6 +37,7 @@ pub mod local;
 mod node;
 mod partition;
 mod ports;
+pub mod redis_cluster;
 pub(crate) mod process;
 pub mod stats;
 mod tls;
