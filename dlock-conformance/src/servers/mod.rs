@@ -37,8 +37,8 @@ pub mod local;
 mod node;
 mod partition;
 mod ports;
-pub mod redis_cluster;
 pub(crate) mod process;
+pub mod redis_cluster;
 pub mod stats;
 mod tls;
 
