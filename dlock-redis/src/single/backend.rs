@@ -39,10 +39,16 @@ pub(crate) struct SingleBackend {
     pub(crate) channel_prefix: String,
     pub(crate) request_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
-    /// On a Redis Cluster: which master serves each slot, as last read (`None` until the first
-    /// renewal, and again after a renewal request failed: the next round reads it again).
-    pub(crate) slot_map: std::sync::Mutex<Option<Arc<SlotMap>>>,
+    /// On a Redis Cluster: which master serves each slot, as last read, and when (`None` until
+    /// the first renewal, and again after a renewal request failed: the next round reads it
+    /// again; also read again once [`SLOT_MAP_MAX_AGE`] old).
+    pub(crate) slot_map: std::sync::Mutex<Option<(tokio::time::Instant, Arc<SlotMap>)>>,
 }
+
+/// How long a cluster's slot map is used before the next renewal round reads it again: a
+/// resharding whose redirects the cluster connection follows (the round succeeds, at the cost of
+/// an extra round trip to a master every round) is noticed within this time. One request.
+pub(crate) const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(30);
 
 /// Which master serves each cluster slot (`CLUSTER SLOTS`): the renewal batch is grouped by
 /// master, one round trip each.
@@ -191,7 +197,9 @@ impl SingleBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some(map) = known {
+        if let Some((read_at, map)) = known
+            && read_at.elapsed() < SLOT_MAP_MAX_AGE
+        {
             return Ok(map);
         }
         let ranges = self
@@ -199,7 +207,8 @@ impl SingleBackend {
             .cluster_slots(self.request_timeout, &self.counters)
             .await?;
         let map = Arc::new(SlotMap::new(&ranges));
-        *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&map));
+        *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((tokio::time::Instant::now(), Arc::clone(&map)));
         Ok(map)
     }
 
