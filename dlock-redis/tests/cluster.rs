@@ -409,8 +409,9 @@ async fn move_slot(cluster: &Cluster, key: &str, from: usize, to: usize) {
 }
 
 /// A held lease's slot moves to another master: renewal follows it (the lease stays held past
-/// several TTLs), another locker finds it held there, the release deletes it there, and the
-/// next grant's token is larger (the fence counter moved with the slot).
+/// several TTLs), another locker finds it held there, a waiter queues there and is handed the
+/// lock by the release, and the next grants' tokens are larger (the fence counter moved with
+/// the slot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_slot_is_followed() {
     let Some(cluster) = cluster() else { return };
@@ -440,13 +441,47 @@ async fn a_moved_slot_is_followed() {
         b.try_acquire(&name).await.expect("try").is_none(),
         "another locker must find it held on the new master"
     );
+    // A waiter queued on the new master is handed the lock by the release there.
+    let c = locker(urls(&cluster), ns, Duration::from_secs(20));
+    let waiter = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let r = c
+                .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+                .await;
+            (r, Instant::now())
+        })
+    };
+    let began = Instant::now();
+    loop {
+        let queued: i64 = node_cmd(&cluster, to, redis::cmd("LLEN").arg(format!("{k}:q"))).await;
+        if queued == 1 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the waiter never queued on the new master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
     lease.release().await.expect("release on the new master");
-    let next = b
+    let (got, at) = waiter.await.expect("waiter task");
+    let next = got.expect("the queued waiter is granted after the move");
+    assert!(
+        at - released < Duration::from_secs(2),
+        "granted {:?} after the release",
+        at - released
+    );
+    assert!(next.token() > first, "{} after {}", next.token(), first);
+    let second = next.token();
+    next.release().await.expect("release");
+    let again = b
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
         .await
         .expect("acquire after the move");
-    assert!(next.token() > first, "{} after {}", next.token(), first);
-    next.release().await.expect("release");
+    assert!(again.token() > second, "{} after {second}", again.token());
+    again.release().await.expect("release");
 }
 
 /// A master is killed under held leases: its leases are lost no later than their deadlines;
