@@ -960,6 +960,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cluster_slots_replies_parse_to_master_ranges() {
+        use redis::Value as V;
+        let node = |host: &str, port: i64| {
+            V::Array(vec![
+                V::BulkString(host.as_bytes().to_vec()),
+                V::Int(port),
+                V::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = V::Array(vec![
+            V::Array(vec![
+                V::Int(0),
+                V::Int(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            V::Array(vec![V::Int(5461), V::Int(16383), node("10.0.0.2", 7001)]),
+        ]);
+        assert_eq!(
+            parse_cluster_slots(&reply),
+            Some(vec![
+                (0, 5460, "127.0.0.1:7000".to_string()),
+                (5461, 16383, "10.0.0.2:7001".to_string()),
+            ])
+        );
+        // A malformed range makes the whole reply unusable.
+        let bad = V::Array(vec![V::Array(vec![V::Int(0), V::Int(70000), node("h", 1)])]);
+        assert_eq!(parse_cluster_slots(&bad), None);
+        assert_eq!(parse_cluster_slots(&V::Nil), None);
+    }
+
+    #[test]
     fn key_slots_follow_the_cluster_spec() {
         // The cluster specification's example: "123456789" hashes to 0x31C3 (12739).
         assert_eq!(key_slot("123456789"), 12739);
