@@ -87,6 +87,8 @@ pub enum DlockKind {
     Redis(String),
     /// `RedlockLocker` over these nodes.
     Redlock(Vec<String>),
+    /// `RedisLocker` (fair mode) on a Redis Cluster, seeded with these nodes.
+    RedisCluster(Vec<String>),
     /// `EtcdLocker`.
     Etcd(Vec<String>),
     /// `ZkLocker`.
@@ -147,6 +149,14 @@ impl Dlock {
                     .namespace(ns)
                     .build()
                     .map_err(|e| err("RedisLocker")(&e))?,
+            ),
+            DlockKind::RedisCluster(urls) => Built::Redis(
+                RedisLocker::builder()
+                    .cluster(urls.clone())
+                    .ttl(ttl)
+                    .namespace(ns)
+                    .build()
+                    .map_err(|e| err("RedisLocker (cluster)")(&e))?,
             ),
             DlockKind::Redlock(urls) => Built::Redlock(
                 RedlockLocker::builder()
@@ -229,6 +239,11 @@ impl Dlock {
             ),
             DlockKind::Redlock(_) => {
                 DlockKind::Redlock(addrs.iter().map(|a| format!("redis://{a}")).collect())
+            }
+            // The cluster names its nodes itself: seeds through `addrs` alone would not keep
+            // the other connections there.
+            DlockKind::RedisCluster(_) => {
+                DlockKind::RedisCluster(addrs.iter().map(|a| format!("redis://{a}")).collect())
             }
             DlockKind::Etcd(_) => {
                 DlockKind::Etcd(addrs.iter().map(|a| format!("http://{a}")).collect())

@@ -40,6 +40,10 @@ use rw::{DlockRead, EtcdReadFloor, RedisReadFloor, ZkReadFloor};
 use stats::{Row, Sink};
 
 const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
+/// Backends run only when asked for (`--backend redis-cluster`), and only the held-leases
+/// workload: a Redis Cluster of 3 masters (no replicas), the renewal of many leases spread over
+/// its masters (one request per master per period).
+const OPT_IN: [&str; 1] = ["redis-cluster"];
 const WAITERS: [usize; 4] = [1, 8, 32, 64];
 /// The standbys in line in the leadership-handover workloads (`election-S`).
 const ELECTION_STANDBYS: [usize; 2] = [1, 8];
@@ -129,7 +133,7 @@ impl Plan {
 }
 
 fn usage() -> String {
-    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]\n       \
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk,redis-cluster] [--json FILE] [--out DIR]\n       \
      dlock-bench --readme FILE [--from RESULTS_JSON]"
         .to_string()
 }
@@ -164,10 +168,15 @@ fn parse(args: &[String]) -> Result<Args, String> {
                     .map(|s| s.trim().to_string())
                     .filter(|s| !s.is_empty())
                     .collect();
-                if let Some(bad) = a.backends.iter().find(|b| !BACKENDS.contains(&b.as_str())) {
+                if let Some(bad) = a
+                    .backends
+                    .iter()
+                    .find(|b| !BACKENDS.iter().chain(&OPT_IN).any(|k| k == b))
+                {
                     return Err(format!(
-                        "unknown backend {bad:?} (one of {})",
-                        BACKENDS.join(",")
+                        "unknown backend {bad:?} (one of {},{})",
+                        BACKENDS.join(","),
+                        OPT_IN.join(",")
                     ));
                 }
             }
@@ -211,6 +220,27 @@ async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
         namespace: ns.clone(),
     };
     Ok(match name {
+        "redis-cluster" => {
+            let options = dlock_conformance::servers::redis_cluster::options();
+            let c = Cluster::shared_with(ServerKind::Redis, 3, &options)
+                .map_err(|e| format!("cannot start redis × 3 in cluster mode: {e}"))?;
+            dlock_conformance::servers::redis_cluster::form(&c)
+                .map_err(|e| format!("cannot form the Redis Cluster: {e}"))?;
+            let urls = c.endpoints();
+            let mut conns = Vec::new();
+            for u in &urls {
+                conns.push(impls::redis_conn(u).await?);
+            }
+            Backend {
+                name,
+                impls: Vec::new(),
+                elections: Vec::new(),
+                rw: Vec::new(),
+                dlock: dlock(DlockKind::RedisCluster(urls)),
+                probe: Probe::Redis(conns),
+                cluster: c,
+            }
+        }
         "redis" | "redlock" => {
             let c = cluster(ServerKind::Redis, if name == "redis" { 1 } else { 5 })?;
             let urls = c.endpoints();
@@ -363,6 +393,13 @@ async fn run_backend(
     };
     let step =
         |what: &str, t: Instant| eprintln!("[{}] {what} done in {:.1?}", b.name, t.elapsed());
+    if OPT_IN.contains(&b.name) {
+        let t = Instant::now();
+        sink.rows
+            .extend(held_leases_in_child(b, quick, run_ns).await?);
+        step("held leases", t);
+        return Ok(());
+    }
     let t = Instant::now();
     workloads::uncontended(&mut sink, &b.impls, plan.unc_rounds, plan.unc_per_round).await?;
     step("uncontended", t);
@@ -446,6 +483,7 @@ async fn child_leases(args: &Args, run_ns: &str) -> Result<(), String> {
     let plan = Plan::new(args.quick);
     let name = BACKENDS
         .iter()
+        .chain(&OPT_IN)
         .find(|b| args.backends.len() == 1 && args.backends[0] == **b)
         .ok_or("--child-leases needs exactly one --backend")?;
     let b = backend(name, run_ns).await?;
@@ -500,6 +538,7 @@ async fn run(args: Args) -> Result<(), String> {
     let mut failures = Vec::new();
     for name in BACKENDS
         .iter()
+        .chain(&OPT_IN)
         .filter(|b| args.backends.iter().any(|a| a == *b))
     {
         eprintln!("[{name}] starting");
@@ -535,7 +574,7 @@ async fn run(args: Args) -> Result<(), String> {
     plot::write(&rows, &svg)?;
     let mut md = format!(
         "## dlock-bench {} ({})\n\nCommand: `cargo xtask bench{}`; servers: single-node Redis, 5 × Redis, \
-         single-node etcd, single-node ZooKeeper on loopback, started by the conformance harness{}; \
+         single-node etcd, single-node ZooKeeper (and a 3-master Redis Cluster for `redis-cluster`) on loopback, started by the conformance harness{}; \
          total run time {:.0} s.\n\nMachine: {}.\n\nPeers: {}.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
          latencies and requests, above 1 is better for throughput (/s).\n\n",
         now_utc(),
@@ -552,6 +591,7 @@ async fn run(args: Args) -> Result<(), String> {
     );
     for name in BACKENDS
         .iter()
+        .chain(&OPT_IN)
         .filter(|b| rows.iter().any(|r| r.backend == **b))
     {
         md.push_str(&report::markdown(&rows, name, &WAITERS, plan.leases));
@@ -630,6 +670,14 @@ mod tests {
         assert_eq!(a.backends, s(&["etcd", "zk"]));
         assert_eq!(a.json, Some(PathBuf::from("o.json")));
         assert_eq!(a.out, PathBuf::from("d"));
+    }
+
+    #[test]
+    fn the_cluster_backend_is_opt_in() {
+        let all = parse(&s(&[])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!all.backends.iter().any(|b| b == "redis-cluster"));
+        let a = parse(&s(&["--backend", "redis-cluster"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a.backends, s(&["redis-cluster"]));
     }
 
     #[test]

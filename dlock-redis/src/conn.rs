@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock_core::{Counters, Error};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{Client, FromRedisValue, RedisError, ScriptInvocation};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -23,10 +25,15 @@ use rustls::pki_types::pem::PemObject;
 /// first request: that request asks the sentinels for the master (see [`Sentinels`]), and a
 /// rebuild (also after a connection error, the master being gone) drops the connection so that
 /// the next request asks them again.
+///
+/// A Redis Cluster node ([`Target::Cluster`]) stands for the whole cluster: its connection is a
+/// redis-rs [`ClusterConnection`] (opened at the first request), which sends each request to
+/// the master of its key's slot and follows `MOVED` / `ASK`; a rebuild drops it.
 #[derive(Clone)]
 pub(crate) struct Node {
-    /// The current master's client and connection; `None` until a sentinel node found one.
-    conn: Arc<Mutex<Option<(Client, ConnectionManager)>>>,
+    /// The current master's client and connection; `None` until a sentinel or cluster node
+    /// opened one.
+    conn: Arc<Mutex<Option<Current>>>,
     target: Target,
     /// Held while the sentinels are asked: one discovery at a time.
     discovery: Arc<tokio::sync::Mutex<()>>,
@@ -35,6 +42,10 @@ pub(crate) struct Node {
     pub(crate) display: Arc<str>,
 }
 
+/// A node's open connection, with the master's client for a single server (`None` for a
+/// cluster).
+type Current = (Option<Client>, Conn);
+
 /// Where a node's server is.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -42,6 +53,98 @@ pub(crate) enum Target {
     Fixed(Box<Client>),
     /// The master the sentinels name.
     Sentinel(Arc<Sentinels>),
+    /// A Redis Cluster: every request goes to its key's slot owner.
+    Cluster(Arc<ClusterTarget>),
+}
+
+/// A Redis Cluster's client (seed nodes, credentials, TLS, address map) and the seed nodes'
+/// own clients, for the pub/sub connection (a `PUBLISH` reaches every node of a cluster).
+pub(crate) struct ClusterTarget {
+    pub(crate) client: ClusterClient,
+    /// One client per seed node, in the configured order.
+    pub(crate) seeds: Vec<Client>,
+    /// The seed the next pub/sub connection goes to (round robin: a seed that failed is not
+    /// asked again first).
+    pub(crate) next_seed: std::sync::atomic::AtomicUsize,
+}
+
+/// A connection of any of the shapes a node uses; each one sends a request where it belongs.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// A single server's auto-reconnecting connection.
+    Manager(ConnectionManager),
+    /// A single server's plain multiplexed connection (a connection of one's own).
+    Multiplexed(MultiplexedConnection),
+    /// A Redis Cluster: routed by key slot, following redirects.
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Manager(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A cluster connection whose pipelines all go to the master of one slot (the renewal of the
+/// leases of one node: one script call per slot, in one round trip).
+struct ToSlot {
+    conn: ClusterConnection,
+    slot: u16,
+}
+
+impl redis::aio::ConnectionLike for ToSlot {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        self.conn.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::new(self.slot, SlotAddr::Master));
+        Box::pin(
+            self.conn
+                .route_pipeline(pipeline.clone(), offset, count, route),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
 }
 
 /// Redis Sentinels and the master they are asked for, with the settings of the data connection
@@ -178,7 +281,10 @@ pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Er
     let conn =
         manager(&client, request_timeout).map_err(|e| map_err(&display, "connecting", &e))?;
     Ok(Node {
-        conn: Arc::new(Mutex::new(Some((client.clone(), conn)))),
+        conn: Arc::new(Mutex::new(Some((
+            Some(client.clone()),
+            Conn::Manager(conn),
+        )))),
         target: Target::Fixed(Box::new(client)),
         discovery: Arc::new(tokio::sync::Mutex::new(())),
         request_timeout,
@@ -201,6 +307,22 @@ pub(crate) fn open_sentinel(sentinels: Sentinels, request_timeout: Duration) -> 
         request_timeout,
         timeouts: Arc::new(AtomicU32::new(0)),
         display,
+    }
+}
+
+/// A node standing for a whole Redis Cluster: no I/O until its first request.
+pub(crate) fn open_cluster(
+    target: ClusterTarget,
+    display: String,
+    request_timeout: Duration,
+) -> Node {
+    Node {
+        conn: Arc::new(Mutex::new(None)),
+        target: Target::Cluster(Arc::new(target)),
+        discovery: Arc::new(tokio::sync::Mutex::new(())),
+        request_timeout,
+        timeouts: Arc::new(AtomicU32::new(0)),
+        display: Arc::from(display),
     }
 }
 
@@ -388,6 +510,17 @@ pub(crate) fn is_not_master(e: &RedisError) -> bool {
     )
 }
 
+/// Whether a Redis Cluster's routing failed for now: a redirect (`MOVED`, `ASK`) still
+/// pending when the cluster connection's retries ran out (a resharding under way), or no
+/// connection to the slot's master: retryable.
+pub(crate) fn is_cluster_redirect(e: &RedisError) -> bool {
+    use redis::ServerErrorKind as K;
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(K::Moved | K::Ask) | redis::ErrorKind::ClusterConnectionNotFound
+    ) || matches!(e.code(), Some("MOVED" | "ASK"))
+}
+
 /// Whether the server refused our credentials or our ACL permissions (`WRONGPASS`, `NOAUTH`,
 /// `NOPERM`, or a command inside our script refused by ACL, which Redis reports as a script
 /// error "The user executing the script can't …"): retrying cannot help until an operator
@@ -415,6 +548,7 @@ pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     }
     let message = format!("{what} on {node}: {e}");
     if is_not_master(e)
+        || is_cluster_redirect(e)
         || e.is_io_error()
         || e.is_connection_refusal()
         || e.is_timeout()
@@ -438,7 +572,7 @@ pub(crate) fn is_slow(e: &Error) -> bool {
             source: Some(s), ..
         } => s
             .downcast_ref::<RedisError>()
-            .is_some_and(|r| r.is_timeout() || is_not_master(r)),
+            .is_some_and(|r| r.is_timeout() || is_not_master(r) || is_cluster_redirect(r)),
         _ => false,
     }
 }
@@ -450,7 +584,9 @@ pub(crate) fn warm_up(node: &Node, budget: Duration) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(budget, async move {
             if let Ok(mut conn) = node.connection(budget).await {
-                let _ = conn.send_packed_command(&redis::cmd("PING")).await;
+                let _ = redis::cmd("PING")
+                    .query_async::<redis::Value>(&mut conn)
+                    .await;
             }
         })
         .await;
@@ -466,56 +602,73 @@ pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
 }
 
 impl Node {
-    fn current(&self) -> Option<(Client, ConnectionManager)> {
+    fn current(&self) -> Option<Current> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The current master's client and connection: for a sentinel node without one, the
-    /// sentinels are asked first (one discovery at a time, within `budget`).
-    async fn current_or_discover(
-        &self,
-        budget: Duration,
-    ) -> Result<(Client, ConnectionManager), Error> {
+    /// Whether this node stands for a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// The current connection (and the master's client, for a single server): for a sentinel
+    /// node without one, the sentinels are asked first; a cluster node without one connects to
+    /// the cluster (one at a time, within `budget`).
+    async fn current_or_discover(&self, budget: Duration) -> Result<Current, Error> {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let Target::Sentinel(sentinels) = &self.target else {
-            return Err(Error::unavailable(
-                format!("{}: no connection", self.display),
-                None,
-            ));
-        };
         let work = async {
             let _one = self.discovery.lock().await;
             if let Some(c) = self.current() {
                 return Ok(c);
             }
-            let (client, addr) = sentinels.discover(self.request_timeout).await?;
-            let conn = manager(&client, self.request_timeout)
-                .map_err(|e| map_err(&self.display, "connecting", &e))?;
-            tracing::info!(node = %self.display, master = %addr, "connected to the master the sentinels name");
-            let fresh = (client, conn);
+            let fresh = match &self.target {
+                Target::Fixed(_) => {
+                    return Err(Error::unavailable(
+                        format!("{}: no connection", self.display),
+                        None,
+                    ));
+                }
+                Target::Sentinel(sentinels) => {
+                    let (client, addr) = sentinels.discover(self.request_timeout).await?;
+                    let conn = manager(&client, self.request_timeout)
+                        .map_err(|e| map_err(&self.display, "connecting", &e))?;
+                    tracing::info!(node = %self.display, master = %addr, "connected to the master the sentinels name");
+                    (Some(client), Conn::Manager(conn))
+                }
+                Target::Cluster(cluster) => {
+                    let conn = cluster
+                        .client
+                        .get_async_connection()
+                        .await
+                        .map_err(|e| map_err(&self.display, "connecting to the cluster", &e))?;
+                    tracing::info!(node = %self.display, "connected to the cluster");
+                    (None, Conn::Cluster(conn))
+                }
+            };
             *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(fresh.clone());
             self.timeouts.store(0, Ordering::Relaxed);
             Ok(fresh)
         };
         match tokio::time::timeout(budget, work).await {
             Ok(r) => r,
-            Err(_) => Err(timed_out(&self.display, "asking the sentinels", budget)),
+            Err(_) => Err(timed_out(&self.display, "connecting", budget)),
         }
     }
 
     /// The current connection (see [`current_or_discover`](Self::current_or_discover)).
-    async fn connection(&self, budget: Duration) -> Result<ConnectionManager, Error> {
+    async fn connection(&self, budget: Duration) -> Result<Conn, Error> {
         self.current_or_discover(budget).await.map(|(_, c)| c)
     }
 
     /// Replaces the connection with a new one (requests in flight finish on the old one); a
-    /// sentinel node drops it, so that the next request asks the sentinels again.
+    /// sentinel node drops it, so that the next request asks the sentinels again, and a
+    /// cluster node, so that the next request connects to the cluster again.
     fn rebuild(&self, why: &str) {
         let client = match &self.target {
             Target::Fixed(client) => client,
-            Target::Sentinel(_) => {
+            Target::Sentinel(_) | Target::Cluster(_) => {
                 let had = self
                     .conn
                     .lock()
@@ -523,7 +676,7 @@ impl Node {
                     .take()
                     .is_some();
                 if had {
-                    tracing::warn!(node = %self.display, why, "asking the sentinels for the master again");
+                    tracing::warn!(node = %self.display, why, "connecting again");
                 }
                 self.timeouts.store(0, Ordering::Relaxed);
                 return;
@@ -533,7 +686,7 @@ impl Node {
             Ok(fresh) => {
                 tracing::warn!(node = %self.display, why, "rebuilding the connection");
                 *self.conn.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((Client::clone(client), fresh));
+                    Some((Some(Client::clone(client)), Conn::Manager(fresh)));
                 self.timeouts.store(0, Ordering::Relaxed);
             }
             Err(e) => {
@@ -544,7 +697,8 @@ impl Node {
 
     /// Counts a request's outcome; rebuilds the connection when the server is not a usable
     /// master or after too many timeouts in a row (a sentinel node also when the server is
-    /// unreachable: the master may have moved).
+    /// unreachable: the master may have moved). A cluster connection reconnects to a node
+    /// that went away and refreshes its slot map by itself.
     fn observe<T>(&self, r: &Result<T, Error>) {
         match r {
             Ok(_) => self.timeouts.store(0, Ordering::Relaxed),
@@ -553,6 +707,8 @@ impl Node {
                 let sentinel = matches!(self.target, Target::Sentinel(_));
                 if redis_err.is_some_and(is_not_master) {
                     self.rebuild("the server is not a usable master");
+                } else if redis_err.is_some_and(is_cluster_redirect) {
+                    self.rebuild("the cluster's slots moved");
                 } else if sentinel
                     && redis_err.is_some_and(|e| {
                         e.is_io_error()
@@ -563,6 +719,10 @@ impl Node {
                 {
                     self.rebuild("the master is unreachable");
                 } else if redis_err.is_none_or(RedisError::is_timeout)
+                    // A cluster connection keeps one connection per master: a slow or frozen
+                    // master says nothing about the others, and the cluster connection
+                    // reconnects to it by itself.
+                    && !self.is_cluster()
                     && self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= REBUILD_AFTER_TIMEOUTS
                 {
                     self.rebuild("requests timed out repeatedly");
@@ -572,10 +732,11 @@ impl Node {
         }
     }
 
-    /// Runs `fut` on the current connection within `budget` (the sentinels' answer included).
+    /// Runs `fut` on the current connection within `budget` (the sentinels' answer or the
+    /// cluster connection's set-up included).
     async fn run<T, F, Fut>(&self, what: &'static str, budget: Duration, fut: F) -> Result<T, Error>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let start = tokio::time::Instant::now();
@@ -607,13 +768,61 @@ impl Node {
 }
 
 impl Node {
-    /// The client of the current master (for a connection of one's own); a sentinel node
-    /// asks the sentinels when it has none, within `budget`.
+    /// The client of a server to open a connection of one's own to (the notification
+    /// subscription): the current master; a sentinel node asks the sentinels when it has none,
+    /// within `budget`; a cluster node names its seed nodes in turn (a `PUBLISH` on any node
+    /// of a cluster reaches the subscribers of every node).
     pub(crate) async fn client(&self, budget: Duration) -> Result<Client, Error> {
         match &self.target {
             Target::Fixed(client) => Ok(Client::clone(client)),
-            Target::Sentinel(_) => self.current_or_discover(budget).await.map(|(c, _)| c),
+            Target::Sentinel(_) => match self.current_or_discover(budget).await? {
+                (Some(c), _) => Ok(c),
+                (None, _) => Err(Error::unavailable(
+                    format!("{}: no master", self.display),
+                    None,
+                )),
+            },
+            Target::Cluster(cluster) => {
+                let i = cluster.next_seed.fetch_add(1, Ordering::Relaxed);
+                Ok(cluster.seeds[i % cluster.seeds.len()].clone())
+            }
         }
+    }
+
+    /// A connection of one's own for blocking reads (no response timeout: the caller bounds
+    /// every read): a multiplexed connection to the master, or for a cluster node a cluster
+    /// connection of its own (routed by key slot). Within `budget`.
+    pub(crate) async fn own_connection(&self, budget: Duration) -> Result<Conn, Error> {
+        let cluster = match &self.target {
+            Target::Cluster(c) => Arc::clone(c),
+            _ => {
+                let client = self.client(budget).await?;
+                let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+                return bounded(&self.display, "connecting", budget, async move {
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                })
+                .await
+                .map(Conn::Multiplexed);
+            }
+        };
+        let config = redis::cluster::ClusterConfig::new()
+            .set_connection_timeout(self.request_timeout)
+            .set_response_timeout(Duration::from_secs(24 * 3600));
+        bounded(
+            &self.display,
+            "connecting to the cluster",
+            budget,
+            async move {
+                cluster
+                    .client
+                    .get_async_connection_with_config(config)
+                    .await
+            },
+        )
+        .await
+        .map(Conn::Cluster)
     }
 
     /// Runs a pipeline (one round trip) within `budget`, counting one request.
@@ -630,6 +839,100 @@ impl Node {
         })
         .await
     }
+
+    /// For a cluster node: runs a pipeline (one round trip) on the master of `slot` within
+    /// `budget`, counting one request; every command of it must touch keys of slots that node
+    /// serves (a `MOVED` reply sends the whole pipeline where it points).
+    pub(crate) async fn pipeline_to_slot<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        pipe: &redis::Pipeline,
+        slot: u16,
+        budget: Duration,
+        counters: &Counters,
+    ) -> Result<T, Error> {
+        counters.add_requests(1);
+        self.run(what, budget, |conn| async move {
+            match conn {
+                Conn::Cluster(conn) => pipe.query_async::<T>(&mut ToSlot { conn, slot }).await,
+                mut other => pipe.query_async::<T>(&mut other).await,
+            }
+        })
+        .await
+    }
+
+    /// For a cluster node: which master serves each slot now (`CLUSTER SLOTS`), as
+    /// `(first slot, last slot, master "host:port")` ranges; one request within `budget`.
+    pub(crate) async fn cluster_slots(
+        &self,
+        budget: Duration,
+        counters: &Counters,
+    ) -> Result<Vec<(u16, u16, String)>, Error> {
+        counters.add_requests(1);
+        let reply: redis::Value = self
+            .run("reading the slot map", budget, |mut conn| async move {
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        parse_cluster_slots(&reply).ok_or_else(|| {
+            Error::backend(
+                format!("unexpected reply to CLUSTER SLOTS from {}", self.display),
+                None,
+            )
+        })
+    }
+}
+
+/// Parses a `CLUSTER SLOTS` reply: `[[start, end, [host, port, id, …], replicas…], …]`.
+fn parse_cluster_slots(reply: &redis::Value) -> Option<Vec<(u16, u16, String)>> {
+    use redis::Value as V;
+    let V::Array(ranges) = reply else { return None };
+    let int = |v: &V| match v {
+        V::Int(i) => u16::try_from(*i).ok(),
+        _ => None,
+    };
+    let text = |v: &V| match v {
+        V::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        V::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .map(|r| {
+            let V::Array(parts) = r else { return None };
+            let (start, end) = (int(parts.first()?)?, int(parts.get(1)?)?);
+            let V::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            let host = text(master.first()?)?;
+            let port = match master.get(1)? {
+                V::Int(p) => u16::try_from(*p).ok()?,
+                _ => return None,
+            };
+            Some((start, end, format!("{host}:{port}")))
+        })
+        .collect()
+}
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first `{`
+/// and the next `}`, when not empty) or of the whole key, modulo 16384.
+pub(crate) fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tag = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(tag) % 16384
 }
 
 /// Awaits a client future within `budget`, mapping its error.
@@ -691,6 +994,53 @@ mod tests {
         for url in ["redis://u:s3cret@h", "redis://u:x/s3cret@h:1"] {
             assert!(!redact_url(url).contains("s3cret"), "{url}");
         }
+    }
+
+    #[test]
+    fn cluster_slots_replies_parse_to_master_ranges() {
+        use redis::Value as V;
+        let node = |host: &str, port: i64| {
+            V::Array(vec![
+                V::BulkString(host.as_bytes().to_vec()),
+                V::Int(port),
+                V::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = V::Array(vec![
+            V::Array(vec![
+                V::Int(0),
+                V::Int(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            V::Array(vec![V::Int(5461), V::Int(16383), node("10.0.0.2", 7001)]),
+        ]);
+        assert_eq!(
+            parse_cluster_slots(&reply),
+            Some(vec![
+                (0, 5460, "127.0.0.1:7000".to_string()),
+                (5461, 16383, "10.0.0.2:7001".to_string()),
+            ])
+        );
+        // A malformed range makes the whole reply unusable.
+        let bad = V::Array(vec![V::Array(vec![V::Int(0), V::Int(70000), node("h", 1)])]);
+        assert_eq!(parse_cluster_slots(&bad), None);
+        assert_eq!(parse_cluster_slots(&V::Nil), None);
+    }
+
+    #[test]
+    fn key_slots_follow_the_cluster_spec() {
+        // The cluster specification's example: "123456789" hashes to 0x31C3 (12739).
+        assert_eq!(key_slot("123456789"), 12739);
+        // Only the hash tag counts.
+        assert_eq!(key_slot("p/dlock:{123456789}:fence"), 12739);
+        assert_eq!(key_slot("x{123456789}"), key_slot("y{123456789}z"));
+        // An empty tag is no tag: the whole key is hashed.
+        assert_ne!(key_slot("a{}1"), key_slot("a{}2"));
+        assert_eq!(
+            key_slot("{user1000}.following"),
+            key_slot("{user1000}.followers")
+        );
     }
 
     #[test]

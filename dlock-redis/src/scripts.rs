@@ -2,8 +2,10 @@
 //! `redis::Script` loads it again when the server answers `NOSCRIPT` (after a restart or a
 //! `SCRIPT FLUSH`).
 //!
-//! Every script touches only the keys of ONE lock name (they share a hash tag), except
-//! [`RENEW`], which takes the keys of every lease a locker holds.
+//! Every script touches only the keys of ONE lock name (they share a hash tag, so one Redis
+//! Cluster slot), declared in `KEYS`, except the batched renewals ([`RENEW`] here, the family's
+//! in `family_scripts`), which take the keys of many leases: on one server all of a locker's,
+//! on a cluster those of one slot per call (see `single::backend`).
 
 use std::sync::LazyLock;
 

@@ -23,7 +23,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 16] = [
+pub const BACKENDS: [Backend; 17] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -71,6 +71,12 @@ pub const BACKENDS: [Backend; 16] = [
         krate: "dlock-redis",
         target: "conformance_sentinel",
         module: "redis_sentinel",
+    },
+    Backend {
+        name: "redis-cluster",
+        krate: "dlock-redis",
+        target: "conformance_cluster",
+        module: "redis_cluster",
     },
     Backend {
         name: "etcd",
@@ -139,7 +145,7 @@ pub struct Options {
     pub from: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,redis-acl,redis-tls,redis-sentinel,etcd,etcd-cluster,etcd-tls,etcd-auth,zk,zk-cluster,zk-tls,zk-digest] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
+const USAGE: &str = "usage: cargo xtask conform [--backend memory,redis,redis-spin,redlock,redlock-degraded,redis-acl,redis-tls,redis-sentinel,redis-cluster,etcd,etcd-cluster,etcd-tls,etcd-auth,zk,zk-cluster,zk-tls,zk-digest] [--json FILE] [--from ROWS_DIR] [--soak DURATION (10m, 90s) [--seed N]]";
 
 /// Parses `conform`'s arguments (without the subcommand itself).
 ///

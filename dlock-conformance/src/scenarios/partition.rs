@@ -103,6 +103,11 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
             "single-node topology: there is no leader to cut the holder's server from".into(),
         ));
     }
+    if kind == ServerKind::Redis && n != 5 {
+        return Err(Verdict::Skip(
+            "Redis Cluster without replicas: no failover and no leader; each master serves its own slots alone".into(),
+        ));
+    }
     if kind == ServerKind::Redis {
         return Err(Verdict::Skip(
             "Redlock has no leader: its nodes are independent (node faults are minority_nodes_down)".into(),

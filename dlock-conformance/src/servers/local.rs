@@ -59,10 +59,12 @@ fn fsync() -> bool {
     std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true")
 }
 
-/// The ports one node needs.
+/// The ports one node needs. Redis: the client port, and the cluster bus port (used only when
+/// the node runs in cluster mode, `--cluster-enabled yes` among the extra arguments: the
+/// default bus port, client port + 10000, may lie outside the reserved ports or above 65535).
 pub(crate) fn ports_per_node(kind: ServerKind) -> usize {
     match kind {
-        ServerKind::Redis => 1,
+        ServerKind::Redis => 2,
         ServerKind::Etcd => 2,
         ServerKind::Zk => 3,
     }
@@ -163,6 +165,11 @@ pub(crate) fn launches(
                     .map(|s| s.to_string()),
                 );
                 args.extend(options.args.iter().cloned());
+                if let Some(bus) = p.get(1)
+                    && options.args.iter().any(|a| a == "--cluster-enabled")
+                {
+                    args.extend(["--cluster-port".to_string(), bus.to_string()]);
+                }
                 out.push(Launch {
                     program: PathBuf::from("redis-server"),
                     args,

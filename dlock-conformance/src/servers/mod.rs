@@ -38,6 +38,7 @@ mod node;
 mod partition;
 mod ports;
 pub(crate) mod process;
+pub mod redis_cluster;
 pub mod stats;
 mod tls;
 

@@ -39,6 +39,60 @@ pub(crate) struct SingleBackend {
     pub(crate) channel_prefix: String,
     pub(crate) request_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
+    /// On a Redis Cluster: which master serves each slot, as last read, and when (`None` until
+    /// the first renewal, and again after a renewal request failed: the next round reads it
+    /// again; also read again once [`SLOT_MAP_MAX_AGE`] old).
+    pub(crate) slot_map: std::sync::Mutex<Option<(tokio::time::Instant, Arc<SlotMap>)>>,
+}
+
+/// How long a cluster's slot map is used before the next renewal round reads it again: a
+/// resharding whose redirects the cluster connection follows (the round succeeds, at the cost of
+/// an extra round trip to a master every round) is noticed within this time. One request.
+pub(crate) const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(30);
+
+/// Which master serves each cluster slot (`CLUSTER SLOTS`): the renewal batch is grouped by
+/// master, one round trip each.
+#[derive(Debug)]
+pub(crate) struct SlotMap {
+    /// Per slot: the index of its master in `masters`, `u32::MAX` when no master serves it.
+    owner: Vec<u32>,
+    masters: Vec<String>,
+}
+
+impl SlotMap {
+    fn new(ranges: &[(u16, u16, String)]) -> Self {
+        let mut owner = vec![u32::MAX; 16384];
+        let mut masters: Vec<String> = Vec::new();
+        for (start, end, addr) in ranges {
+            let i = match masters.iter().position(|m| m == addr) {
+                Some(i) => i,
+                None => {
+                    masters.push(addr.clone());
+                    masters.len() - 1
+                }
+            };
+            for slot in *start..=(*end).min(16383) {
+                owner[usize::from(slot)] = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+        }
+        SlotMap { owner, masters }
+    }
+
+    /// The master serving `slot` (`None` when none does, as far as the map knows).
+    fn master(&self, slot: u16) -> Option<&str> {
+        let i = *self.owner.get(usize::from(slot))?;
+        self.masters
+            .get(usize::try_from(i).ok()?)
+            .map(String::as_str)
+    }
+}
+
+/// The leases of one slot in a cluster renewal: indexes into the batch, mutex keys and
+/// holders apart.
+#[derive(Default)]
+struct SlotLeases {
+    locks: Vec<usize>,
+    members: Vec<usize>,
 }
 
 impl SingleBackend {
@@ -135,11 +189,165 @@ fn wrong_length(node: &str) -> Error {
     )
 }
 
+impl SingleBackend {
+    /// The cluster's slot map: the last one read, or a new read (one request).
+    async fn slot_map(&self) -> Result<Arc<SlotMap>, Error> {
+        let known = self
+            .slot_map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((read_at, map)) = known
+            && read_at.elapsed() < SLOT_MAP_MAX_AGE
+        {
+            return Ok(map);
+        }
+        let ranges = self
+            .node
+            .cluster_slots(self.request_timeout, &self.counters)
+            .await?;
+        let map = Arc::new(SlotMap::new(&ranges));
+        *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((tokio::time::Instant::now(), Arc::clone(&map)));
+        Ok(map)
+    }
+
+    /// Cluster renewal: the batch grouped by the master of each lease's slot, ONE round trip
+    /// per master (a pipeline of one script call per slot, chunked like the single-server
+    /// batch), all masters at once, each within the request timeout. A master whose request fails (down, slow, a slot moved
+    /// away) leaves its leases undecided ([`Renewal::Retry`]: the driver retries them within
+    /// their validity, and they are lost at their deadline at the latest) and makes the next
+    /// round read the slot map again.
+    async fn renew_cluster(&self, entries: &[Arc<Held>]) -> Result<Vec<Renewal>, Error> {
+        use std::collections::BTreeMap;
+        let map = self.slot_map().await?;
+        let keys: Vec<String> = entries
+            .iter()
+            .map(|e| match e.slot {
+                Slot::Lock => e.keys.lock.clone(),
+                Slot::Holder => FamilyKeys::of(&e.keys).holders,
+            })
+            .collect();
+        // master (or `?<slot>` for a slot no master serves in the map) → slot → leases
+        let mut groups: BTreeMap<String, BTreeMap<u16, SlotLeases>> = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = crate::conn::key_slot(key);
+            let master = match map.master(slot) {
+                Some(m) => m.to_owned(),
+                None => format!("?{slot}"),
+            };
+            let leases = groups.entry(master).or_default().entry(slot).or_default();
+            match entries[i].slot {
+                Slot::Lock => leases.locks.push(i),
+                Slot::Holder => leases.members.push(i),
+            }
+        }
+        let ttl_ms = millis(self.ttl);
+        let requests = groups.into_iter().map(|(master, slots)| {
+            let mut pipe = redis::pipe();
+            let any_locks = slots.values().any(|s| !s.locks.is_empty());
+            let any_members = slots.values().any(|s| !s.members.is_empty());
+            // Loaded first (replies ignored): no NOSCRIPT inside the pipeline.
+            if any_locks {
+                pipe.load_script(&scripts().renew).ignore();
+            }
+            if any_members {
+                pipe.load_script(&family_scripts::family_scripts().renew)
+                    .ignore();
+            }
+            // One reply per call: the batch indexes it answers for.
+            let mut calls: Vec<Vec<usize>> = Vec::new();
+            let first_slot = slots.keys().next().copied().unwrap_or(0);
+            for leases in slots.values() {
+                for (list, script) in [
+                    (&leases.locks, &scripts().renew),
+                    (&leases.members, &family_scripts::family_scripts().renew),
+                ] {
+                    for chunk in list.chunks(scripts::RENEW_CHUNK) {
+                        let mut inv = script.prepare_invoke();
+                        inv.arg(ttl_ms);
+                        for &i in chunk {
+                            inv.key(keys[i].as_str());
+                        }
+                        for &i in chunk {
+                            inv.arg(entries[i].owner.as_str());
+                        }
+                        pipe.invoke_script(&inv);
+                        calls.push(chunk.to_vec());
+                    }
+                }
+            }
+            async move {
+                // Each master within the request timeout, not the leases' validity: the round
+                // settles when the slowest master answers, so a frozen master must not hold
+                // back the other masters' replies until their leases' deadlines.
+                let replies: Result<Vec<Vec<i64>>, Error> = self
+                    .node
+                    .pipeline_to_slot(
+                        "renew",
+                        &pipe,
+                        first_slot,
+                        self.request_timeout,
+                        &self.counters,
+                    )
+                    .await;
+                (master, calls, replies)
+            }
+        });
+        let results = futures::future::join_all(requests).await;
+        let mut out = vec![Renewal::Retry; entries.len()];
+        let mut failed = None;
+        let mut any_ok = false;
+        for (master, calls, replies) in results {
+            let replies = match replies {
+                Ok(r) if r.len() == calls.len() => r,
+                Ok(_) => {
+                    failed = Some(wrong_length(&master));
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(master, error = %e, "cluster renewal on one master failed");
+                    failed = Some(e);
+                    continue;
+                }
+            };
+            any_ok = true;
+            for (call, reply) in calls.iter().zip(replies) {
+                if reply.len() != call.len() {
+                    failed = Some(wrong_length(&master));
+                    continue;
+                }
+                for (&i, r) in call.iter().zip(reply) {
+                    out[i] = match (r, entries[i].slot) {
+                        (1, _) => Renewal::Extended,
+                        (_, Slot::Lock) => Renewal::Lost(LossReason::Gone(
+                            "the lock key is gone or holds another owner".into(),
+                        )),
+                        (_, Slot::Holder) => Renewal::Lost(LossReason::Gone(
+                            "the holder's entry is gone or expired".into(),
+                        )),
+                    };
+                }
+            }
+        }
+        if let Some(e) = failed {
+            *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            if !any_ok {
+                return Err(e);
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[async_trait]
 impl RenewBackend for SingleBackend {
     type Entry = Held;
 
     async fn renew(&self, entries: &[Arc<Held>]) -> Result<Vec<Renewal>, Error> {
+        if self.node.is_cluster() {
+            return self.renew_cluster(entries).await;
+        }
         // ONE round trip over every held lease (chunked script calls in one pipeline): the
         // mutex keys first, then the holders of read-write locks and semaphores.
         let (locks, members): (Vec<usize>, Vec<usize>) =

@@ -22,7 +22,6 @@ use dlock_core::{
     LockName, Locker, LossReason, Proclaim, validate_value,
 };
 use redis::Script;
-use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadReply;
 
 use super::{Inner, RedisLocker, acquire};
@@ -164,7 +163,7 @@ impl Proclaim for RedisProclaim {
 
 /// One observation: the stream from the last id seen, on a connection of its own.
 struct RedisChanges {
-    conn: MultiplexedConnection,
+    conn: conn::Conn,
     node: Arc<str>,
     stream: String,
     last_id: String,
@@ -260,14 +259,11 @@ impl Election for RedisLocker {
     async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         let inner = &self.inner;
         let node = Arc::clone(&inner.backend.node.display);
-        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        let client = inner.backend.node.client(inner.request_timeout).await?;
-        let conn = conn::bounded(&node, "election watch", inner.request_timeout, async move {
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        })
-        .await?;
+        let conn = inner
+            .backend
+            .node
+            .own_connection(inner.request_timeout)
+            .await?;
         let Read { leader, n, last_id } = read(inner, name).await?;
         let (_, _, stream) = keys(inner, name);
         Ok(Box::new(RedisChanges {

@@ -41,7 +41,8 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 ///   the grant. A token is the fence counter + 1, raised to at least the server's clock in
 ///   microseconds, so tokens keep increasing when the counter is lost (a restart without
 ///   persistence, a failover to a lagging replica, an evicted fence key). Release is a compare-and-delete. Every
-///   lease the locker holds is renewed in ONE round trip every TTL/3.
+///   lease the locker holds is renewed in ONE round trip every TTL/3 (on a Redis Cluster, one
+///   per master: see [`RedisLockerBuilder::cluster`]).
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
 ///   queue for long. A release with waiters queued reserves the lock for the head (nobody can
@@ -133,6 +134,10 @@ pub struct RedisLockerBuilder {
     master_username: Option<String>,
     master_password: Option<String>,
     tls: bool,
+    /// A Redis Cluster's seed node URLs.
+    cluster: Option<Vec<String>>,
+    /// Announced `host:port` → the `host:port` to connect to instead.
+    cluster_address_map: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for RedisLockerBuilder {
@@ -157,12 +162,25 @@ impl std::fmt::Debug for RedisLockerBuilder {
                 &self.master_password.as_ref().map(|_| "<set>"),
             )
             .field("tls", &self.tls)
+            .field(
+                "cluster",
+                &self.cluster.as_ref().map(|seeds| {
+                    seeds
+                        .iter()
+                        .map(|u| crate::conn::redact_url(u))
+                        .collect::<Vec<_>>()
+                }),
+            )
+            .field("cluster_address_map", &self.cluster_address_map)
             .finish()
     }
 }
 
 /// The most sentinels a locker accepts.
 pub const MAX_SENTINELS: usize = 16;
+
+/// The most cluster seed nodes (and address map entries) a locker accepts.
+pub const MAX_CLUSTER_NODES: usize = 1000;
 
 impl RedisLocker {
     /// A builder with the defaults: TTL 30 s, no key prefix, fair mode on.
@@ -181,6 +199,8 @@ impl RedisLocker {
             master_username: None,
             master_password: None,
             tls: false,
+            cluster: None,
+            cluster_address_map: Vec::new(),
         }
     }
 
@@ -243,6 +263,56 @@ impl RedisLockerBuilder {
             addrs.into_iter().map(Into::into).collect(),
             master_name.into(),
         ));
+        self
+    }
+
+    /// Use a Redis Cluster instead of a fixed [`url`](Self::url): the URLs of some of its
+    /// master nodes (`redis://[user:password@]host:port` or `rediss://…`; the others are
+    /// found through them). Every URL must use the same scheme and credentials.
+    ///
+    /// All keys of one lock name share a hash tag, so each lock lives in one slot and every
+    /// request for it goes to that slot's master (redis-rs' cluster connection, following
+    /// `MOVED` during a resharding and `ASK` during a slot migration). The leases a locker
+    /// holds are renewed with one round trip per master per period (one script call per slot
+    /// it holds leases in, pipelined). Wake-ups use plain `PUBLISH`, which a cluster forwards
+    /// to every node, so the locker's one subscription may sit on any node (it moves to the
+    /// next seed node when its node fails). Fencing tokens are per name (the counter lives in
+    /// the name's slot and moves with it), raised to the server clock like on a single server.
+    ///
+    /// A lease lives only on its slot's master: when that master fails (killed, or failed over
+    /// to a replica that had not received the lease), the lease is lost no later than its
+    /// deadline, as on a single server. [`wait_for_replicas`](Self::wait_for_replicas) is not
+    /// supported with a cluster.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`Error::InvalidOption`] before any I/O when more
+    /// than one of `url`, `sentinels` and `cluster` is given, when there is no node or more
+    /// than [`MAX_CLUSTER_NODES`], a duplicate, a URL that does not parse, a `unix://` URL,
+    /// or URLs that differ in scheme or credentials.
+    pub fn cluster<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cluster = Some(nodes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// With [`cluster`](Self::cluster): connect to `reachable` (`host:port`) whenever the
+    /// cluster names the node `announced` (`host:port`, as `CLUSTER SLOTS` and `MOVED` replies
+    /// give it) — for a cluster behind NAT or port mappings, or whose nodes announce IP
+    /// addresses their TLS certificates do not name. May be called once per node.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`Error::InvalidOption`] when either address is not
+    /// `host:port`, an announced address is mapped twice, or without `cluster`.
+    pub fn cluster_address_map(
+        mut self,
+        announced: impl Into<String>,
+        reachable: impl Into<String>,
+    ) -> Self {
+        self.cluster_address_map
+            .push((announced.into(), reachable.into()));
         self
     }
 
@@ -338,8 +408,9 @@ impl RedisLockerBuilder {
     /// requests fail with [`Error::Unavailable`], not the build.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), both or neither
-    /// of a URL and [`sentinels`](Self::sentinels), bad sentinel addresses or master name
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
+    /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
+    /// cluster nodes or address map (see there), bad sentinel addresses or master name
     /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
     /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
     /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
@@ -348,17 +419,8 @@ impl RedisLockerBuilder {
     pub fn build(self) -> Result<RedisLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
         let target = self.target()?;
+        let request_timeout = self.request_timeout_or_default()?;
         let prefix = self.prefix?;
-        let request_timeout = match self.request_timeout {
-            None => (ttl / 3).min(Duration::from_secs(2)),
-            Some(t) if t.is_zero() || t > ttl => {
-                return Err(Error::invalid_option(
-                    "request_timeout",
-                    format!("{t:?} must be above zero and at most the TTL {ttl:?}"),
-                ));
-            }
-            Some(t) => t,
-        };
         if self.retry_delay.is_zero() || self.retry_delay > ttl {
             return Err(Error::invalid_option(
                 "retry_delay",
@@ -387,6 +449,9 @@ impl RedisLockerBuilder {
         let node: Node = match target {
             Target::Url(client) => conn::open(client, request_timeout)?,
             Target::Sentinels(sentinels) => conn::open_sentinel(sentinels, request_timeout),
+            Target::Cluster(cluster, display) => {
+                conn::open_cluster(*cluster, display, request_timeout)
+            }
         };
         conn::warm_up(&node, request_timeout.max(Duration::from_secs(1)));
         let counters = Arc::new(Counters::default());
@@ -400,6 +465,7 @@ impl RedisLockerBuilder {
             channel_prefix: channel_prefix.clone(),
             request_timeout,
             counters: Arc::clone(&counters),
+            slot_map: std::sync::Mutex::new(None),
         });
         let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
         let notifier = Notifier::new(
@@ -431,11 +497,30 @@ impl RedisLockerBuilder {
 enum Target {
     Url(redis::Client),
     Sentinels(conn::Sentinels),
+    /// The cluster and its display name (the seed addresses, never the password).
+    Cluster(Box<conn::ClusterTarget>, String),
 }
 
 impl RedisLockerBuilder {
-    /// The server the options name: a URL or sentinels, exactly one of them.
+    /// The server the options name: a URL, sentinels or a cluster, exactly one of them.
     fn target(&self) -> Result<Target, Error> {
+        if self.cluster.is_none() && !self.cluster_address_map.is_empty() {
+            return Err(Error::invalid_option(
+                "cluster_address_map",
+                "only with `cluster`",
+            ));
+        }
+        if let Some(nodes) = &self.cluster {
+            if self.url.is_some() || self.sentinels.is_some() {
+                return Err(Error::invalid_option(
+                    "cluster",
+                    "`url`, `sentinels` and `cluster` are mutually exclusive: give one of them",
+                ));
+            }
+            return self
+                .cluster_target(nodes, self.request_timeout_or_default()?)
+                .map(|(t, d)| Target::Cluster(Box::new(t), d));
+        }
         let (addrs, master) = match (&self.url, &self.sentinels) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid_option(
@@ -536,6 +621,156 @@ impl RedisLockerBuilder {
             username: self.master_username.clone(),
             password: self.master_password.clone(),
         }))
+    }
+}
+
+impl RedisLockerBuilder {
+    /// The request timeout: as set (above zero, at most the TTL), or TTL/3 at most 2 s.
+    fn request_timeout_or_default(&self) -> Result<Duration, Error> {
+        let ttl = validate_ttl(self.ttl)?;
+        match self.request_timeout {
+            None => Ok((ttl / 3).min(Duration::from_secs(2))),
+            Some(t) if t.is_zero() || t > ttl => Err(Error::invalid_option(
+                "request_timeout",
+                format!("{t:?} must be above zero and at most the TTL {ttl:?}"),
+            )),
+            Some(t) => Ok(t),
+        }
+    }
+
+    /// Checks the cluster options (no I/O) and builds the cluster's client.
+    fn cluster_target(
+        &self,
+        nodes: &[String],
+        request_timeout: Duration,
+    ) -> Result<(conn::ClusterTarget, String), Error> {
+        let sentinel_only = [
+            ("sentinel_password", self.sentinel_password.is_some()),
+            ("master_username", self.master_username.is_some()),
+            ("master_password", self.master_password.is_some()),
+            ("tls", self.tls),
+        ];
+        if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
+            return Err(Error::invalid_option(
+                option,
+                "only with `sentinels`; with a cluster, put credentials in the URLs and use rediss:// for TLS",
+            ));
+        }
+        if self.replicas.is_some() {
+            return Err(Error::invalid_option(
+                "wait_for_replicas",
+                "not supported with a cluster",
+            ));
+        }
+        if nodes.is_empty() || nodes.len() > MAX_CLUSTER_NODES {
+            return Err(Error::invalid_option(
+                "cluster",
+                format!(
+                    "{} nodes: give 1 to {MAX_CLUSTER_NODES} node URLs",
+                    nodes.len()
+                ),
+            ));
+        }
+        let mut seeds = Vec::with_capacity(nodes.len());
+        let mut infos = Vec::with_capacity(nodes.len());
+        let mut addrs = Vec::with_capacity(nodes.len());
+        for (i, url) in nodes.iter().enumerate() {
+            if nodes[..i].contains(url) {
+                return Err(Error::invalid_option(
+                    "cluster",
+                    format!("node {i} is a duplicate"),
+                ));
+            }
+            let client = conn::parse_url_with_roots("cluster", url, self.root_pem.as_deref())?;
+            let info = client.get_connection_info().clone();
+            if matches!(info.addr(), redis::ConnectionAddr::Unix(_)) {
+                return Err(Error::invalid_option(
+                    "cluster",
+                    "a cluster node needs a redis:// or rediss:// URL, not unix://",
+                ));
+            }
+            if let Some(first) = infos.first() {
+                let first: &redis::ConnectionInfo = first;
+                let same = std::mem::discriminant(first.addr())
+                    == std::mem::discriminant(info.addr())
+                    && first.redis_settings().username() == info.redis_settings().username()
+                    && first.redis_settings().password() == info.redis_settings().password();
+                if !same {
+                    return Err(Error::invalid_option(
+                        "cluster",
+                        format!("node {i}'s URL differs from the first in scheme or credentials"),
+                    ));
+                }
+            }
+            addrs.push(info.addr().to_string());
+            infos.push(info);
+            seeds.push(client);
+        }
+        let mut map = std::collections::HashMap::new();
+        for (announced, reachable) in &self.cluster_address_map {
+            let parse = |a: &str| {
+                conn::parse_host_port(a).ok_or_else(|| {
+                    Error::invalid_option(
+                        "cluster_address_map",
+                        format!("{a:?} is not an address `host:port`"),
+                    )
+                })
+            };
+            let (ah, ap) = parse(announced)?;
+            let (rh, rp) = parse(reachable)?;
+            let from = redis::cluster::NodeAddress::new(ah, ap);
+            if map
+                .insert(from, redis::cluster::NodeAddress::new(rh, rp))
+                .is_some()
+            {
+                return Err(Error::invalid_option(
+                    "cluster_address_map",
+                    format!("{announced:?} is mapped twice"),
+                ));
+            }
+        }
+        if map.len() > MAX_CLUSTER_NODES {
+            return Err(Error::invalid_option(
+                "cluster_address_map",
+                format!("more than {MAX_CLUSTER_NODES} entries"),
+            ));
+        }
+        let mut builder = redis::cluster::ClusterClientBuilder::new(infos)
+            // A redirect (MOVED / ASK) is retried at once; TRYAGAIN (a multi-key request while
+            // its slot migrates) and a lost node after short sleeps. dlock bounds every request
+            // by its own budget.
+            .retries(4)
+            .min_retry_wait(5)
+            .max_retry_wait(100)
+            .retry_wait_formula(5, 2)
+            .connection_timeout(request_timeout);
+        if !map.is_empty() {
+            builder = builder.node_address_map(map);
+        }
+        if let Some(pem) = &self.root_pem {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            });
+        }
+        let client = builder.build().map_err(|e| {
+            Error::invalid_option(
+                "cluster",
+                format!(
+                    "cannot use the node URLs: {}",
+                    e.detail().unwrap_or("invalid configuration")
+                ),
+            )
+        })?;
+        let display = format!("cluster ({})", addrs.join(","));
+        Ok((
+            conn::ClusterTarget {
+                client,
+                seeds,
+                next_seed: std::sync::atomic::AtomicUsize::new(0),
+            },
+            display,
+        ))
     }
 }
 

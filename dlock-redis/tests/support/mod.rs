@@ -12,6 +12,8 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
+/// The Redis Cluster topology and its conformance backend.
+pub mod cluster;
 /// The Redis Sentinel deployment and its conformance backend.
 pub mod sentinel;
 

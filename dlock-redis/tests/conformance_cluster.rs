@@ -1,0 +1,38 @@
+//! The shared conformance suite on a Redis Cluster: `redis_cluster` (3 masters, no replicas,
+//! formed with `redis-cli --cluster create`; the lockers in fair mode, each lock on its slot's
+//! master). Its own binary: the cluster connections of a third row's clients would crowd the
+//! 2-core machine the other rows share.
+
+mod support;
+
+use std::sync::{Arc, OnceLock};
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::{Declared, TestBackend};
+use dlock_core::FencingStrength;
+use support::ClusterRef;
+use support::cluster::{ClusterBackend, cluster_options, form};
+
+/// The shared 3-master cluster (in the crash-test child: the parent's, through the external
+/// provider, already formed).
+fn redis_cluster() -> Arc<dyn TestBackend> {
+    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
+    Arc::clone(B.get_or_init(|| {
+        let cluster = Cluster::shared_with(ServerKind::Redis, 3, &cluster_options())
+            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+        form(&cluster).unwrap_or_else(|e| panic!("cannot form the Redis Cluster: {e}"));
+        Arc::new(ClusterBackend::new(
+            "redis-cluster",
+            ClusterRef::Shared(cluster),
+        ))
+    }))
+}
+
+/// Fair mode: a queue with one wake-up per release; one counter per lock name, in its slot.
+const FAIR: Declared = Declared {
+    fair: true,
+    herd_free: true,
+    fencing: FencingStrength::Linearizable,
+};
+
+dlock_conformance::conformance_tests!(redis_cluster, redis_cluster(), declared = FAIR);
