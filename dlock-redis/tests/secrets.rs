@@ -154,8 +154,12 @@ fn name(s: &str) -> LockName {
 }
 
 /// The shared node and an ACL user [`USER`] with the README's rules under `ns` (password
-/// [`PASSWORD`]); returns the node's address.
-async fn acl_user(ns: &str) -> std::net::SocketAddr {
+/// [`PASSWORD`]); returns the node's address and the user, held until the guard drops.
+async fn acl_user(ns: &str) -> (std::net::SocketAddr, tokio::sync::MutexGuard<'static, ()>) {
+    // One user on one shared server: a test that resets it while another still uses it
+    // takes that one's key pattern away (CI rehearsal r37: NOPERM). Hold it for the test.
+    static IN_USE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let guard = IN_USE.lock().await;
     let cluster = Cluster::shared(ServerKind::Redis, 1)
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
     let url = cluster.endpoints().remove(0);
@@ -170,7 +174,7 @@ async fn acl_user(ns: &str) -> std::net::SocketAddr {
         cmd.arg(r);
     }
     let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
-    cluster.addrs()[0]
+    (cluster.addrs()[0], guard)
 }
 
 #[test]
@@ -239,7 +243,7 @@ fn redlock_builder_debug_hides_passwords() {
 async fn lockers_and_errors_hide_passwords() {
     let s = secrets().password("wrong password", "Wrong-redis-5Pz9-secret-Gc2Y");
     let ns = "dlock-test/secrets/errors";
-    let addr = acl_user(ns).await;
+    let (addr, _user) = acl_user(ns).await;
 
     // Malformed URLs that carry the password.
     for url in [
@@ -315,7 +319,7 @@ async fn traces_do_not_show_the_password() {
     let log = captured();
     let s = secrets();
     let ns = "dlock-test/secrets/trace";
-    let addr = acl_user(ns).await;
+    let (addr, _user) = acl_user(ns).await;
     let locker = RedisLocker::builder()
         .url(format!("redis://{USER}:{PASSWORD}@{addr}"))
         .ttl(Duration::from_secs(1))

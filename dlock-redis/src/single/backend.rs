@@ -197,15 +197,29 @@ impl SingleBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some((read_at, map)) = known
+        if let Some((read_at, map)) = &known
             && read_at.elapsed() < SLOT_MAP_MAX_AGE
         {
-            return Ok(map);
+            return Ok(Arc::clone(map));
         }
-        let ranges = self
+        // The read goes to any node, possibly the one that is down or frozen: a failed read
+        // keeps the last map (a moved slot is still followed by the client's redirects), so
+        // it never fails the other masters' renewals (a_frozen_master_does_not_cost_the_other_
+        // masters_leases lost a live master's lease that way when the read hit the frozen one).
+        let ranges = match self
             .node
             .cluster_slots(self.request_timeout, &self.counters)
-            .await?;
+            .await
+        {
+            Ok(ranges) => ranges,
+            Err(e) => match known {
+                Some((_, map)) => {
+                    tracing::debug!(error = %e, "cannot read the slot map; renewing with the last one");
+                    return Ok(map);
+                }
+                None => return Err(e),
+            },
+        };
         let map = Arc::new(SlotMap::new(&ranges));
         *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((tokio::time::Instant::now(), Arc::clone(&map)));
@@ -331,7 +345,15 @@ impl SingleBackend {
             }
         }
         if let Some(e) = failed {
-            *self.slot_map.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            // Read the slot map again next round (keeping this one in case that read fails).
+            if let Some((read_at, _)) = self
+                .slot_map
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+            {
+                *read_at = read_at.checked_sub(SLOT_MAP_MAX_AGE).unwrap_or(*read_at);
+            }
             if !any_ok {
                 return Err(e);
             }
