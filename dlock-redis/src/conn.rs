@@ -157,6 +157,7 @@ pub(crate) struct Sentinels {
     pub(crate) master: String,
     pub(crate) tls: bool,
     pub(crate) root_pem: Option<Vec<u8>>,
+    pub(crate) identity: Option<Identity>,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
 }
@@ -187,46 +188,90 @@ pub(crate) fn redact_url(url: &str) -> String {
     format!("{scheme}://{user}:***@{host}")
 }
 
+/// A client identity for TLS: a certificate chain and its private key, both PEM.
+pub(crate) type Identity = (Vec<u8>, Vec<u8>);
+
+/// What redis-rs needs for TLS with these roots and identity (`None`: neither given, the
+/// system's roots and no client certificate).
+pub(crate) fn tls_certificates(
+    root_pem: Option<&[u8]>,
+    identity: Option<&Identity>,
+) -> Option<redis::TlsCertificates> {
+    if root_pem.is_none() && identity.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: identity.map(|(cert, key)| redis::ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: root_pem.map(<[u8]>::to_vec),
+    })
+}
+
+/// Checks a client identity: one or more PEM certificates and a PEM private key. No I/O; the
+/// error never quotes the key.
+pub(crate) fn check_identity(identity: &Identity) -> Result<(), Error> {
+    let (cert, key) = identity;
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(cert).collect();
+    if !certs.is_ok_and(|c| !c.is_empty()) {
+        return Err(Error::invalid_option(
+            "tls_client_identity",
+            "the certificate is not PEM (-----BEGIN CERTIFICATE-----)",
+        ));
+    }
+    if rustls::pki_types::PrivateKeyDer::from_pem_slice(key).is_err() {
+        return Err(Error::invalid_option(
+            "tls_client_identity",
+            "the key is not a PEM private key (PKCS#8, PKCS#1 or SEC1)",
+        ));
+    }
+    Ok(())
+}
+
 /// [`parse_url`], trusting only the PEM root certificates `root_pem` when given (instead of
-/// the system's roots); they need a `rediss://` URL. No I/O.
+/// the system's roots) and presenting `identity` when given; both need a `rediss://` URL.
+/// No I/O.
 pub(crate) fn parse_url_with_roots(
     option: &'static str,
     url: &str,
     root_pem: Option<&[u8]>,
+    identity: Option<&Identity>,
 ) -> Result<Client, Error> {
     let client = parse_url(option, url)?;
-    let Some(pem) = root_pem else {
+    let Some(certs) = tls_certificates(root_pem, identity) else {
         return Ok(client);
     };
     if !matches!(
         client.get_connection_info().addr(),
         redis::ConnectionAddr::TcpTls { .. }
     ) {
+        let option = if root_pem.is_some() {
+            "tls_root_certificates"
+        } else {
+            "tls_client_identity"
+        };
         return Err(Error::invalid_option(
-            "tls_root_certificates",
-            "root certificates need a rediss:// URL",
+            option,
+            "TLS options need a rediss:// URL",
         ));
     }
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
-    if !certs.is_ok_and(|c| !c.is_empty()) {
-        return Err(Error::invalid_option(
-            "tls_root_certificates",
-            "expected one or more PEM certificates",
-        ));
+    if let Some(pem) = root_pem {
+        check_pem(pem)?;
     }
-    Client::build_with_tls(
-        url,
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.to_vec()),
-        },
-    )
-    .map_err(|e| {
+    if let Some(identity) = identity {
+        check_identity(identity)?;
+    }
+    Client::build_with_tls(url, certs).map_err(|e| {
         Error::invalid_option(
-            "tls_root_certificates",
+            if identity.is_some() {
+                "tls_client_identity"
+            } else {
+                "tls_root_certificates"
+            },
             format!(
-                "cannot use the root certificates: {}",
-                e.detail().unwrap_or("not PEM certificates")
+                "cannot use the TLS certificates: {}",
+                e.detail().unwrap_or("not PEM")
             ),
         )
     })
@@ -342,13 +387,14 @@ pub(crate) fn parse_host_port(addr: &str) -> Option<(String, u16)> {
     valid.then(|| (host.to_owned(), port))
 }
 
-/// The client of `host:port` with TLS (trusting `root_pem` when given) or not, and these
-/// credentials. No I/O.
+/// The client of `host:port` with TLS (trusting `root_pem`, presenting `identity` when given)
+/// or not, and these credentials. No I/O.
 pub(crate) fn client_for(
     host: &str,
     port: u16,
     tls: bool,
     root_pem: Option<&[u8]>,
+    identity: Option<&Identity>,
     username: Option<&str>,
     password: Option<&str>,
 ) -> redis::RedisResult<Client> {
@@ -372,14 +418,8 @@ pub(crate) fn client_for(
         settings = settings.set_password(p);
     }
     let info = addr.into_connection_info()?.set_redis_settings(settings);
-    match root_pem {
-        Some(pem) if tls => Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.to_vec()),
-            },
-        ),
+    match tls_certificates(root_pem, identity) {
+        Some(certs) if tls => Client::build_with_tls(info, certs),
         _ => Client::open(info),
     }
 }
@@ -448,6 +488,7 @@ impl Sentinels {
             port,
             self.tls,
             self.root_pem.as_deref(),
+            self.identity.as_ref(),
             self.username.as_deref(),
             self.password.as_deref(),
         )?;
@@ -540,6 +581,29 @@ pub(crate) fn is_refused_access(e: &RedisError) -> bool {
 /// `Backend` error.
 pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     let source: dlock_core::BoxError = Box::new(e.clone());
+    // A TLS handshake refused over certificates: retrying the same connection cannot help, so
+    // it is not retryable (an acquire fails at once instead of retrying until its wait ends).
+    match tls_refusal(e) {
+        Some(TlsRefusal::ServerCertificate) => {
+            return Error::backend(
+                format!(
+                    "{what} on {node}: TLS: the server's certificate is not accepted (check \
+                     tls_root_certificates and that the certificate names the URL's host): {e}"
+                ),
+                Some(source),
+            );
+        }
+        Some(TlsRefusal::ClientCertificate) => {
+            return Error::access_denied(
+                format!(
+                    "{what} on {node}: TLS: the server refused our client certificate (check \
+                     tls_client_identity): {e}"
+                ),
+                Some(source),
+            );
+        }
+        None => {}
+    }
     if is_refused_access(e) {
         return Error::access_denied(
             format!("{what} on {node}: credentials or ACL permissions refused: {e}"),
@@ -559,6 +623,46 @@ pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
     } else {
         Error::backend(message, Some(source))
     }
+}
+
+/// Why a TLS handshake failed for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsRefusal {
+    /// Our roots do not accept the server's certificate (another CA, another host name,
+    /// expired): rustls' "invalid peer certificate".
+    ServerCertificate,
+    /// The server refused our client certificate (none, another CA's, expired): its alert.
+    ClientCertificate,
+}
+
+/// The alerts a server sends when it refuses the client's certificate (rustls' names).
+const CLIENT_CERTIFICATE_ALERTS: &[&str] = &[
+    "received fatal alert: CertificateRequired",
+    "received fatal alert: BadCertificate",
+    "received fatal alert: UnknownCA",
+    "received fatal alert: CertificateUnknown",
+    "received fatal alert: CertificateExpired",
+    "received fatal alert: UnsupportedCertificate",
+    "received fatal alert: HandshakeFailure",
+];
+
+/// Whether `e` (or an error it was caused by) is a TLS handshake refused over certificates.
+fn tls_refusal(e: &RedisError) -> Option<TlsRefusal> {
+    let mut texts = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    texts.iter().find_map(|t| {
+        if t.contains("invalid peer certificate") {
+            Some(TlsRefusal::ServerCertificate)
+        } else if CLIENT_CERTIFICATE_ALERTS.iter().any(|a| t.contains(a)) {
+            Some(TlsRefusal::ClientCertificate)
+        } else {
+            None
+        }
+    })
 }
 
 /// Whether `e` is worth retrying within the caller's wait: the server was slow (our budget ran

@@ -78,3 +78,120 @@ async fn locks_over_tls_with_a_private_ca() {
         .build();
     assert_eq!(bad.expect_err("not PEM").kind(), ErrorKind::InvalidInput);
 }
+
+/// A server that requires client certificates (`--tls-auth-clients yes`, the harness' TLS
+/// cluster with client authentication): a locker presenting the cluster's client identity
+/// locks; one without it, or trusting another CA, fails its first request at once with a
+/// non-retryable error naming the option to check, never a wait that runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_when_the_server_requires_them() {
+    use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
+    let options = ServerOptions::default().with_tls(true);
+    let cluster = match Cluster::start_with(ServerKind::Redis, 1, &options) {
+        Ok(c) => c,
+        Err(e) => dlock_conformance::harness_unavailable(e),
+    };
+    let files = cluster.tls().expect("a TLS cluster");
+    let ca = files.ca_pem().expect("read the CA");
+    let (cert, key) = files.client_identity().expect("a client identity");
+    let (cert, key) = (
+        std::fs::read(cert).expect("read the client certificate"),
+        std::fs::read(key).expect("read the client key"),
+    );
+    let url = cluster.endpoints().remove(0);
+    assert!(url.starts_with("rediss://"), "{url}");
+    let name = LockName::new("client-cert").expect("valid name");
+    let wait = AcquireOptions::wait(Duration::from_secs(5));
+
+    for redlock in [false, true] {
+        let with_identity: std::sync::Arc<dyn Locker> = if redlock {
+            std::sync::Arc::new(
+                dlock_redis::RedlockLocker::builder()
+                    .nodes([url.clone()])
+                    .tls_root_certificates(ca.clone())
+                    .tls_client_identity(cert.clone(), key.clone())
+                    .ttl(Duration::from_secs(2))
+                    .build()
+                    .expect("builds"),
+            )
+        } else {
+            std::sync::Arc::new(
+                RedisLocker::builder()
+                    .url(&url)
+                    .tls_root_certificates(ca.clone())
+                    .tls_client_identity(cert.clone(), key.clone())
+                    .ttl(Duration::from_secs(2))
+                    .build()
+                    .expect("builds"),
+            )
+        };
+        let lease = with_identity
+            .acquire(&name, wait)
+            .await
+            .expect("acquire with a client certificate");
+        lease.release().await.expect("release");
+    }
+
+    // No identity: the server refuses the connection; the acquire fails at once.
+    let without = RedisLocker::builder()
+        .url(&url)
+        .tls_root_certificates(ca.clone())
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let began = std::time::Instant::now();
+    let e = without
+        .acquire(&name, wait)
+        .await
+        .expect_err("no client certificate");
+    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("tls_client_identity"), "{e}");
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "{:?}: {e}",
+        began.elapsed()
+    );
+
+    // Our roots do not trust the server (the system's roots only): non-retryable, at once.
+    let untrusted = RedisLocker::builder()
+        .url(&url)
+        .tls_client_identity(cert.clone(), key.clone())
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let began = std::time::Instant::now();
+    let e = untrusted
+        .acquire(&name, wait)
+        .await
+        .expect_err("an untrusted server certificate");
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("tls_root_certificates"), "{e}");
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "{:?}: {e}",
+        began.elapsed()
+    );
+
+    // Bad PEM and a plain URL are refused at build, and the key never shows.
+    let bad = RedisLocker::builder()
+        .url(&url)
+        .tls_client_identity(cert.clone(), b"not a key".to_vec())
+        .build()
+        .expect_err("not a PEM key");
+    assert_eq!(bad.kind(), ErrorKind::InvalidInput);
+    let plain = RedisLocker::builder()
+        .url("redis://127.0.0.1:6379")
+        .tls_client_identity(cert.clone(), key.clone())
+        .build()
+        .expect_err("an identity without rediss://");
+    assert_eq!(plain.kind(), ErrorKind::InvalidInput);
+    let shown = format!(
+        "{:?}",
+        RedisLocker::builder().tls_client_identity(cert, key.clone())
+    );
+    let key_text = String::from_utf8_lossy(&key);
+    let key_body = key_text.lines().nth(1).expect("a PEM body line");
+    assert!(!shown.contains(key_body), "{shown}");
+}

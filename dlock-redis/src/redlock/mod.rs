@@ -113,6 +113,7 @@ pub struct RedlockLockerBuilder {
     node_timeout: Option<Duration>,
     retry_delay: Duration,
     root_pem: Option<Vec<u8>>,
+    identity: Option<crate::conn::Identity>,
 }
 
 impl std::fmt::Debug for RedlockLockerBuilder {
@@ -129,6 +130,7 @@ impl std::fmt::Debug for RedlockLockerBuilder {
             .field("node_timeout", &self.node_timeout)
             .field("retry_delay", &self.retry_delay)
             .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
+            .field("tls_client_identity", &self.identity.is_some())
             .finish()
     }
 }
@@ -143,6 +145,7 @@ impl RedlockLocker {
             node_timeout: None,
             retry_delay: crate::DEFAULT_RETRY_DELAY,
             root_pem: None,
+            identity: None,
         }
     }
 
@@ -209,6 +212,18 @@ impl RedlockLockerBuilder {
         self
     }
 
+    /// For `rediss://` nodes: present this client certificate (PEM chain) and private key
+    /// (PEM) to every node, for servers that require client certificates. Checked by
+    /// [`build`](Self::build); the key never appears in `Debug` output or errors.
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Checks every option (before any I/O) and builds the locker. The build never waits for
     /// the network: connections are opened in the background; nodes that are down only make
     /// their requests fail.
@@ -233,7 +248,12 @@ impl RedlockLockerBuilder {
         let mut clients = Vec::with_capacity(self.nodes.len());
         let mut seen = HashSet::new();
         for url in &self.nodes {
-            let client = conn::parse_url_with_roots("nodes", url, self.root_pem.as_deref())?;
+            let client = conn::parse_url_with_roots(
+                "nodes",
+                url,
+                self.root_pem.as_deref(),
+                self.identity.as_ref(),
+            )?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid_option(

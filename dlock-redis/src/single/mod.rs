@@ -128,6 +128,7 @@ pub struct RedisLockerBuilder {
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
     root_pem: Option<Vec<u8>>,
+    identity: Option<conn::Identity>,
     /// The sentinels' addresses and the master's name.
     sentinels: Option<(Vec<String>, String)>,
     sentinel_password: Option<String>,
@@ -151,6 +152,7 @@ impl std::fmt::Debug for RedisLockerBuilder {
             .field("retry_delay", &self.retry_delay)
             .field("replicas", &self.replicas)
             .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
+            .field("tls_client_identity", &self.identity.is_some())
             .field("sentinels", &self.sentinels)
             .field(
                 "sentinel_password",
@@ -194,6 +196,7 @@ impl RedisLocker {
             retry_delay: DEFAULT_RETRY_DELAY,
             replicas: None,
             root_pem: None,
+            identity: None,
             sentinels: None,
             sentinel_password: None,
             master_username: None,
@@ -385,6 +388,20 @@ impl RedisLockerBuilder {
         self
     }
 
+    /// For a `rediss://` URL, cluster nodes (or [`tls`](Self::tls) with sentinels): present this
+    /// client certificate (PEM chain) and private key (PEM), for servers that require client
+    /// certificates (`tls-auth-clients yes`). Checked by [`build`](Self::build); the key never
+    /// appears in `Debug` output or errors. A server that refuses the certificate fails the
+    /// first request with a non-retryable error.
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.identity = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// After every grant, wait until at least `replicas` replicas acknowledged it (`WAIT`),
     /// for at most `timeout` (default: off). A grant fewer replicas acknowledged is given back
     /// and the attempt fails with [`Error::Unavailable`], so a failover to an acknowledging
@@ -547,7 +564,12 @@ impl RedisLockerBuilder {
                         "only with `sentinels`; with a URL, put credentials in the URL and use rediss:// for TLS",
                     ));
                 }
-                let client = conn::parse_url_with_roots("url", url, self.root_pem.as_deref())?;
+                let client = conn::parse_url_with_roots(
+                    "url",
+                    url,
+                    self.root_pem.as_deref(),
+                    self.identity.as_ref(),
+                )?;
                 return Ok(Target::Url(client));
             }
             (None, Some(s)) => s,
@@ -579,6 +601,15 @@ impl RedisLockerBuilder {
             }
             conn::check_pem(pem)?;
         }
+        if let Some(identity) = &self.identity {
+            if !self.tls {
+                return Err(Error::invalid_option(
+                    "tls_client_identity",
+                    "a client identity needs TLS: call `.tls(true)` with sentinels",
+                ));
+            }
+            conn::check_identity(identity)?;
+        }
         let mut clients = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             if addrs[..i].contains(addr) {
@@ -598,6 +629,7 @@ impl RedisLockerBuilder {
                 port,
                 self.tls,
                 self.root_pem.as_deref(),
+                self.identity.as_ref(),
                 None,
                 self.sentinel_password.as_deref(),
             )
@@ -618,6 +650,7 @@ impl RedisLockerBuilder {
             master: master.clone(),
             tls: self.tls,
             root_pem: self.root_pem.clone(),
+            identity: self.identity.clone(),
             username: self.master_username.clone(),
             password: self.master_password.clone(),
         }))
@@ -681,7 +714,12 @@ impl RedisLockerBuilder {
                     format!("node {i} is a duplicate"),
                 ));
             }
-            let client = conn::parse_url_with_roots("cluster", url, self.root_pem.as_deref())?;
+            let client = conn::parse_url_with_roots(
+                "cluster",
+                url,
+                self.root_pem.as_deref(),
+                self.identity.as_ref(),
+            )?;
             let info = client.get_connection_info().clone();
             if matches!(info.addr(), redis::ConnectionAddr::Unix(_)) {
                 return Err(Error::invalid_option(
@@ -747,11 +785,10 @@ impl RedisLockerBuilder {
         if !map.is_empty() {
             builder = builder.node_address_map(map);
         }
-        if let Some(pem) = &self.root_pem {
-            builder = builder.certs(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            });
+        if let Some(certs) =
+            conn::tls_certificates(self.root_pem.as_deref(), self.identity.as_ref())
+        {
+            builder = builder.certs(certs);
         }
         let client = builder.build().map_err(|e| {
             Error::invalid_option(
