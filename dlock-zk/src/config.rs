@@ -1,18 +1,15 @@
 //! The locker's builder and its validated configuration.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{Error, validate_ttl};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::AsyncReadExt;
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
 use crate::errors::map;
 use crate::paths::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
+use crate::tls::{Tls, ensure_tls_provider};
 
 /// The default root under which lock parents are created.
 pub const DEFAULT_ROOT: &str = "/dlock";
@@ -98,16 +95,6 @@ impl fmt::Debug for Access {
     }
 }
 
-/// Validated TLS settings: the client crate's options, and the same trust and identity as a
-/// rustls configuration of our own, to explain a failed handshake.
-#[derive(Clone)]
-pub(crate) struct Tls {
-    options: zk::TlsOptions,
-    config: Arc<rustls::ClientConfig>,
-    /// Whether a client certificate is presented (for `Debug`).
-    client_identity: bool,
-}
-
 impl Access {
     /// The connector for one session (the locker's, or a probe's): the session and connection
     /// timeouts, the digest credentials and the TLS settings. Every session of the locker is
@@ -170,193 +157,6 @@ impl Access {
             .connect(connect)
             .await
             .map_err(|e| map("connect", e))
-    }
-}
-
-/// Installs rustls' `ring` provider as the process default unless one is installed already
-/// (an application's own choice, e.g. `aws-lc-rs`, is kept). Never panics.
-fn ensure_tls_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one meanwhile, which is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-/// Why one member's handshake failed, when it is a certificate problem.
-enum Refusal {
-    /// We do not trust the server's certificate (or it names another host).
-    ServerCertificate(String),
-    /// The server refused our client certificate (or the lack of one).
-    ClientCertificate(String),
-}
-
-impl Tls {
-    /// Builds the TLS settings from PEM text, checking everything the handshake needs.
-    fn new(roots_pem: &[u8], identity: Option<&(Vec<u8>, Vec<u8>)>) -> Result<Tls, Error> {
-        let roots_err = |why: String| Error::invalid_option("tls_root_certificates", why);
-        let id_err = |why: String| Error::invalid_option("tls_client_identity", why);
-        let roots_text = std::str::from_utf8(roots_pem)
-            .map_err(|_| roots_err("expected one or more PEM certificates".into()))?;
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(roots_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| roots_err(format!("expected one or more PEM certificates: {e}")))?;
-        if certs.is_empty() {
-            return Err(roots_err("expected one or more PEM certificates".into()));
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| roots_err(format!("not a usable root certificate: {e}")))?;
-        }
-        let mut options = zk::TlsOptions::new()
-            .with_pem_ca(roots_text)
-            .map_err(|e| roots_err(format!("{e}")))?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| roots_err(format!("{e}")))?
-            .with_root_certificates(roots);
-        let config = match identity {
-            None => builder.with_no_client_auth(),
-            Some((cert_pem, key_pem)) => {
-                let (Ok(cert_text), Ok(key_text)) =
-                    (std::str::from_utf8(cert_pem), std::str::from_utf8(key_pem))
-                else {
-                    return Err(id_err(
-                        "expected a PEM certificate and a PEM private key".into(),
-                    ));
-                };
-                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| id_err(format!("expected PEM certificates: {e}")))?;
-                if chain.is_empty() {
-                    return Err(id_err("expected one or more PEM certificates".into()));
-                }
-                // The key's own error text never quotes the key.
-                let key = PrivateKeyDer::from_pem_slice(key_pem)
-                    .map_err(|_| id_err("expected a PEM private key".into()))?;
-                options = options
-                    .with_pem_identity(cert_text, key_text)
-                    .map_err(|_| id_err("expected a PEM certificate and private key".into()))?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| {
-                    id_err(format!("the certificate and key do not go together: {e}"))
-                })?
-            }
-        };
-        Ok(Tls {
-            options,
-            config: Arc::new(config),
-            client_identity: identity.is_some(),
-        })
-    }
-
-    /// Handshakes with every TLS member of `connect` (each bounded by a fifth of
-    /// `session_timeout`): `Some` error saying why when every member failed over
-    /// certificates; `None` when one accepted us or failed for another reason (down, slow, not
-    /// all members use TLS).
-    async fn explain(&self, connect: &str, session_timeout: Duration) -> Option<Error> {
-        let all = connect_hosts(connect);
-        let hosts: Vec<String> = all
-            .iter()
-            .filter_map(|h| h.strip_prefix("tcp+tls://").map(str::to_owned))
-            .collect();
-        if hosts.is_empty() || hosts.len() != all.len() {
-            return None;
-        }
-        let within = session_timeout / 5;
-        // A server that accepted the handshake refuses a client certificate right after it
-        // (TLS 1.3): wait that long for its verdict.
-        let verdict =
-            (session_timeout / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
-        let mut checks = tokio::task::JoinSet::new();
-        for host in hosts {
-            let config = Arc::clone(&self.config);
-            checks.spawn(async move {
-                let why = tokio::time::timeout(within, refusal(config, &host, verdict))
-                    .await
-                    .ok()
-                    .flatten();
-                (host, why)
-            });
-        }
-        let mut reasons = Vec::new();
-        let mut client_refused = true;
-        while let Some(done) = checks.join_next().await {
-            match done {
-                Ok((host, Some(Refusal::ServerCertificate(why)))) => {
-                    client_refused = false;
-                    reasons.push(format!("{host}: {why}"));
-                }
-                Ok((host, Some(Refusal::ClientCertificate(why)))) => {
-                    reasons.push(format!("{host}: {why}"));
-                }
-                _ => return None,
-            }
-        }
-        let message = format!(
-            "ZooKeeper connect: TLS handshake refused by every member ({}); check \
-             tls_root_certificates, tls_client_identity and that the connect string names the \
-             hosts the server certificates were issued for",
-            reasons.join("; ")
-        );
-        tracing::warn!(%message, "ZooKeeper TLS handshake failed");
-        Some(if client_refused {
-            Error::access_denied(message, None)
-        } else {
-            Error::backend(message, None)
-        })
-    }
-}
-
-/// One handshake with `host` (`host:port`, `[v6]:port`): `Some` when it fails over
-/// certificates. After a handshake that completes, waits up to `verdict` for the server's
-/// verdict on our certificate (TLS 1.3 servers refuse a client certificate after the client
-/// finished; a server that accepted it waits for our first request).
-async fn refusal(
-    config: Arc<rustls::ClientConfig>,
-    host: &str,
-    verdict: Duration,
-) -> Option<Refusal> {
-    let (name, port) = host.rsplit_once(':')?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    let port: u16 = port.parse().ok()?;
-    let server_name = ServerName::try_from(name.to_owned()).ok()?;
-    let tcp = tokio::net::TcpStream::connect((name, port)).await.ok()?;
-    let mut tls = match tokio_rustls::TlsConnector::from(config)
-        .connect(server_name, tcp)
-        .await
-    {
-        Ok(tls) => tls,
-        Err(e) => return classify(&e),
-    };
-    let mut byte = [0u8; 1];
-    match tokio::time::timeout(verdict, tls.read(&mut byte)).await {
-        Ok(Err(e)) => classify(&e),
-        Ok(Ok(_)) | Err(_) => None,
-    }
-}
-
-/// The certificate problem an I/O error of a handshake carries, if any.
-fn classify(e: &std::io::Error) -> Option<Refusal> {
-    use rustls::AlertDescription as A;
-    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
-        rustls::Error::InvalidCertificate(why) => Some(Refusal::ServerCertificate(format!(
-            "the server's certificate is not accepted: {why:?}"
-        ))),
-        rustls::Error::AlertReceived(
-            alert @ (A::BadCertificate
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::CertificateUnknown
-            | A::UnsupportedCertificate
-            | A::CertificateExpired
-            | A::CertificateRevoked
-            | A::AccessDenied),
-        ) => Some(Refusal::ClientCertificate(format!(
-            "the server refused our client certificate (alert {alert:?})"
-        ))),
-        _ => None,
     }
 }
 

@@ -17,6 +17,7 @@ mod rule;
 mod rw;
 mod semaphore;
 mod session;
+mod tls;
 
 pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
 pub use locker::ZkLocker;
