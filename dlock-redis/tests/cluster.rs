@@ -484,19 +484,18 @@ async fn a_moved_slot_is_followed() {
     again.release().await.expect("release");
 }
 
-/// A master is killed under held leases: its leases are lost no later than their deadlines;
-/// leases on the other masters stay held and their names keep working.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
-    let Some(cluster) = cluster() else { return };
-    let ns = "killed";
-    let ttl = Duration::from_millis(2000);
-    let l = locker(urls(&cluster), ns, ttl);
-    // One lease per master.
-    let mut by_node: BTreeMap<usize, (String, dlock_core::Lease)> = BTreeMap::new();
+/// Acquires one lease on each of the 3 masters (names `<prefix><i>`, the first found for each
+/// master), keyed by the master's node index.
+async fn one_lease_per_master(
+    cluster: &Cluster,
+    l: &RedisLocker,
+    ns: &str,
+    prefix: &str,
+) -> BTreeMap<usize, (String, dlock_core::Lease)> {
+    let mut by_node = BTreeMap::new();
     for i in 0..100 {
-        let name = format!("k{i}");
-        let owner = owner_of(&cluster, &key(ns, &name)).await;
+        let name = format!("{prefix}{i}");
+        let owner = owner_of(cluster, &key(ns, &name)).await;
         if by_node.contains_key(&owner) {
             continue;
         }
@@ -512,7 +511,19 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
             break;
         }
     }
-    assert_eq!(by_node.len(), 3);
+    assert_eq!(by_node.len(), 3, "no name found for every master");
+    by_node
+}
+
+/// A master is killed under held leases: its leases are lost no later than their deadlines;
+/// leases on the other masters stay held and their names keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
+    let Some(cluster) = cluster() else { return };
+    let ns = "killed";
+    let ttl = Duration::from_millis(2000);
+    let l = locker(urls(&cluster), ns, ttl);
+    let mut by_node = one_lease_per_master(&cluster, &l, ns, "k").await;
     let victim = 1;
     cluster.node(victim).kill().expect("kill");
     let (_, lost_lease) = by_node.remove(&victim).expect("a lease on the victim");
@@ -568,26 +579,7 @@ async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
     let ns = "frozen";
     let ttl = Duration::from_millis(1500);
     let l = locker(urls(&cluster), ns, ttl);
-    let mut by_node: BTreeMap<usize, (String, dlock_core::Lease)> = BTreeMap::new();
-    for i in 0..100 {
-        let name = format!("f{i}");
-        let owner = owner_of(&cluster, &key(ns, &name)).await;
-        if by_node.contains_key(&owner) {
-            continue;
-        }
-        let lease = l
-            .acquire(
-                &LockName::new(&name).expect("a valid name"),
-                AcquireOptions::wait(Duration::from_secs(5)),
-            )
-            .await
-            .expect("acquire");
-        by_node.insert(owner, (name, lease));
-        if by_node.len() == 3 {
-            break;
-        }
-    }
-    assert_eq!(by_node.len(), 3);
+    let mut by_node = one_lease_per_master(&cluster, &l, ns, "f").await;
     let victim = 2;
     cluster.node(victim).pause().expect("pause");
     let (_, frozen) = by_node.remove(&victim).expect("a lease on the victim");
