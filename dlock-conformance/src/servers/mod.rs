@@ -298,6 +298,16 @@ impl fmt::Debug for Cluster {
 type SharedMap = HashMap<(ServerKind, usize, ServerOptions), Result<Arc<Cluster>, HarnessError>>;
 static SHARED: Mutex<Option<SharedMap>> = Mutex::new(None);
 
+/// Held while a local cluster starts: one start at a time per test process.
+///
+/// A test binary starts its scenarios together (24 threads), and five of them start a private
+/// cluster at once. For ZooKeeper that was twelve JVMs booting beside the shared ensemble on 2
+/// cores: a client of the shared ensemble then went 800 ms without a ping reply, reconnected,
+/// and its acquire ran out of time (CI, `zk_cluster::one_way_delay`: "timed out after 2.78 s
+/// waiting for the lock" right after "ZooKeeper connection lost"). Started one after another,
+/// at most three JVMs boot at a time; a running idle server costs little.
+static STARTING: Mutex<()> = Mutex::new(());
+
 /// The last `tail` bytes of every node's output of every shared cluster started in this
 /// process (what the suite prints when a scenario fails).
 pub fn shared_logs(tail: usize) -> String {
@@ -460,7 +470,11 @@ impl Cluster {
         const ATTEMPTS: usize = 3;
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match Cluster::start_local(kind, nodes, partitionable, options) {
+            let started = {
+                let _one_at_a_time = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+                Cluster::start_local(kind, nodes, partitionable, options)
+            };
+            match started {
                 Ok(c) => return Ok(c),
                 // Reserved ports are not taken by other tests; a server that still fails to
                 // start (a slow host, a port some foreign program took) gets fresh ports.
