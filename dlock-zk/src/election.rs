@@ -52,6 +52,9 @@ struct Proclaimed {
     node_version: i32,
     /// The parent's data version after our last write, or as last read (`None`: not read yet).
     parent_version: Option<i32>,
+    /// The parent's proclamation history at `parent_version`, newest first (empty when its
+    /// data holds none).
+    history: Vec<Record>,
 }
 
 fn not_leading(lease: &Lease, why: &str) -> Error {
@@ -74,11 +77,14 @@ impl ZkProclaim {
         }
     }
 
-    /// The parent's data and data version (`None`: the parent is gone).
-    async fn read_parent(&self) -> Result<Option<(Vec<u8>, i32)>, zk::Error> {
+    /// The parent's proclamation history and data version (`None`: the parent is gone).
+    async fn read_parent(&self) -> Result<Option<(Vec<Record>, i32)>, zk::Error> {
         self.session.counters.add_requests(1);
         match self.session.client.get_data(&self.parent).await {
-            Ok((data, stat)) => Ok(Some((data, stat.version))),
+            Ok((data, stat)) => Ok(Some((
+                decode(&data, stat.version).unwrap_or_default(),
+                stat.version,
+            ))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(e),
         }
@@ -100,8 +106,8 @@ fn proclaim_failure(e: zk::Error, what: &str) -> Result<(), Error> {
 
 #[async_trait]
 impl Proclaim for ZkProclaim {
-    /// A multi: `check(node, known data version)` and `setData(parent, record, expected parent
-    /// version)`; the node itself is never written (see the module documentation). A deleted
+    /// A multi: `check(node, known data version)` and `setData(parent, history with our record
+    /// first, expected parent version)`; the node itself is never written (see the module documentation). A deleted
     /// node fails the whole multi (nothing is written): [`Error::Lost`]. A version mismatch on
     /// the node (written from outside) is resolved by reading it: still ours, the write is
     /// tried again on the version read. A version mismatch on the parent is resolved by reading
@@ -122,7 +128,10 @@ impl Proclaim for ZkProclaim {
             }
             let Some(parent_version) = st.parent_version else {
                 match self.read_parent().await {
-                    Ok(Some((_, version))) => st.parent_version = Some(version),
+                    Ok(Some((history, version))) => {
+                        st.parent_version = Some(version);
+                        st.history = history;
+                    }
                     Ok(None) => return Err(not_leading(lease, "the election's parent is gone")),
                     Err(e) => {
                         proclaim_failure(e, "proclaim (reading the parent)")?;
@@ -132,7 +141,13 @@ impl Proclaim for ZkProclaim {
                 continue;
             };
             let next = st.count.saturating_add(1);
-            let record = encode(self.czxid, next, value);
+            let ours = Record {
+                czxid: self.czxid,
+                version: next,
+                at: parent_version.saturating_add(1),
+                value: value.to_vec(),
+            };
+            let record = encode(&ours, &st.history);
             let mut writer = client.new_multi_writer();
             writer
                 .add_check_version(&self.path, st.node_version)
@@ -142,7 +157,8 @@ impl Proclaim for ZkProclaim {
             let (index, failure) = match writer.commit().await {
                 Ok(_) => {
                     st.count = next;
-                    st.parent_version = Some(parent_version.saturating_add(1));
+                    st.parent_version = Some(ours.at);
+                    st.history = decode(&record, ours.at).unwrap_or_default();
                     return Ok(());
                 }
                 Err(zk::MultiWriteError::OperationFailed { index, source }) => {
@@ -165,14 +181,11 @@ impl Proclaim for ZkProclaim {
                     Err(e) => proclaim_failure(e, "proclaim (reading our node)")?,
                 },
                 (Some(1), zk::Error::BadVersion) => match self.read_parent().await {
-                    Ok(Some((data, now))) => {
-                        let ours = Record {
-                            czxid: self.czxid,
-                            version: next,
-                            value: value.to_vec(),
-                        };
+                    Ok(Some((history, now))) => {
                         st.parent_version = Some(now);
-                        if decode(&data).as_ref() == Some(&ours) {
+                        let written = history.first() == Some(&ours);
+                        st.history = history;
+                        if written {
                             // A try whose reply was lost wrote it.
                             st.count = next;
                             return Ok(());
@@ -238,6 +251,7 @@ impl Election for ZkLocker {
                 // A node is created with data version 0, and nobody writes it.
                 node_version: 0,
                 parent_version: None,
+                history: Vec::new(),
             }),
         };
         Ok(Leadership::new(grant.lease, Arc::new(proclaim)))
@@ -279,7 +293,8 @@ impl Election for ZkLocker {
             match node {
                 Ok((value, stat)) => {
                     let value = match record {
-                        Ok((data, _)) => decode(&data)
+                        Ok((data, parent)) => decode(&data, parent.version)
+                            .and_then(|h| h.into_iter().next())
                             .filter(|r| r.czxid == stat.czxid)
                             .map_or(value, |r| r.value),
                         Err(zk::Error::NoNode) => value,

@@ -135,19 +135,29 @@ impl Model {
             }
             Err(e) => return Err(map("observe (reading a proclamation)", e).to_string()),
         };
+        // The event announced this version; the read may find later ones, whose history
+        // still holds it unless more proclamations than it keeps came between.
         let expected = parent.version.saturating_add(1);
-        if parent.czxid.is_some_and(|c| c != stat.czxid) || stat.version != expected {
+        if parent.czxid.is_some_and(|c| c != stat.czxid) {
+            return Err(
+                "the election's parent was deleted and created again between an event and its read"
+                    .into(),
+            );
+        }
+        let found = decode(&data, stat.version)
+            .and_then(|history| history.into_iter().find(|r| r.at == expected));
+        if found.is_none() && stat.version != expected {
             return Err(format!(
-                "proclamations were missed (the parent's data is at version {}, the next expected was {expected})",
+                "proclamations were missed (the parent's data is at version {}, and its history no longer holds version {expected})",
                 stat.version
             ));
         }
         self.parent = Some(Parent {
             czxid: Some(stat.czxid),
-            version: stat.version,
+            version: expected,
         });
         // Data that is no record was written from outside: no leader change.
-        let Some(record) = decode(&data) else {
+        let Some(record) = found else {
             self.record = None;
             return Ok(());
         };

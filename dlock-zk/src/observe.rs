@@ -13,11 +13,13 @@
 //!
 //! From then on the model applies every event in order: node created (its value is read at
 //! once), node deleted, the parent's proclamation record written (see `record`; a proclamation
-//! never writes the leader's node). The leader is always the first node of the model. A change
+//! never writes the leader's node; the parent's data keeps the last few records, so a read that
+//! arrives after later proclamations still finds the one its event announced). The leader is always the first node of the model. A change
 //! is reported only when it is known exactly; whenever the model cannot be sure it saw every
 //! change — a lost connection or session (events during a reconnect are not replayed), a
 //! leader whose value could not be read before it changed or vanished, a gap in the parent's
-//! data versions (two proclamations between one event and its read), a leader's node written
+//! data versions (more proclamations between one event and its read than the parent's history
+//! keeps, or a write from outside between them), a leader's node written
 //! (from outside) — the observation fails with [`Error::Unavailable`] for good.
 
 use std::collections::VecDeque;
@@ -336,7 +338,7 @@ async fn snapshot(
     }
     let record = match record {
         Some(reply) => match reply.await {
-            Ok((data, _)) => decode(&data),
+            Ok((data, stat)) => decode(&data, stat.version).and_then(|h| h.into_iter().next()),
             // Deleted after the listing: an event says so, and the snapshot is taken again.
             Err(zk::Error::NoNode) => None,
             Err(e) => return Err(map("observe (reading the parent)", e)),

@@ -221,6 +221,63 @@ async fn an_observer_sees_a_proclamation_made_just_before_resigning() {
     );
 }
 
+/// An observer whose reads arrive late (its replies and events delayed 300 ms) while a leader
+/// proclaims three times in a row, resigns, and the next leader proclaims: every read finds
+/// the parent a few proclamations further on, and the parent's history still gives each one
+/// in order. (With only the newest record kept, the observation failed at the first read:
+/// "proclamations were missed".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_that_reads_late_still_sees_every_proclamation() {
+    use dlock_conformance::faults::{Direction, Mode, Proxy};
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-observe-late");
+    let proxy = Proxy::start(c.addrs()[0]).unwrap();
+    let o = locker(&proxy.addr().to_string(), &ns, TTL).await;
+    let (a, b) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("late").unwrap();
+    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
+    let ta = la.term();
+    let mut changes = o.observe(&name).await.unwrap();
+    assert_eq!(next(&mut changes).await.value, b"a1");
+    let bname = name.clone();
+    let waiting = tokio::spawn(async move { b.campaign(&bname, b"b1", wait()).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set_direction(
+        Direction::Downstream,
+        Mode::Delay(Duration::from_millis(300)),
+    );
+    for value in [&b"a2"[..], b"a3", b"a4"] {
+        la.proclaim(value).await.unwrap();
+    }
+    la.resign().await.unwrap();
+    let lb = waiting.await.unwrap().unwrap();
+    lb.proclaim(b"b2").await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(next(&mut changes).await);
+    }
+    let tb = lb.term();
+    let leader = |term, value: &[u8]| Leader {
+        term,
+        value: value.to_vec(),
+    };
+    assert_eq!(
+        seen,
+        vec![
+            leader(ta, b"a2"),
+            leader(ta, b"a3"),
+            leader(ta, b"a4"),
+            leader(tb, b"b1"),
+            leader(tb, b"b2"),
+        ]
+    );
+    lb.resign().await.unwrap();
+}
+
 /// The next change, within 5 s.
 async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
     tokio::time::timeout(Duration::from_secs(5), changes.next())
