@@ -129,7 +129,7 @@ impl LeaseCell {
     }
 
     /// Why the lease is not held, if it is not: lost, released, or its deadline passed.
-    fn loss(&self) -> Option<LossReason> {
+    pub(crate) fn loss(&self) -> Option<LossReason> {
         match &*self.status.borrow() {
             Status::Lost(r) => return Some(r.clone()),
             // Released is not a loss, but a released lease is not held either: reporting it as
@@ -187,6 +187,7 @@ pub(crate) trait LeaseControl: Send + Sync + 'static {
     /// Stops renewing at once, then releases in the background on `runtime`. Never blocks.
     fn release_detached(&self, cell: Arc<LeaseCell>, runtime: Option<Handle>);
     /// For tests: stop renewing this lease without releasing it.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     fn stop_renewal(&self, cell: &Arc<LeaseCell>);
     /// How many holds a re-entrant lease has; 1 otherwise.
     fn hold_count(&self) -> u32 {
@@ -324,9 +325,16 @@ impl Lease {
     }
 
     /// For tests and fault drills: stop renewing this lease without releasing it, as if every
-    /// renewal request failed. The lease is then lost at its deadline.
-    #[doc(hidden)]
+    /// renewal request failed. The lease is then lost at its deadline. Only with the
+    /// `testing` feature.
+    #[cfg(feature = "testing")]
     pub fn stop_renewal_for_test(&self) {
+        self.stop_renewal();
+    }
+
+    /// As [`Lease::stop_renewal_for_test`], for a re-entrant lease's inner lease.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn stop_renewal(&self) {
         self.ctl.stop_renewal(&self.cell);
     }
 }

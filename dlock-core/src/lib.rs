@@ -16,6 +16,7 @@ mod rw;
 mod semaphore;
 mod stats;
 mod token;
+mod with_lock;
 
 pub use capabilities::{Capabilities, FencingStrength, Primitives};
 pub use election::{
@@ -34,6 +35,7 @@ pub use rw::RwLocker;
 pub use semaphore::{MAX_PERMITS, Semaphore, validate_permits};
 pub use stats::{Counters, Stats};
 pub use token::FencingToken;
+pub use with_lock::{LeaseView, LockerExt};
 
 /// The workspace README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -19,6 +19,13 @@ pub struct AcquireOptions {
     pub wait: Option<Duration>,
 }
 
+/// A bounded wait: `AcquireOptions::from(d)` is [`AcquireOptions::wait`]`(d)`.
+impl From<Duration> for AcquireOptions {
+    fn from(wait: Duration) -> Self {
+        AcquireOptions::wait(wait)
+    }
+}
+
 impl AcquireOptions {
     /// Wait until granted or cancelled.
     pub fn forever() -> Self {

@@ -155,7 +155,7 @@ impl LeaseControl for Held {
 
     fn stop_renewal(&self, _cell: &Arc<LeaseCell>) {
         if let Some(lease) = lock(&self.state).lease.as_ref() {
-            lease.stop_renewal_for_test();
+            lease.stop_renewal();
         }
     }
 

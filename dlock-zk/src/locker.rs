@@ -31,7 +31,8 @@ use crate::session::{NodeEntry, Session};
 /// renewed together with one request per TTL/3; if the session ends every lease is lost at once,
 /// and if the connection is cut the leases are lost at their deadline (send time of the last
 /// answered request + negotiated timeout − drift) unless the client reconnects in time. After a
-/// session ends, the next acquire opens a new session transparently.
+/// session ends, the next acquire opens a new session transparently. Cloning is cheap: a
+/// clone shares the session and its leases.
 ///
 /// The locker is also a [`dlock_core::Election`] on the same queue machinery, with nodes laid
 /// out as Curator's `LeaderLatch` lays them out (`_c_<uuid>-latch-<seq>`, holding the value);
@@ -53,6 +54,7 @@ use crate::session::{NodeEntry, Session};
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct ZkLocker {
     inner: Arc<Inner>,
 }

@@ -24,75 +24,11 @@ use crate::{
     LockName, Locker, LossReason, Primitives, RenewBackend, Renewal, RenewalDriver, Stats,
 };
 
-/// Deliberate defects, for proving that conformance checkers can fail. Never use them otherwise.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Defect {
-    /// Every grant carries token 1.
-    NoFencing,
-    /// Release deletes whoever holds the name.
-    UnguardedRelease,
-    /// A release wakes every waiter, not just the head.
-    WakeAll,
-    /// The server expires holders at half the TTL, before the client's deadline.
-    EarlyExpiry,
-    /// Grants ignore the queue order (newest waiter first).
-    Lifo,
-    /// The grant's reply takes [`REPLY_DELAY`] after the server armed the TTL (every other
-    /// grant: odd tokens), and the client counts the deadline from the reply instead of the
-    /// request: the lease promises [`REPLY_DELAY`] more than the server keeps it.
-    DeadlineFromReply,
-    /// The server expires an entry 50 ms before the client's deadline, on grants and renewals
-    /// alike: someone else can be granted before the promised deadline.
-    LateLoss,
-    /// The client's `lost()` aims at the deadline itself, with no margin for its timer's own
-    /// lateness (the server is honest): under load it resolves after the deadline.
-    LossAtDeadline,
-    /// A grant that follows a holder which expired or was broken (rather than released) reuses
-    /// that holder's token, as a server that lost its last counter increment would.
-    ReusedToken,
-    /// Every other grant (while the fence is odd) ignores the current holder and replaces it:
-    /// two holders (leaders) at once.
-    DoubleGrant,
-    /// A read-write writer is granted while readers hold the name (it only waits for another
-    /// writer).
-    WriterWithReaders,
-    /// Readers are granted past queued writers (the reader-preferring lock that starves
-    /// writers).
-    ReadersBarge,
-    /// A semaphore grants one permit more than it has.
-    SemaphoreOverflow,
-    /// A request dropped while queued keeps its queue entry (until its locker is dropped).
-    CancelLeavesEntry,
-    /// Election observers are told only every other leader change, as a watch that keeps
-    /// only the latest value would tell a slow observer.
-    ObserverSkips,
-    /// The server keeps a holder that stopped renewing for three TTLs instead of one: safe
-    /// (the holder's deadline is honest), but a crashed leader or holder blocks everyone for
-    /// far longer than the TTL.
-    SlowExpiry,
-    /// The first attempt's grant reply "times out" ([`REPLY_DELAY`], every other grant: odd
-    /// tokens); the retry finds its own earlier grant and takes it without re-arming the TTL,
-    /// yet the deadline is counted from the retry (the fair-mode Redis re-grant defect).
-    StaleRegrant,
-    /// One lease found lost in a renewal round fails the whole round: every lease renewed with
-    /// it is reported lost too (the Redlock batch-verdict defect).
-    BatchLoss,
-    /// Every renewal's reply takes [`REPLY_DELAY`] after the server re-armed the TTL, and the
-    /// client counts the renewed deadline from the reply instead of the request: after each
-    /// renewal (grants are honest) the server expires the holder [`REPLY_DELAY`] before the
-    /// lease's deadline. The real bug: a client that sets `deadline = now + TTL` when a
-    /// keep-alive or `PEXPIRE` reply arrives, so a slow reply path stretches every promise.
-    /// (The shared renewal driver counts from the request, so the server arms the renewed TTL
-    /// [`REPLY_DELAY`] short instead: the same gap.)
-    RenewalFromReply,
-}
-
-/// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] (and
-/// the renewal reply of [`Defect::RenewalFromReply`]) is.
-#[doc(hidden)]
-pub const REPLY_DELAY: Duration = Duration::from_millis(200);
+mod defect;
+#[cfg(feature = "testing")]
+pub use defect::{Defect, REPLY_DELAY};
+#[cfg(not(feature = "testing"))]
+use defect::{Defect, REPLY_DELAY};
 
 /// How much earlier than the client's deadline [`Defect::LateLoss`] expires entries.
 const LATE_LOSS: Duration = Duration::from_millis(50);
@@ -163,8 +99,9 @@ impl MemoryServer {
         self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Test hook: expire the current holder of `name` now, as if its TTL ran out. The holder
+    /// Test hook (`testing` feature): expire the current holder of `name` now, as if its TTL ran out. The holder
     /// learns at its next renewal. Returns the token of the holder it expired, if there was one.
+    #[cfg(feature = "testing")]
     pub fn expire_now(&self, name: &LockName) -> Option<FencingToken> {
         let mut names = self.names();
         let st = names.get_mut(name.as_str())?;
@@ -180,9 +117,10 @@ impl MemoryServer {
         had
     }
 
-    /// Test hook for the conformance suite's server-side view: when the server expires the
-    /// current holder of `name` (`None` when nobody holds it, or its TTL already ran out).
-    #[doc(hidden)]
+    /// Test hook (`testing` feature) for the conformance suite's server-side view: when the
+    /// server expires the current holder of `name` (`None` when nobody holds it, or its TTL
+    /// already ran out).
+    #[cfg(feature = "testing")]
     pub fn holder_expiry(&self, name: &LockName) -> Option<Instant> {
         let now = Instant::now();
         let names = self.names();
@@ -190,9 +128,10 @@ impl MemoryServer {
         (h.expires > now).then_some(h.expires)
     }
 
-    /// Test hook for leak audits: every live entry (held name or queued waiter) whose name
+    /// Test hook (`testing` feature) for leak audits: every live entry (held name or queued waiter) whose name
     /// starts with `prefix`, as `"held:<name>"` or `"queued:<name>"`. Expired holders do not
     /// count.
+    #[cfg(feature = "testing")]
     pub fn entries(&self, prefix: &str) -> Vec<String> {
         let now = Instant::now();
         let names = self.names();
@@ -235,8 +174,8 @@ impl MemoryLockerBuilder {
         self
     }
 
-    /// Builds in a deliberate defect (for checker tests only).
-    #[doc(hidden)]
+    /// Builds in a deliberate defect (`testing` feature; for checker tests only).
+    #[cfg(feature = "testing")]
     pub fn defect(mut self, defect: Defect) -> Self {
         self.defect = Some(defect);
         self
@@ -275,6 +214,9 @@ impl MemoryLockerBuilder {
 }
 
 /// An in-process [`Locker`]: FIFO, herd-free, fenced, renewed by the shared driver.
+///
+/// Cloning is cheap: a clone shares the server, the renewal driver and the counters.
+#[derive(Clone)]
 pub struct MemoryLocker {
     backend: Arc<Backend>,
     driver: RenewalDriver<Backend>,
