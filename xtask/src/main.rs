@@ -9,6 +9,7 @@ mod allowlist;
 mod bench;
 mod conform;
 mod install;
+mod tidy;
 
 const USAGE: &str = "\
 usage: cargo xtask <command>
@@ -24,6 +25,8 @@ commands:
   bench --readme FILE [--from RESULTS_JSON]
                        rewrite FILE's generated performance section from a run's rows
   servers              check (and where possible install) the server binaries the suite needs
+  tidy                 workspace rules: the code map in ARCHITECTURE.md, backend crates
+                       independent, test hooks behind `testing`, crate roots
 ";
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Some("conform") => install::ensure_servers().and_then(|()| conform::run(&args[1..])),
         Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
+        Some("tidy") => tidy::run(&conform::workspace_root()),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -75,6 +79,8 @@ fn cargo() -> Command {
 fn test() -> Result<(), String> {
     install::ensure_servers()?;
     step("fmt", cargo().args(["fmt", "--all", "--check"]))?;
+    eprintln!("\n==> tidy");
+    tidy::run(&conform::workspace_root())?;
     step(
         "clippy",
         cargo().args([
