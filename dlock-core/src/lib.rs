@@ -19,23 +19,40 @@ mod token;
 mod with_lock;
 
 pub use capabilities::{Capabilities, FencingStrength, Primitives};
-pub use election::{
-    Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN, Proclaim, validate_value,
-};
+pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{BoxError, Error, ErrorKind, LossReason, NameError, NodeError, Result};
 pub use fence::{FenceGuard, FenceRejected};
 pub use lease::{Lease, Releaser};
 pub use locker::Locker;
 pub use memory::{MemoryLocker, MemoryServer};
 pub use name::LockName;
-pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL, drift, loss_margin, validate_ttl};
+pub use options::{AcquireOptions, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use reentrant::Reentrant;
-pub use renewal::{RenewBackend, Renewal, RenewalDriver};
 pub use rw::RwLocker;
-pub use semaphore::{MAX_PERMITS, Semaphore, validate_permits};
-pub use stats::{Counters, Stats};
+pub use semaphore::{MAX_PERMITS, Semaphore};
+pub use stats::Stats;
 pub use token::FencingToken;
 pub use with_lock::{LeaseView, LockerExt};
+
+// The crate's own modules name the backend tier from the root, as they always did.
+pub(crate) use backend::*;
+
+pub mod backend {
+    //! What a backend crate needs beyond the user API: the shared renewal driver and the
+    //! contract it renews through, the request counters behind [`Stats`](crate::Stats), the
+    //! clock-drift and loss-margin rules every lease deadline follows, the input validators
+    //! each backend runs before any I/O, and [`Proclaim`], a backend's write of a leader's
+    //! value.
+    //!
+    //! Users of a backend never need these. They are less stable than the crate root: they
+    //! change when a backend needs something new of the shared machinery.
+
+    pub use crate::election::{Proclaim, validate_value};
+    pub use crate::options::{drift, loss_margin, validate_ttl};
+    pub use crate::renewal::{RenewBackend, Renewal, RenewalDriver};
+    pub use crate::semaphore::validate_permits;
+    pub use crate::stats::Counters;
+}
 
 /// The workspace README's examples, compiled and run as doctests.
 #[cfg(doctest)]

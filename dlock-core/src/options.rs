@@ -92,7 +92,7 @@ const MAX_SCHEDULING_ALLOWANCE: Duration = Duration::from_millis(200);
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(dlock_core::loss_margin(Duration::from_secs(2)), Duration::from_millis(222));
+/// assert_eq!(dlock_core::backend::loss_margin(Duration::from_secs(2)), Duration::from_millis(222));
 /// ```
 pub fn loss_margin(ttl: Duration) -> Duration {
     drift(ttl) + (ttl / 10).min(MAX_SCHEDULING_ALLOWANCE)

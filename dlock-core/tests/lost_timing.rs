@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    Counters, Error, FencingToken, LockName, LossReason, RenewBackend, Renewal, RenewalDriver,
-};
+use dlock_core::backend::{Counters, RenewBackend, Renewal, RenewalDriver};
+use dlock_core::{Error, FencingToken, LockName, LossReason};
 use tokio::time::Instant;
 
 /// Every renewal fails, so every lease runs into its deadline.
@@ -103,7 +102,7 @@ fn lost_resolves_by_the_deadline_under_cpu_load() {
          p50 {p50:?} p90 {p90:?} p99 {p99:?} max {max:?}; earliest {earliest:?} before it",
         cpus * 2
     );
-    let margin = dlock_core::loss_margin(TTL);
+    let margin = dlock_core::backend::loss_margin(TTL);
     // Against the instant lost() aims at: the loss margin before the deadline.
     let mut vs_aim: Vec<Duration> = late
         .iter()

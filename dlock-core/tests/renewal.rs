@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    Counters, Error, FencingToken, LockName, LossReason, RenewBackend, Renewal, RenewalDriver,
-};
+use dlock_core::backend::{Counters, RenewBackend, Renewal, RenewalDriver};
+use dlock_core::{Error, FencingToken, LockName, LossReason};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -171,12 +170,12 @@ fn name() -> LockName {
 }
 
 fn drift() -> Duration {
-    dlock_core::drift(TTL)
+    dlock_core::backend::drift(TTL)
 }
 
 /// How long before its deadline a lease that was not extended counts as lost.
 fn margin() -> Duration {
-    dlock_core::loss_margin(TTL)
+    dlock_core::backend::loss_margin(TTL)
 }
 
 #[tokio::test(start_paused = true)]

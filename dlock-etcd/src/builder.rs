@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use dlock_core::{Error, validate_ttl};
+use dlock_core::Error;
+use dlock_core::backend::validate_ttl;
 
 use crate::EtcdLocker;
 

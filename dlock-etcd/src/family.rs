@@ -5,9 +5,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOptions, Error, Lease, LockName, Locker, RwLocker, Semaphore, validate_permits,
-};
+use dlock_core::backend::validate_permits;
+use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker, RwLocker, Semaphore};
 
 use crate::errors;
 use crate::keys;

@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOptions, Capabilities, Counters, Error, Lease, LockName, Locker, Primitives,
-    RenewalDriver, Stats,
-};
+use dlock_core::backend::{Counters, RenewalDriver};
+use dlock_core::{AcquireOptions, Capabilities, Error, Lease, LockName, Locker, Primitives, Stats};
 use etcd_client::Client;
 use tokio::time::Instant;
 

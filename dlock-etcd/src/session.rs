@@ -1,7 +1,7 @@
 //! The session lease, its one keep-alive stream, and the renewal backend.
 //!
 //! Every locker holds ONE etcd lease (its session); every lock key it creates is attached to
-//! it. Core's [`RenewalDriver`](dlock_core::RenewalDriver) renews all held locks of the locker
+//! it. Core's [`RenewalDriver`](dlock_core::backend::RenewalDriver) renews all held locks of the locker
 //! in one [`RenewBackend::renew`] call, which sends ONE keep-alive per session on one
 //! long-lived keep-alive stream. The session itself is registered with the driver as an
 //! internal lease (the "sentinel"), so it is kept alive while the locker only waits, and its
@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Error, Lease, LossReason, RenewBackend, Renewal, drift};
+use dlock_core::backend::{RenewBackend, Renewal, drift};
+use dlock_core::{Error, Lease, LossReason};
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 

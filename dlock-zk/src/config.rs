@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use dlock_core::{Error, validate_ttl};
+use dlock_core::Error;
+use dlock_core::backend::validate_ttl;
 use zookeeper_client as zk;
 
 use crate::ZkLocker;

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dlock_core::backend::{Proclaim, validate_value};
 use dlock_core::{
     AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease,
-    LockName, Locker, LossReason, Proclaim, validate_value,
+    LockName, Locker, LossReason,
 };
 use tokio::sync::Mutex;
 use zookeeper_client as zk;

@@ -5,9 +5,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dlock_core::backend::Counters;
 use dlock_core::{
-    AcquireOptions, Capabilities, Counters, Error, ErrorKind, FencingStrength, FencingToken, Lease,
-    LockName, Locker, Primitives, Stats,
+    AcquireOptions, Capabilities, Error, ErrorKind, FencingStrength, FencingToken, Lease, LockName,
+    Locker, Primitives, Stats,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dlock_core::Counters;
+use dlock_core::backend::Counters;
 use zookeeper_client as zk;
 
 use crate::batches::{REQUEST_BUDGET, split};

@@ -19,9 +19,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{
-    AcquireOptions, Error, ErrorKind, Lease, LockName, Locker, Semaphore, validate_permits,
-};
+use dlock_core::backend::validate_permits;
+use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName, Locker, Semaphore};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal, RenewalDriver};
+use dlock_core::backend::{Counters, RenewBackend, Renewal, RenewalDriver};
+use dlock_core::{Error, LossReason};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 

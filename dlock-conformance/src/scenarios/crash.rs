@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FenceGuard, FencingStrength, FencingToken, drift};
+use dlock_core::backend::drift;
+use dlock_core::{AcquireOptions, FenceGuard, FencingStrength, FencingToken};
 use tokio::time::Instant;
 
 use super::holder::{HolderProcess, Primitive, field};

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Counters, Error, LossReason, NodeError, RenewBackend, Renewal};
+use dlock_core::backend::{Counters, RenewBackend, Renewal};
+use dlock_core::{Error, LossReason, NodeError};
 use futures::StreamExt;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;

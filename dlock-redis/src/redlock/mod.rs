@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use dlock_core::backend::{Counters, RenewalDriver, validate_ttl};
 use dlock_core::{
-    AcquireOptions, Capabilities, Counters, Error, FencingStrength, Lease, LockName, Locker,
-    Primitives, RenewalDriver, Stats, validate_ttl,
+    AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Locker, Primitives,
+    Stats,
 };
 
 use crate::conn;

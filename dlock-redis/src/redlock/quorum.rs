@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::drift;
+use dlock_core::backend::drift;
 
 /// The quorum of `n` nodes: a strict majority.
 pub(crate) fn quorum(n: usize) -> usize {

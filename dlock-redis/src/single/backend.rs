@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{Counters, Error, LossReason, RenewBackend, Renewal};
+use dlock_core::backend::{Counters, RenewBackend, Renewal};
+use dlock_core::{Error, LossReason};
 
 use crate::conn::{Node, millis};
 use crate::family_scripts;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::{AcquireOptions, Error, Lease, LockName, RwLocker, Semaphore, validate_permits};
+use dlock_core::backend::validate_permits;
+use dlock_core::{AcquireOptions, Error, Lease, LockName, RwLocker, Semaphore};
 use tokio::time::Instant;
 
 use super::backend::Slot;
