@@ -38,6 +38,7 @@ macro_rules! conformance_tests {
                 loss_trials => LossTrials,
                 lost_after_break => LostAfterBreak,
                 release_idempotent => ReleaseIdempotent,
+                close => Close,
                 short_blip => ShortBlip,
                 release_reply_lost => ReleaseReplyLost,
                 crash_release => CrashRelease,

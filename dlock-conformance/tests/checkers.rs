@@ -363,6 +363,10 @@ impl Locker for Twisted {
         self.inner.ttl()
     }
 
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.close().await
+    }
+
     fn capabilities(&self) -> Capabilities {
         let caps = self.inner.capabilities();
         if self.twist == Twist::ClaimHerdFree {

@@ -43,6 +43,23 @@ fn slow_grant_catches_early_expiry() {
     );
 }
 
+/// A `close()` that only ends the leases on the client is caught: the locks are still held at
+/// the server when it returns.
+#[test]
+fn close_catches_entries_left_at_the_server() {
+    caught(
+        Defect::CloseKeepsEntries,
+        Scenario::Close,
+        "still held at the server after close returned",
+    );
+}
+
+/// The correct memory backend passes `close`.
+#[test]
+fn close_passes_on_the_reference() {
+    passes(Scenario::Close);
+}
+
 /// The correct memory backend passes the same run (so the control fails for the defect).
 #[test]
 fn slow_grant_passes_on_the_reference() {

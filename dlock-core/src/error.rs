@@ -120,6 +120,8 @@ pub enum ErrorKind {
     /// The server refused our credentials or permissions; retrying cannot help until an
     /// operator changes them.
     AccessDenied,
+    /// The locker was closed.
+    Closed,
 }
 
 /// The error type of every dlock operation.
@@ -187,6 +189,9 @@ pub enum Error {
         #[source]
         source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
     },
+    /// The locker was closed ([`Locker::close`](crate::Locker::close)): it grants nothing more.
+    #[error("the locker was closed")]
+    Closed,
     /// The backend answered with an error or a reply dlock did not expect.
     #[error("backend error: {message}")]
     Backend {
@@ -218,13 +223,14 @@ impl Error {
             Error::Unavailable { .. } => ErrorKind::Unavailable,
             Error::Backend { .. } => ErrorKind::Backend,
             Error::AccessDenied { .. } => ErrorKind::AccessDenied,
+            Error::Closed => ErrorKind::Closed,
         }
     }
 
     /// Whether the same call may succeed if tried again later.
     ///
-    /// Timeouts, unreachable backends and missed quorums are retryable; bad input, a lost lease
-    /// and "not held" are not.
+    /// Timeouts, unreachable backends and missed quorums are retryable; bad input, a lost lease,
+    /// "not held" and a closed locker are not.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind(),

@@ -108,10 +108,15 @@ impl LeaseCell {
         }
         st.ended = true;
         drop(st);
-        if let Some(c) = &self.losses {
-            c.add_losses(1);
+        // Closing the locker ends its leases on purpose: not a loss to count or warn about.
+        if reason == LossReason::Closed {
+            tracing::debug!(lock = %self.name, token = %self.token, "lease ended: the locker was closed");
+        } else {
+            if let Some(c) = &self.losses {
+                c.add_losses(1);
+            }
+            tracing::warn!(lock = %self.name, token = %self.token, %reason, "lease lost");
         }
-        tracing::warn!(lock = %self.name, token = %self.token, %reason, "lease lost");
         self.status.send_replace(Status::Lost(reason));
         true
     }

@@ -45,6 +45,22 @@ pub trait Locker: Send + Sync + 'static {
 
     /// The locker's counters.
     fn stats(&self) -> Stats;
+
+    /// Closes the locker and every clone of it: every lease it holds is ended at once (its
+    /// `lost()` resolves with [`LossReason::Closed`](crate::LossReason::Closed), not counted as
+    /// a loss) and its server entry deleted, and the backend's session (etcd lease, ZooKeeper
+    /// session) is ended. Later calls that would grant fail with [`Error::Closed`] before any
+    /// I/O; a request already in flight that is granted anyway gets a lease that is already
+    /// ended, its entry deleted. Closing again does nothing more.
+    ///
+    /// # Errors
+    /// The first server error while deleting entries or ending the session; every lease is
+    /// ended and every delete tried all the same (an entry not deleted expires at its TTL).
+    ///
+    /// # Cancel safety
+    /// The locker is closed and its leases ended once the future is first polled; dropping it
+    /// abandons the deletes not yet done (those entries expire at their TTL).
+    async fn close(&self) -> Result<(), Error>;
 }
 
 #[async_trait]
@@ -55,6 +71,10 @@ impl<L: Locker + ?Sized> Locker for Arc<L> {
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         (**self).try_acquire(name).await
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        (**self).close().await
     }
 
     fn ttl(&self) -> Duration {

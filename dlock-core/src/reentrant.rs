@@ -185,6 +185,11 @@ impl<L: Locker> Locker for Reentrant<L> {
         self.inner.ttl()
     }
 
+    /// Closes the inner locker: every hold's lease ends with it.
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.close().await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

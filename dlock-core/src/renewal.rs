@@ -1,7 +1,7 @@
 //! The renewal driver shared by every backend: one task per locker keeps every held lease alive.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -104,6 +104,8 @@ struct Shared<B: RenewBackend> {
     planned: Mutex<Option<Instant>>,
     /// Whether the task runs; a dead one is restarted by the next registration.
     task: Mutex<TaskSlot>,
+    /// Set by [`RenewalDriver::close`]: later grants are handed out lost and released.
+    closed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -174,6 +176,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 wake: Arc::new(Notify::new()),
                 planned: Mutex::new(None),
                 task: Mutex::new(TaskSlot::default()),
+                closed: AtomicBool::new(false),
             }),
         }
     }
@@ -215,6 +218,18 @@ impl<B: RenewBackend> RenewalDriver<B> {
             counted.then(|| Arc::clone(&self.shared.counters)),
         );
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        if self.is_closed() {
+            // Granted to a request in flight when the locker closed: never renewed, its entry
+            // deleted now.
+            cell.mark_lost(LossReason::Closed);
+            let ctl = Arc::new(DriverLease {
+                shared: Arc::clone(&self.shared),
+                id,
+                entry,
+            });
+            ctl.release_detached(Arc::clone(&cell), Handle::try_current().ok());
+            return Lease::from_parts(cell, ctl);
+        }
         // A grant is a renewal that happened at `start`: the first renewal is due a third of
         // the TTL after it, like every later one, whatever the driver's plans. Counting from
         // the reply instead left a grant slowed by a busy server (a long queue of the session's
@@ -280,6 +295,48 @@ impl<B: RenewBackend> RenewalDriver<B> {
     /// Declares every lease lost.
     pub fn lose_all(&self, reason: &LossReason) {
         self.lose_where(reason, |_| true);
+    }
+
+    /// Closes the driver: every lease is declared lost with [`LossReason::Closed`] at once
+    /// (renewal stops, `lost()` resolves), then every lease's server entry is deleted, all
+    /// deletes at once. A lease registered later is handed out already lost and its entry
+    /// deleted in the background.
+    ///
+    /// # Errors
+    /// The first failed delete (every delete is tried; an entry not deleted expires at its
+    /// TTL).
+    ///
+    /// # Cancel safety
+    /// The driver is closed and every lease lost as soon as the future is first polled;
+    /// dropping it abandons the deletes not yet done (those entries expire at their TTL).
+    pub async fn close(&self) -> Result<(), Error> {
+        self.shared.closed.store(true, Ordering::Release);
+        let closed: Vec<_> = self.shared.leases().drain().map(|(_, r)| r).collect();
+        for r in &closed {
+            r.cell.mark_lost(LossReason::Closed);
+        }
+        let backend = &self.shared.backend;
+        let results =
+            futures::future::join_all(closed.iter().map(|r| backend.release(&r.entry))).await;
+        results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+        Ok(())
+    }
+
+    /// Whether [`RenewalDriver::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// `Ok` while the driver is open.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once [`RenewalDriver::close`] was called.
+    pub fn check_open(&self) -> Result<(), Error> {
+        if self.is_closed() {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
     }
 
     /// Starts the task on the current runtime unless it runs; restarts it if it died.

@@ -36,6 +36,9 @@ impl Locker for AcquireOnly {
     fn ttl(&self) -> Duration {
         self.0.ttl()
     }
+    async fn close(&self) -> Result<(), Error> {
+        self.0.close().await
+    }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }

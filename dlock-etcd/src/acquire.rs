@@ -190,6 +190,7 @@ impl EtcdLocker {
         try_only: bool,
         value: &[u8],
     ) -> Result<Option<(Lease, String)>, Error> {
+        self.inner.driver.check_open()?;
         let started = Instant::now();
         let result = self
             .lock_until(name, q, wait, try_only, started, value)

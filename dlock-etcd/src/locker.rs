@@ -184,6 +184,12 @@ impl Locker for EtcdLocker {
             .max(self.inner.cfg.ttl)
     }
 
+    /// Ends every lease, deletes its key (guarded, all at once) and revokes the session lease
+    /// (which deletes whatever keys of the session remain, queued ones included).
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.driver.close().await
+    }
+
     fn capabilities(&self) -> Capabilities {
         // etcd's lessor checks expiry every 500 ms; the waiter then needs a watch event and a
         // read.

@@ -65,6 +65,8 @@ struct Inner {
     counters: Arc<Counters>,
     acls: zk::Acls<'static>,
     no_container: Arc<AtomicBool>,
+    /// Set by [`Locker::close`]: no session is opened or used again.
+    closed: AtomicBool,
     /// The current session; replaced after it ends.
     slot: Mutex<Option<Arc<Session>>>,
     /// A copy of the current session for the fast path.
@@ -103,6 +105,7 @@ impl ZkLocker {
                 cfg,
                 counters,
                 no_container: Arc::new(AtomicBool::new(false)),
+                closed: AtomicBool::new(false),
                 current: StdMutex::new(Some(Arc::clone(&session))),
                 slot: Mutex::new(Some(session)),
                 negotiated_ms: AtomicU64::new(negotiated),
@@ -189,12 +192,18 @@ impl ZkLocker {
 
     /// The live session, opening a new one if the last ended.
     pub(crate) async fn session(&self) -> Result<Arc<Session>, Error> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         if let Some(s) = self.current() {
             if !s.is_ended() {
                 return Ok(s);
             }
         }
         let mut slot = self.inner.slot.lock().await;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         if let Some(s) = slot.as_ref() {
             if !s.is_ended() {
                 return Ok(Arc::clone(s));
@@ -457,6 +466,23 @@ impl Locker for ZkLocker {
 
     fn ttl(&self) -> Duration {
         self.negotiated_timeout()
+    }
+
+    /// Ends every lease and deletes its node (by its own path, all at once), and lets the
+    /// session go: the client library sends `closeSession` once nothing uses the session any
+    /// more (a waiter still in flight, or the state watcher within a third of the timeout).
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.closed.store(true, Ordering::Release);
+        let session = self.inner.slot.lock().await.take();
+        self.inner
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match session {
+            Some(s) => s.driver.close().await,
+            None => Ok(()),
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -65,6 +65,9 @@ pub enum Scenario {
     LostAfterBreak,
     /// Release is idempotent; a retried release never deletes a newer holder's lock.
     ReleaseIdempotent,
+    /// `close()` ends every lease at once (`lost()` says `Closed`, not counted as a loss),
+    /// frees the locks at the server before it returns, and the closed locker grants nothing.
+    Close,
     /// The holder's link goes silent for 0.3 × TTL: the lease survives, same token.
     ShortBlip,
     /// A release whose reply is lost returns within a bound; its retry never deletes the next
@@ -145,7 +148,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 39] = [
+    pub const ALL: [Scenario; 40] = [
         Scenario::MutualExclusion,
         Scenario::FencingMonotonic,
         Scenario::FencedResource,
@@ -159,6 +162,7 @@ impl Scenario {
         Scenario::LossTrials,
         Scenario::LostAfterBreak,
         Scenario::ReleaseIdempotent,
+        Scenario::Close,
         Scenario::ShortBlip,
         Scenario::ReleaseReplyLost,
         Scenario::CrashRelease,
@@ -203,6 +207,7 @@ impl Scenario {
             Scenario::LossTrials => "loss_trials",
             Scenario::LostAfterBreak => "lost_after_break",
             Scenario::ReleaseIdempotent => "release_idempotent",
+            Scenario::Close => "close",
             Scenario::ShortBlip => "short_blip",
             Scenario::ReleaseReplyLost => "release_reply_lost",
             Scenario::CrashRelease => "crash_release",
@@ -425,6 +430,7 @@ async fn dispatch(ctx: &Ctx) -> Result<(), Verdict> {
         Scenario::LossTrials => lease::loss_trials(ctx).await,
         Scenario::LostAfterBreak => lease::lost_after_break(ctx).await,
         Scenario::ReleaseIdempotent => basic::release_idempotent(ctx).await,
+        Scenario::Close => basic::close(ctx).await,
         Scenario::ShortBlip => network::short_blip(ctx).await,
         Scenario::ReleaseReplyLost => network::release_reply_lost(ctx).await,
         Scenario::CrashRelease => crash::crash_release(ctx).await,

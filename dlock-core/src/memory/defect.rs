@@ -66,6 +66,9 @@ pub enum Defect {
     /// (The shared renewal driver counts from the request, so the server arms the renewed TTL
     /// [`REPLY_DELAY`] short instead: the same gap.)
     RenewalFromReply,
+    /// `close()` ends the leases on the client but deletes nothing at the server: the locks
+    /// stay held there until their TTL runs out, and the closed locker still grants.
+    CloseKeepsEntries,
 }
 
 /// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] (and

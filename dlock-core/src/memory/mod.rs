@@ -594,6 +594,7 @@ impl MemoryLocker {
         mode: Mode,
     ) -> Result<(Lease, u64), Error> {
         opts.validate()?;
+        self.driver.check_open()?;
         let began = Instant::now();
         let until = opts.wait.map(|w| began + w);
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
@@ -675,6 +676,7 @@ impl Locker for MemoryLocker {
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        self.driver.check_open()?;
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let start = Instant::now();
         self.counters.add_requests(1);
@@ -691,6 +693,15 @@ impl Locker for MemoryLocker {
 
     fn ttl(&self) -> Duration {
         self.backend.ttl
+    }
+
+    /// Ends and releases every lease (see [`Locker::close`]); the server stays up for others.
+    async fn close(&self) -> Result<(), Error> {
+        if self.backend.defect == Some(Defect::CloseKeepsEntries) {
+            self.driver.lose_all(&LossReason::Closed);
+            return Ok(());
+        }
+        self.driver.close().await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -326,15 +326,22 @@ impl RedlockLockerBuilder {
 impl Locker for RedlockLocker {
     async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
+        self.inner.driver.check_open()?;
         acquire::acquire(&self.inner, name, opts.wait).await
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        self.inner.driver.check_open()?;
         acquire::try_acquire(&self.inner, name).await
     }
 
     fn ttl(&self) -> Duration {
         self.inner.ttl
+    }
+
+    /// Ends every lease and deletes its key on every node (guarded deletes, all at once).
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.driver.close().await
     }
 
     fn capabilities(&self) -> Capabilities {

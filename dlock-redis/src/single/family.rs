@@ -112,6 +112,7 @@ async fn acquire(
     mode: Mode,
     wait: Option<Duration>,
 ) -> Result<Lease, Error> {
+    inner.driver.check_open()?;
     let wait = Wait::start(wait);
     let keys = Keys::new(&inner.prefix, name);
     let family = FamilyKeys::of(&keys);

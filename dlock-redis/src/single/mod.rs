@@ -829,6 +829,12 @@ impl Locker for RedisLocker {
         self.inner.ttl
     }
 
+    /// Ends every lease and deletes its key (one guarded delete each, all at once); the
+    /// connections close when the last clone of the locker is dropped.
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.driver.close().await
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(self.inner.ttl)
             .with_fair_queue(self.inner.fair, self.inner.fair)
