@@ -150,6 +150,8 @@ fn display_round_trips() {
         "etcd://e:2379//locks?namespace=x",
         "zk://z:2181/a/b",
         "memory:?ttl=500ms",
+        "memory:?ttl=1s500ms",
+        "memory:?ttl=1h2m3s",
     ] {
         let u = ok(s);
         assert_eq!(u.to_string(), s);

@@ -5,11 +5,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 
 fn cluster(kind: ServerKind, nodes: usize) -> Arc<Cluster> {
-    Cluster::shared(kind, nodes).unwrap_or_else(|e| {
+    cluster_with(kind, nodes, &ServerOptions::default())
+}
+
+fn cluster_with(kind: ServerKind, nodes: usize, options: &ServerOptions) -> Arc<Cluster> {
+    Cluster::shared_with(kind, nodes, options).unwrap_or_else(|e| {
         if e.may_skip() {
             eprintln!("SKIP: {e}");
             std::process::exit(0);
@@ -147,4 +151,118 @@ async fn unreachable_servers_are_unavailable() {
         .await
         .expect_err("nothing listens there");
     assert!(err.is_retryable(), "{err}");
+}
+
+/// Percent-encodes a file path for a query value.
+fn query_path(p: &std::path::Path) -> String {
+    p.to_string_lossy()
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `ca=…&cert=…&key=…` for a TLS cluster that checks client certificates.
+fn tls_query(c: &Cluster) -> String {
+    let tls = c.tls().expect("a TLS cluster");
+    let (cert, key) = tls.client_identity().expect("a client identity");
+    format!(
+        "ca={}&cert={}&key={}",
+        query_path(tls.ca()),
+        query_path(cert),
+        query_path(key)
+    )
+}
+
+/// Sends one command to a Redis server (RESP) and returns its raw reply.
+fn redis_command(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to redis");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).expect("send");
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).expect("reply");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_acl_user_by_url() {
+    let c = cluster(ServerKind::Redis, 1);
+    // An ACL user whose password needs percent-encoding in the URL.
+    let user = format!("any-{}", std::process::id());
+    let reply = redis_command(
+        c.addrs()[0],
+        &[
+            "ACL",
+            "SETUSER",
+            &user,
+            "on",
+            ">p@ss w:rd",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
+    assert_eq!(reply, "+OK\r\n");
+    let url = format!(
+        "redis://{user}:p%40ss%20w%3Ard@{}?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+    // A wrong password is refused, not retried.
+    let wrong = format!("redis://{user}:nope@{}?ttl=2s", authority(&c));
+    let locker = dlock_any::connect(&wrong)
+        .await
+        .expect("builds without I/O");
+    let err = locker
+        .acquire(
+            &LockName::new("x").expect("name"),
+            AcquireOptions::wait(Duration::from_secs(5)),
+        )
+        .await
+        .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_by_url() {
+    let c = cluster_with(
+        ServerKind::Redis,
+        1,
+        &ServerOptions::default().with_tls(true),
+    );
+    let url = format!(
+        "rediss://{}?ttl=2s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_tls_by_url() {
+    let c = cluster_with(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    );
+    let url = format!(
+        "etcd+tls://{}?ttl=2s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
 }
