@@ -266,3 +266,43 @@ async fn etcd_tls_by_url() {
     );
     exclude_and_release(&url).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_by_url() {
+    let c = cluster_with(
+        ServerKind::Redis,
+        3,
+        &dlock_conformance::servers::redis_cluster::options(),
+    );
+    dlock_conformance::servers::redis_cluster::form(&c).expect("form the Redis Cluster");
+    let url = format!(
+        "redis+cluster://{}?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_digest_by_url() {
+    let c = cluster(ServerKind::Zk, 1);
+    // Digest credentials authenticate the session; the nodes keep the default open ACL.
+    let url = format!(
+        "zk://alice:s%3Acret@{}/dlock-any-digest?ttl=4s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_tls_by_url() {
+    let c = cluster_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true));
+    let url = format!(
+        "zk+tls://{}/dlock-any-tls?ttl=4s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}
