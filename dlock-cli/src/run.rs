@@ -17,6 +17,11 @@ use crate::{RunArgs, lock_name, locker_url, runtime};
 /// After how long a wait `dlock run` says on a terminal that it is waiting.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
+/// How long `dlock` keeps running after an interrupted wait, so that the locker's background
+/// withdrawal of the queue entry can reach the server (otherwise the entry stays until it
+/// expires, and in a fair queue the lock waits for it).
+const WITHDRAW_DRAIN: Duration = Duration::from_millis(500);
+
 /// Runs `dlock run`; `Ok` carries the command's exit code.
 pub(crate) fn main(url: Option<&str>, args: RunArgs) -> Result<ExitCode, Failure> {
     let url = locker_url(url, args.ttl)?;
@@ -126,11 +131,19 @@ async fn acquire(
 
 async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode, Failure> {
     let mut signals = Signals::new()?;
-    let locker = url.connect().await.map_err(|e| Failure::from_error(&e))?;
+    let locker = tokio::select! {
+        r = url.connect() => r.map_err(|e| Failure::from_error(&e))?,
+        sig = signals.recv() => return Ok(signal_code(sig)),
+    };
     let lease = tokio::select! {
         r = acquire(&*locker, name, args.wait) => r?,
-        // Interrupted while waiting: the dropped acquire withdraws its queue entry.
-        sig = signals.recv() => return Ok(signal_code(sig)),
+        sig = signals.recv() => {
+            // Interrupted while waiting: the dropped acquire withdraws its queue entry in a
+            // background task of the locker, which needs the runtime to run (there is no
+            // `close().await` to wait for it yet).
+            tokio::time::sleep(WITHDRAW_DRAIN).await;
+            return Ok(signal_code(sig));
+        }
     };
     let token = lease.token();
 

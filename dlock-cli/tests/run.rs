@@ -359,3 +359,43 @@ fn status_reports_what_it_can() {
     assert_eq!(report["ttl_ms"], 2000);
     assert!(report["held"].is_null());
 }
+
+#[test]
+fn a_signal_while_waiting_withdraws_the_request() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let (held, go) = (dir.join("held"), dir.join("go"));
+    // The holder runs until the file `go` appears.
+    let mut holder = dlock(&url)
+        .args(["run", "--name", "queue", "--", "sh", "-c"])
+        .arg(format!(
+            "echo held > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            held.display(),
+            go.display()
+        ))
+        .spawn()
+        .expect("spawn holder");
+    wait_for_text(&held, "held");
+    // A waiter without --wait queues (fair mode) until the signal.
+    let mut waiter = dlock(&url)
+        .args(["run", "--name", "queue", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    // Give it time to queue; whether or not it has, the outcome below must hold.
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(waiter.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("signal the waiter");
+    assert_eq!(wait_bounded(&mut waiter).code(), Some(128 + 2));
+    std::fs::write(&go, "go").expect("let the holder finish");
+    assert_eq!(wait_bounded(&mut holder).code(), Some(0));
+    // No queue entry of the interrupted waiter is left to be served first: one attempt wins.
+    let mut next = dlock(&url);
+    next.args(["run", "--name", "queue", "--wait", "0", "--", "true"]);
+    let o = output(next);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
