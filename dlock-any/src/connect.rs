@@ -1,0 +1,318 @@
+//! From a [`LockerUrl`] to a backend's builder, and the built locker as the core traits.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use dlock_core::{Election, Error, Locker, MemoryLocker, MemoryServer, RwLocker, Semaphore};
+
+#[cfg(feature = "etcd")]
+use dlock_etcd::EtcdLocker;
+#[cfg(feature = "redis")]
+use dlock_redis::{RedisLocker, RedlockLocker};
+#[cfg(feature = "zk")]
+use dlock_zk::ZkLocker;
+
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zk"))]
+use crate::url::TlsFiles;
+#[cfg(feature = "redis")]
+use crate::url::encode;
+use crate::url::{LockerUrl, Scheme};
+
+/// A locker as its backend built it.
+pub(crate) enum Built {
+    Memory(MemoryLocker),
+    #[cfg(feature = "redis")]
+    Redis(RedisLocker),
+    #[cfg(feature = "redis")]
+    Redlock(RedlockLocker),
+    #[cfg(feature = "etcd")]
+    Etcd(EtcdLocker),
+    #[cfg(feature = "zk")]
+    Zk(ZkLocker),
+}
+
+impl Built {
+    pub(crate) fn into_locker(self) -> Arc<dyn Locker> {
+        match self {
+            Built::Memory(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redis(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redlock(l) => Arc::new(l),
+            #[cfg(feature = "etcd")]
+            Built::Etcd(l) => Arc::new(l),
+            #[cfg(feature = "zk")]
+            Built::Zk(l) => Arc::new(l),
+        }
+    }
+
+    pub(crate) fn into_election(self) -> Result<Arc<dyn Election>, Error> {
+        Ok(match self {
+            Built::Memory(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redis(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redlock(_) => return Err(redlock_mutex_only("elections")),
+            #[cfg(feature = "etcd")]
+            Built::Etcd(l) => Arc::new(l),
+            #[cfg(feature = "zk")]
+            Built::Zk(l) => Arc::new(l),
+        })
+    }
+
+    pub(crate) fn into_rw(self) -> Result<Arc<dyn RwLocker>, Error> {
+        Ok(match self {
+            Built::Memory(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redis(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redlock(_) => return Err(redlock_mutex_only("read-write locks")),
+            #[cfg(feature = "etcd")]
+            Built::Etcd(l) => Arc::new(l),
+            #[cfg(feature = "zk")]
+            Built::Zk(l) => Arc::new(l),
+        })
+    }
+
+    pub(crate) fn into_semaphore(self) -> Result<Arc<dyn Semaphore>, Error> {
+        Ok(match self {
+            Built::Memory(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redis(l) => Arc::new(l),
+            #[cfg(feature = "redis")]
+            Built::Redlock(_) => return Err(redlock_mutex_only("semaphores")),
+            #[cfg(feature = "etcd")]
+            Built::Etcd(l) => Arc::new(l),
+            #[cfg(feature = "zk")]
+            Built::Zk(l) => Arc::new(l),
+        })
+    }
+}
+
+#[cfg(feature = "redis")]
+fn redlock_mutex_only(what: &str) -> Error {
+    Error::invalid_option(
+        "url.scheme",
+        format!(
+            "scheme: redlock:// offers only the mutex, not {what} (no single server records them); use redis://"
+        ),
+    )
+}
+
+/// Builds the locker `url` names (see the crate docs for each scheme's mapping).
+pub(crate) async fn build(url: &LockerUrl) -> Result<Built, Error> {
+    match url.scheme() {
+        Scheme::Memory => memory(url).map(Built::Memory),
+        #[cfg(feature = "redis")]
+        Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
+            redis(url).map(Built::Redis)
+        }
+        #[cfg(feature = "redis")]
+        Scheme::Redlock => redlock(url).map(Built::Redlock),
+        #[cfg(feature = "etcd")]
+        Scheme::Etcd | Scheme::EtcdTls => etcd(url).await.map(Built::Etcd),
+        #[cfg(feature = "zk")]
+        Scheme::Zk | Scheme::ZkTls => zk(url).await.map(Built::Zk),
+        // Parsing rejects the schemes of disabled features.
+        #[allow(unreachable_patterns)]
+        other => Err(Error::invalid_option(
+            "url.scheme",
+            format!(
+                "scheme: {other}:// needs dlock-any's cargo feature `{}`",
+                other.feature()
+            ),
+        )),
+    }
+}
+
+/// The process-wide memory servers, one per namespace.
+fn memory_server(namespace: &str) -> Arc<MemoryServer> {
+    static SERVERS: OnceLock<Mutex<HashMap<String, Arc<MemoryServer>>>> = OnceLock::new();
+    let map = SERVERS.get_or_init(Default::default);
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    Arc::clone(map.entry(namespace.to_string()).or_default())
+}
+
+fn memory(url: &LockerUrl) -> Result<MemoryLocker, Error> {
+    let mut b = MemoryLocker::builder().server(memory_server(url.namespace().unwrap_or("")));
+    if let Some(ttl) = url.ttl() {
+        b = b.ttl(ttl);
+    }
+    b.build()
+}
+
+/// Reads one TLS file named by a query parameter.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zk"))]
+fn read_file(param: &'static str, path: &std::path::Path) -> Result<Vec<u8>, Error> {
+    std::fs::read(path).map_err(|e| {
+        Error::invalid_option(
+            "url.value",
+            format!(
+                "value of query parameter `{param}`: cannot read {}: {e}",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// The PEM contents of `ca=` and of `cert=` + `key=`.
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zk"))]
+#[allow(clippy::type_complexity)]
+fn tls_pem(files: &TlsFiles) -> Result<(Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8>)>), Error> {
+    let ca = files
+        .ca
+        .as_deref()
+        .map(|p| read_file("ca", p))
+        .transpose()?;
+    let identity = match (&files.cert, &files.key) {
+        (Some(c), Some(k)) => Some((read_file("cert", c)?, read_file("key", k)?)),
+        _ => None,
+    };
+    Ok((ca, identity))
+}
+
+/// `redis://[user:password@]host:port[/db]` (or `rediss://`) for one host of `url`.
+#[cfg(feature = "redis")]
+fn redis_node_url(url: &LockerUrl, scheme: &str, host: &crate::HostPort) -> String {
+    let mut s = format!("{scheme}://");
+    if let Some(password) = url.password() {
+        s.push_str(&encode(url.user().unwrap_or("")));
+        s.push(':');
+        s.push_str(&encode(password));
+        s.push('@');
+    }
+    s.push_str(&host.to_string());
+    if let Some(db) = url.path() {
+        s.push('/');
+        s.push_str(db);
+    }
+    s
+}
+
+#[cfg(feature = "redis")]
+fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
+    let mut b = RedisLocker::builder();
+    match url.scheme() {
+        Scheme::Redis | Scheme::Rediss => {
+            let host = &url.hosts()[0];
+            b = b.url(redis_node_url(url, url.scheme().as_str(), host));
+            let (ca, identity) = tls_pem(&url.tls)?;
+            if let Some(ca) = ca {
+                b = b.tls_root_certificates(ca);
+            }
+            if let Some((cert, key)) = identity {
+                b = b.tls_client_identity(cert, key);
+            }
+        }
+        Scheme::RedisSentinel => {
+            let addrs: Vec<String> = url.hosts().iter().map(ToString::to_string).collect();
+            b = b.sentinels(addrs, url.path().unwrap_or_default());
+            if let Some(user) = url.user() {
+                b = b.master_username(user);
+            }
+            if let Some(password) = url.password() {
+                b = b.master_password(password);
+            }
+            if let Some(p) = &url.sentinel_password {
+                b = b.sentinel_password(p.clone());
+            }
+        }
+        _ => {
+            let nodes: Vec<String> = url
+                .hosts()
+                .iter()
+                .map(|h| redis_node_url(url, "redis", h))
+                .collect();
+            b = b.cluster(nodes);
+        }
+    }
+    if let Some(ttl) = url.ttl() {
+        b = b.ttl(ttl);
+    }
+    if let Some(ns) = url.namespace() {
+        b = b.namespace(ns);
+    }
+    b.build()
+}
+
+#[cfg(feature = "redis")]
+fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
+    let nodes: Vec<String> = url
+        .hosts()
+        .iter()
+        .map(|h| redis_node_url(url, "redis", h))
+        .collect();
+    let mut b = RedlockLocker::builder().nodes(nodes);
+    if let Some(ttl) = url.ttl() {
+        b = b.ttl(ttl);
+    }
+    if let Some(ns) = url.namespace() {
+        b = b.namespace(ns);
+    }
+    b.build()
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
+    let http = if url.scheme().is_tls() {
+        "https"
+    } else {
+        "http"
+    };
+    let endpoints: Vec<String> = url
+        .hosts()
+        .iter()
+        .map(|h| format!("{http}://{h}"))
+        .collect();
+    let base = url.path().unwrap_or(dlock_etcd::DEFAULT_PREFIX);
+    let prefix = match url.namespace() {
+        Some(ns) => format!("{}/{ns}", base.trim_end_matches('/')),
+        None => base.to_string(),
+    };
+    let mut b = EtcdLocker::builder().endpoints(endpoints).prefix(prefix);
+    if let Some(ttl) = url.ttl() {
+        b = b.ttl(ttl);
+    }
+    if let (Some(user), Some(password)) = (url.user(), url.password()) {
+        b = b.user(user, password);
+    }
+    let (ca, identity) = tls_pem(&url.tls)?;
+    if let Some(ca) = ca {
+        b = b.tls_root_certificates(ca);
+    }
+    if let Some((cert, key)) = identity {
+        b = b.tls_client_identity(cert, key);
+    }
+    b.build().await
+}
+
+#[cfg(feature = "zk")]
+async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
+    let connect = url
+        .hosts()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut b = ZkLocker::builder(connect);
+    if let Some(root) = url.path() {
+        b = b.root(format!("/{root}"));
+    }
+    if let Some(ns) = url.namespace() {
+        b = b.namespace(ns);
+    }
+    if let Some(ttl) = url.ttl() {
+        b = b.ttl(ttl);
+    }
+    if let (Some(user), Some(password)) = (url.user(), url.password()) {
+        b = b.digest_auth(user, password);
+    }
+    let (ca, identity) = tls_pem(&url.tls)?;
+    if let Some(ca) = ca {
+        b = b.tls_root_certificates(ca);
+    }
+    if let Some((cert, key)) = identity {
+        b = b.tls_client_identity(cert, key);
+    }
+    b.build().await
+}

@@ -1,0 +1,94 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod connect;
+mod error;
+mod url;
+
+use std::sync::Arc;
+
+pub use dlock_core::{Election, Error, Locker, RwLocker, Semaphore};
+pub use error::{UrlError, UrlPart};
+pub use url::{HostPort, LockerUrl, Scheme};
+
+/// Connects to the locker a URL names (see the crate docs for the URL forms).
+///
+/// The URL is parsed and every option checked before any I/O. Redis lockers open their
+/// connections in the background (a server that is down makes the first acquire fail, not
+/// this call); etcd connects lazily and authenticates at once when the URL has credentials;
+/// ZooKeeper opens its session here.
+///
+/// # Errors
+/// [`Error::InvalidOption`] for a malformed URL, naming the part at fault in its `option`
+/// (`url.scheme`, `url.host`, `url.port`, `url.path`, `url.credentials`, `url.parameter`,
+/// `url.value`; see [`UrlPart::option_name`]) and in its reason, or for an option the backend
+/// rejects (before any I/O), or a TLS file that cannot be read; what the backend's builder
+/// fails with otherwise ([`Error::Unavailable`] when a ZooKeeper ensemble or an authenticating
+/// etcd cannot be reached, [`Error::AccessDenied`] for refused credentials, …).
+pub async fn connect(url: &str) -> Result<Arc<dyn Locker>, Error> {
+    url.parse::<LockerUrl>()?.connect().await
+}
+
+/// Connects to the backend a URL names and returns its [`Election`].
+///
+/// # Errors
+/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
+/// only the mutex.
+pub async fn connect_election(url: &str) -> Result<Arc<dyn Election>, Error> {
+    url.parse::<LockerUrl>()?.connect_election().await
+}
+
+/// Connects to the backend a URL names and returns its [`RwLocker`] (read-write locks).
+///
+/// # Errors
+/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
+/// only the mutex.
+pub async fn connect_rw(url: &str) -> Result<Arc<dyn RwLocker>, Error> {
+    url.parse::<LockerUrl>()?.connect_rw().await
+}
+
+/// Connects to the backend a URL names and returns its [`Semaphore`].
+///
+/// # Errors
+/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
+/// only the mutex.
+pub async fn connect_semaphore(url: &str) -> Result<Arc<dyn Semaphore>, Error> {
+    url.parse::<LockerUrl>()?.connect_semaphore().await
+}
+
+impl LockerUrl {
+    /// Connects to the locker this URL names; see [`connect`].
+    ///
+    /// # Errors
+    /// As [`connect`], without the parse errors.
+    pub async fn connect(&self) -> Result<Arc<dyn Locker>, Error> {
+        Ok(connect::build(self).await?.into_locker())
+    }
+
+    /// Connects and returns the backend's [`Election`]; see [`connect_election`].
+    ///
+    /// # Errors
+    /// As [`connect_election`], without the parse errors.
+    pub async fn connect_election(&self) -> Result<Arc<dyn Election>, Error> {
+        connect::build(self).await?.into_election()
+    }
+
+    /// Connects and returns the backend's [`RwLocker`]; see [`connect_rw`].
+    ///
+    /// # Errors
+    /// As [`connect_rw`], without the parse errors.
+    pub async fn connect_rw(&self) -> Result<Arc<dyn RwLocker>, Error> {
+        connect::build(self).await?.into_rw()
+    }
+
+    /// Connects and returns the backend's [`Semaphore`]; see [`connect_semaphore`].
+    ///
+    /// # Errors
+    /// As [`connect_semaphore`], without the parse errors.
+    pub async fn connect_semaphore(&self) -> Result<Arc<dyn Semaphore>, Error> {
+        connect::build(self).await?.into_semaphore()
+    }
+}
+
+#[cfg(test)]
+mod tests;

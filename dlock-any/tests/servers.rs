@@ -1,0 +1,308 @@
+//! Lockers connected by URL to real servers started by the conformance harness: a lock
+//! acquired, contended and released on Redis (single node and Redlock), etcd and ZooKeeper.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
+use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+
+fn cluster(kind: ServerKind, nodes: usize) -> Arc<Cluster> {
+    cluster_with(kind, nodes, &ServerOptions::default())
+}
+
+fn cluster_with(kind: ServerKind, nodes: usize, options: &ServerOptions) -> Arc<Cluster> {
+    Cluster::shared_with(kind, nodes, options).unwrap_or_else(|e| {
+        if e.may_skip() {
+            eprintln!("SKIP: {e}");
+            std::process::exit(0);
+        }
+        panic!("{} servers unavailable: {e}", kind.as_str())
+    })
+}
+
+/// `host:port,host:port` of a cluster's nodes.
+fn authority(c: &Cluster) -> String {
+    c.addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A namespace unique to this process and call.
+fn namespace() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "dlock-any-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Two lockers from `url`: the first acquires, the second finds the lock taken and times out,
+/// then gets it after the release with a larger fencing token.
+async fn exclude_and_release(url: &str) {
+    let a = dlock_any::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    let b = dlock_any::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    let name = LockName::new("any/by-url").expect("name");
+    let wait = AcquireOptions::wait(Duration::from_secs(20));
+    let lease = a.acquire(&name, wait).await.expect("first acquire");
+    assert!(
+        b.try_acquire(&name).await.expect("try_acquire").is_none(),
+        "{url}: the lock is held"
+    );
+    let err = b
+        .acquire(&name, AcquireOptions::wait(Duration::from_millis(300)))
+        .await
+        .expect_err("held: must time out");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{url}: {err}");
+    let first = lease.token();
+    lease.release().await.expect("release");
+    let again = b.acquire(&name, wait).await.expect("acquire after release");
+    assert!(again.token() > first, "{url}: tokens increase");
+    again.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_by_url() {
+    let c = cluster(ServerKind::Redis, 1);
+    let url = format!(
+        "redis://{}/0?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+    let locker = dlock_any::connect(&url).await.expect("connect");
+    assert_eq!(locker.ttl(), Duration::from_secs(2));
+    // The family handles work by URL too.
+    let election = dlock_any::connect_election(&url).await.expect("election");
+    let name = LockName::new("any/election").expect("name");
+    let lead = election
+        .campaign(&name, b"me", AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("campaign");
+    let leader = election
+        .leader(&name)
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(leader.value, b"me".to_vec());
+    drop(lead);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_by_url() {
+    let c = cluster(ServerKind::Redis, 3);
+    let url = format!(
+        "redlock://{}?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_by_url() {
+    let c = cluster(ServerKind::Etcd, 1);
+    let url = format!(
+        "etcd://{}/dlock-any-test?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+    dlock_any::connect_rw(&url).await.expect("rw");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_by_url() {
+    let c = cluster(ServerKind::Zk, 1);
+    let url = format!(
+        "zk://{}/dlock-any-test?ttl=4s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+    dlock_any::connect_semaphore(&url).await.expect("semaphore");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_servers_are_unavailable() {
+    // ZooKeeper opens its session while connecting: nobody listens on port 1.
+    let err = match dlock_any::connect("zk://127.0.0.1:1?ttl=2s").await {
+        Ok(_) => panic!("nothing listens there"),
+        Err(e) => e,
+    };
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    // Redis connects in the background: the acquire fails.
+    let locker = dlock_any::connect("redis://127.0.0.1:1?ttl=1s")
+        .await
+        .expect("builds without I/O");
+    let err = locker
+        .acquire(
+            &LockName::new("x").expect("name"),
+            AcquireOptions::wait(Duration::from_secs(1)),
+        )
+        .await
+        .expect_err("nothing listens there");
+    assert!(err.is_retryable(), "{err}");
+}
+
+/// Percent-encodes a file path for a query value.
+fn query_path(p: &std::path::Path) -> String {
+    p.to_string_lossy()
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// `ca=…&cert=…&key=…` for a TLS cluster that checks client certificates.
+fn tls_query(c: &Cluster) -> String {
+    let tls = c.tls().expect("a TLS cluster");
+    let (cert, key) = tls.client_identity().expect("a client identity");
+    format!(
+        "ca={}&cert={}&key={}",
+        query_path(tls.ca()),
+        query_path(cert),
+        query_path(key)
+    )
+}
+
+/// Sends one command to a Redis server (RESP) and returns its raw reply.
+fn redis_command(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to redis");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).expect("send");
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).expect("reply");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_acl_user_by_url() {
+    let c = cluster(ServerKind::Redis, 1);
+    // An ACL user whose password needs percent-encoding in the URL.
+    let user = format!("any-{}", std::process::id());
+    let reply = redis_command(
+        c.addrs()[0],
+        &[
+            "ACL",
+            "SETUSER",
+            &user,
+            "on",
+            ">p@ss w:rd",
+            "~*",
+            "&*",
+            "+@all",
+        ],
+    );
+    assert_eq!(reply, "+OK\r\n");
+    let url = format!(
+        "redis://{user}:p%40ss%20w%3Ard@{}?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+    // A wrong password is refused, not retried.
+    let wrong = format!("redis://{user}:nope@{}?ttl=2s", authority(&c));
+    let locker = dlock_any::connect(&wrong)
+        .await
+        .expect("builds without I/O");
+    let err = locker
+        .acquire(
+            &LockName::new("x").expect("name"),
+            AcquireOptions::wait(Duration::from_secs(5)),
+        )
+        .await
+        .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_by_url() {
+    let c = cluster_with(
+        ServerKind::Redis,
+        1,
+        &ServerOptions::default().with_tls(true),
+    );
+    let url = format!(
+        "rediss://{}?ttl=2s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_tls_by_url() {
+    let c = cluster_with(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    );
+    let url = format!(
+        "etcd+tls://{}?ttl=2s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_by_url() {
+    let c = cluster_with(
+        ServerKind::Redis,
+        3,
+        &dlock_conformance::servers::redis_cluster::options(),
+    );
+    dlock_conformance::servers::redis_cluster::form(&c).expect("form the Redis Cluster");
+    let url = format!(
+        "redis+cluster://{}?ttl=2s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_digest_by_url() {
+    let c = cluster(ServerKind::Zk, 1);
+    // Digest credentials authenticate the session; the nodes keep the default open ACL.
+    let url = format!(
+        "zk://alice:s%3Acret@{}/dlock-any-digest?ttl=4s&namespace={}",
+        authority(&c),
+        namespace()
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_tls_by_url() {
+    let c = cluster_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true));
+    let url = format!(
+        "zk+tls://{}/dlock-any-tls?ttl=4s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}

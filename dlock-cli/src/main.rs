@@ -1,0 +1,146 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod exit;
+mod run;
+mod status;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use dlock_any::LockerUrl;
+use dlock_core::LockName;
+
+use crate::exit::Failure;
+
+/// Distributed locks from the shell: Redis, Redlock, etcd or ZooKeeper, chosen by URL.
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, about, long_about = None)]
+struct Cli {
+    /// The locker URL (redis://host:6379, etcd://h1,h2/prefix, zk://h1,h2/root, …; see
+    /// dlock-any's README). Passwords in it are never printed.
+    #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+
+    /// Report failures (and `status`) as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lock.
+    ///
+    /// Waits for the lock (forever unless --wait), runs CMD with DLOCK_TOKEN (the fencing
+    /// token) and DLOCK_NAME in its environment, and releases the lock when CMD exits. If the
+    /// lease is lost, CMD's process group gets SIGTERM, then SIGKILL after --grace. Exits with
+    /// CMD's status (128+N when killed by signal N), or 64 (usage, bad URL), 69 (backend
+    /// unavailable), 75 (--wait elapsed), 79 (lock lost), 126/127 (CMD not executable / not
+    /// found).
+    Run(RunArgs),
+    /// Report what can be known about a lock without disturbing its holder.
+    ///
+    /// dlock's public API has no read-only inspection of a mutex yet, so the holder, its
+    /// remaining TTL and the queue are reported as unknown (exit code 3); the URL, the
+    /// backend, the locker's TTL and its guarantees are printed.
+    Status(StatusArgs),
+}
+
+/// `dlock run`'s arguments.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The lock's name (1..=256 bytes of [A-Za-z0-9._:/-]).
+    #[arg(long)]
+    name: String,
+
+    /// The lease TTL (e.g. 10s): how long a crashed holder blocks others. Overrides the URL's
+    /// `ttl=`; default: the URL's, else the backend's.
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Option<Duration>,
+
+    /// How long to wait for the lock; default: forever (like flock). `--wait 0` makes one
+    /// attempt.
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+
+    /// After a loss, how long CMD has between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    grace: Duration,
+
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// `dlock status`'s arguments.
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// The lock's name.
+    name: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write e.g. 10s, 500ms, 1m30s)"))
+}
+
+/// The URL from `--url` / `DLOCK_URL`, parsed, with `--ttl` applied.
+fn locker_url(url: Option<&str>, ttl: Option<Duration>) -> Result<LockerUrl, Failure> {
+    let Some(url) = url else {
+        return Err(Failure::usage(
+            "no locker URL: give --url or set DLOCK_URL (e.g. redis://127.0.0.1:6379)",
+        ));
+    };
+    let parsed: LockerUrl = url.parse().map_err(|e: dlock_any::UrlError| {
+        Failure::usage(e.to_string()).with("part", e.part().to_string())
+    })?;
+    match ttl {
+        Some(ttl) => parsed
+            .with_ttl(Some(ttl))
+            .map_err(|e| Failure::usage(format!("--ttl: {}", e.message())).with("part", "--ttl")),
+        None => Ok(parsed),
+    }
+}
+
+fn lock_name(name: &str) -> Result<LockName, Failure> {
+    LockName::new(name).map_err(|e| Failure::usage(e.to_string()))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                "unavailable",
+                exit::UNAVAILABLE,
+                format!("cannot start the async runtime: {e}"),
+            )
+        })
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            // clap formats help, version and usage errors itself.
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Run(args) => run::main(cli.url.as_deref(), args),
+        Command::Status(args) => status::main(cli.url.as_deref(), args, json),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) => failure.report(json),
+    }
+}

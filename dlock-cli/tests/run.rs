@@ -1,0 +1,401 @@
+//! End to end: the built `dlock` binary against a real redis-server started by the
+//! conformance harness. Time limits here are safety bounds only (a hung test fails instead of
+//! hanging); no test depends on how fast something happens.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+
+/// The documented exit codes (dlock-cli's README).
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+const TIMEOUT: i32 = 75;
+const LOST: i32 = 79;
+
+/// How long any one step may take before the test fails rather than hangs.
+const BOUND: Duration = Duration::from_secs(60);
+
+fn redis() -> Arc<Cluster> {
+    Cluster::shared(ServerKind::Redis, 1)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
+}
+
+fn addr() -> SocketAddr {
+    redis().addrs()[0]
+}
+
+/// A namespace unique to this process and call, so tests never share keys.
+fn namespace() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "dlock-cli-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A private scratch directory.
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(namespace());
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn dlock(url: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    c.env("DLOCK_URL", url).stdin(Stdio::null());
+    c
+}
+
+/// Waits for `child` at most `BOUND`, then kills it and fails.
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if start.elapsed() > BOUND {
+            let _ = child.kill();
+            panic!("dlock did not finish within {BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs to completion within `BOUND`, capturing output.
+fn output(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock");
+    let status = wait_bounded(&mut child);
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut stdout)
+        .expect("read stdout");
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_end(&mut stderr)
+        .expect("read stderr");
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits until `path` holds `needle` (within `BOUND`).
+fn wait_for_text(path: &Path, needle: &str) {
+    let start = Instant::now();
+    loop {
+        if std::fs::read_to_string(path).is_ok_and(|s| s.contains(needle)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "{} never held {needle:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends one command to the Redis server (RESP) and returns its raw reply.
+fn redis_command(addr: SocketAddr, args: &[&str]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to redis");
+    s.set_read_timeout(Some(BOUND)).expect("timeout");
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).expect("send");
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).expect("reply");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn guarded_jobs_never_overlap() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let log = dir.join("marks");
+    // Each job writes a start and an end mark, sleeping between them.
+    let job = format!(
+        "echo \"start $DLOCK_TOKEN\" >> {0}; sleep 0.2; echo \"end $DLOCK_TOKEN\" >> {0}",
+        log.display()
+    );
+    let mut children: Vec<Child> = (0..4)
+        .map(|_| {
+            dlock(&url)
+                .args([
+                    "run",
+                    "--name",
+                    "jobs/nightly",
+                    "--wait",
+                    "50s",
+                    "--",
+                    "sh",
+                    "-c",
+                ])
+                .arg(&job)
+                .spawn()
+                .expect("spawn dlock")
+        })
+        .collect();
+    for c in &mut children {
+        let status = wait_bounded(c);
+        assert_eq!(status.code(), Some(0), "every job ran and succeeded");
+    }
+    let marks = std::fs::read_to_string(&log).expect("marks");
+    let lines: Vec<&str> = marks.lines().collect();
+    assert_eq!(lines.len(), 8, "{marks}");
+    let mut last_token = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect("a start mark");
+        let end = pair[1]
+            .strip_prefix("end ")
+            .expect("an end mark right after it");
+        assert_eq!(start, end, "no other job interleaved: {marks}");
+        let token: u64 = start.parse().expect("DLOCK_TOKEN is decimal");
+        assert!(token > last_token, "tokens increase: {marks}");
+        last_token = token;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wait_elapsing_gives_the_timeout_code() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let held = dir.join("held");
+    let mut holder = dlock(&url)
+        .args(["run", "--name", "busy", "--", "sh", "-c"])
+        .arg(format!(
+            "echo held > {}; while :; do sleep 0.1; done",
+            held.display()
+        ))
+        .spawn()
+        .expect("spawn holder");
+    wait_for_text(&held, "held");
+
+    let mut waiter = dlock(&url);
+    waiter.args(["run", "--name", "busy", "--wait", "300ms", "--", "true"]);
+    let o = output(waiter);
+    assert_eq!(o.status.code(), Some(TIMEOUT), "{}", stderr(&o));
+    assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+
+    let mut once = dlock(&url);
+    once.args([
+        "--json", "run", "--name", "busy", "--wait", "0", "--", "true",
+    ]);
+    let o = output(once);
+    assert_eq!(o.status.code(), Some(TIMEOUT), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(stderr(&o).trim()).expect("one JSON object on stderr");
+    assert_eq!(report["error"], "timeout");
+    assert_eq!(report["exit_code"], TIMEOUT);
+    assert_eq!(report["name"], "busy");
+
+    // SIGTERM to dlock goes to the command (whose death by it is the exit status); the lock
+    // is released on its exit, so the next run gets it at once.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(holder.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal dlock");
+    let status = wait_bounded(&mut holder);
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "killed by the forwarded SIGTERM"
+    );
+    let mut next = dlock(&url);
+    next.args(["run", "--name", "busy", "--wait", "0", "--", "true"]);
+    assert_eq!(output(next).status.code(), Some(0), "released on exit");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lost_lease_terminates_the_command() {
+    let ns = namespace();
+    let url = format!("redis://{}?namespace={ns}", addr());
+    let dir = scratch();
+    let marks = dir.join("marks");
+    let mut holder = dlock(&url);
+    holder
+        .args([
+            "--json", "run", "--name", "lost/me", "--ttl", "1s", "--grace", "20s", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "trap 'echo terminated >> {0}; exit 0' TERM; echo started >> {0}; while :; do sleep 0.1; done",
+            marks.display()
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = holder.spawn().expect("spawn holder");
+    wait_for_text(&marks, "started");
+
+    // Delete the lock key behind the holder's back (dlock-redis' key layout:
+    // `<namespace>/dlock:{<name>}`): its next renewal finds the key gone.
+    let reply = redis_command(addr(), &["DEL", &format!("{ns}/dlock:{{lost/me}}")]);
+    assert_eq!(reply, ":1\r\n", "the lock key existed");
+
+    let status = wait_bounded(&mut child);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read stderr");
+    assert_eq!(status.code(), Some(LOST), "{err}");
+    wait_for_text(&marks, "terminated");
+    let report: serde_json::Value = serde_json::from_str(
+        err.lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .expect("a JSON report"),
+    )
+    .expect("JSON");
+    assert_eq!(report["error"], "lost");
+    assert_eq!(report["exit_code"], LOST);
+    assert_eq!(report["command_exit"], 0, "the command's trap exited 0");
+    assert!(report["token"].as_u64().is_some(), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_command_status_passes_through() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let run = |script: &str| {
+        let mut c = dlock(&url);
+        c.args(["run", "--name", "status", "--", "sh", "-c", script]);
+        output(c).status.code()
+    };
+    assert_eq!(run("exit 0"), Some(0));
+    assert_eq!(run("exit 7"), Some(7));
+    assert_eq!(run("kill -KILL $$"), Some(128 + 9));
+    assert_eq!(
+        run("test \"$DLOCK_NAME\" = status && test \"$DLOCK_TOKEN\" -gt 0"),
+        Some(0),
+        "DLOCK_NAME and DLOCK_TOKEN are set"
+    );
+    let mut missing = dlock(&url);
+    missing.args(["run", "--name", "status", "--", "/nonexistent/command"]);
+    assert_eq!(output(missing).status.code(), Some(127));
+}
+
+#[test]
+fn bad_urls_are_usage_errors_naming_the_part() {
+    for (url, part) in [
+        ("redis://127.0.0.1:notaport", "port"),
+        ("mysql://127.0.0.1", "scheme"),
+        ("redis://127.0.0.1?tll=10s", "query parameter `tll`"),
+        ("redis://127.0.0.1?ttl=0s", "value of query parameter `ttl`"),
+        ("redis://a,b", "host"),
+        ("redis://127.0.0.1/notadb", "path"),
+    ] {
+        let mut c = dlock(url);
+        c.args(["run", "--name", "x", "--", "true"]);
+        let o = output(c);
+        assert_eq!(o.status.code(), Some(USAGE), "{url}: {}", stderr(&o));
+        assert!(stderr(&o).contains(part), "{url}: {}", stderr(&o));
+    }
+    let mut c = dlock("redis://u:hunter2@127.0.0.1:1?tll=1s");
+    c.args(["--json", "run", "--name", "x", "--", "true"]);
+    let o = output(c);
+    assert_eq!(o.status.code(), Some(USAGE));
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(stderr(&o).trim()).expect("JSON");
+    assert_eq!(report["part"], "query parameter `tll`");
+    // No URL at all, or a bad name.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    c.env_remove("DLOCK_URL")
+        .args(["run", "--name", "x", "--", "true"]);
+    assert_eq!(output(c).status.code(), Some(USAGE));
+    let mut c = dlock("memory:");
+    c.args(["run", "--name", "a//b", "--", "true"]);
+    assert_eq!(output(c).status.code(), Some(USAGE));
+}
+
+#[test]
+fn an_unreachable_backend_is_unavailable() {
+    // ZooKeeper opens its session when connecting; nothing listens on port 1.
+    let mut c = dlock("zk://127.0.0.1:1?ttl=2s");
+    c.args(["run", "--name", "x", "--", "true"]);
+    let o = output(c);
+    assert_eq!(o.status.code(), Some(UNAVAILABLE), "{}", stderr(&o));
+}
+
+#[test]
+fn status_reports_what_it_can() {
+    let url = format!("redis://u:hunter2@{}?ttl=2s", addr());
+    let mut c = dlock(&url);
+    c.args(["status", "some/lock", "--json"]);
+    let o = output(c);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("hunter2"), "{out}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+    assert_eq!(report["name"], "some/lock");
+    assert_eq!(report["backend"], "redis");
+    assert_eq!(report["ttl_ms"], 2000);
+    assert!(report["held"].is_null());
+}
+
+#[test]
+fn a_signal_while_waiting_withdraws_the_request() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let (held, go) = (dir.join("held"), dir.join("go"));
+    // The holder runs until the file `go` appears.
+    let mut holder = dlock(&url)
+        .args(["run", "--name", "queue", "--", "sh", "-c"])
+        .arg(format!(
+            "echo held > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            held.display(),
+            go.display()
+        ))
+        .spawn()
+        .expect("spawn holder");
+    wait_for_text(&held, "held");
+    // A waiter without --wait queues (fair mode) until the signal.
+    let mut waiter = dlock(&url)
+        .args(["run", "--name", "queue", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn waiter");
+    // Give it time to queue; whether or not it has, the outcome below must hold.
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(waiter.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("signal the waiter");
+    assert_eq!(wait_bounded(&mut waiter).code(), Some(128 + 2));
+    std::fs::write(&go, "go").expect("let the holder finish");
+    assert_eq!(wait_bounded(&mut holder).code(), Some(0));
+    // No queue entry of the interrupted waiter is left to be served first: one attempt wins.
+    let mut next = dlock(&url);
+    next.args(["run", "--name", "queue", "--wait", "0", "--", "true"]);
+    let o = output(next);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
