@@ -92,3 +92,9 @@ impl LockerUrl {
 
 #[cfg(test)]
 mod tests;
+
+/// The workspace README's examples, compiled and run as doctests (here: this crate reaches
+/// every backend and the URL form the README opens with).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

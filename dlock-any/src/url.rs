@@ -262,7 +262,7 @@ impl LockerUrl {
 }
 
 fn check_ttl(ttl: Duration) -> Result<Duration, UrlError> {
-    dlock_core::validate_ttl(ttl).map_err(|e| {
+    dlock_core::backend::validate_ttl(ttl).map_err(|e| {
         let reason = match e {
             dlock_core::Error::InvalidOption { reason, .. } => reason,
             other => other.to_string(),

@@ -53,8 +53,3 @@ pub mod backend {
     pub use crate::semaphore::validate_permits;
     pub use crate::stats::Counters;
 }
-
-/// The workspace README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
