@@ -24,48 +24,7 @@ macro_rules! conformance_tests {
                 $declared
             }
 
-            $crate::conformance_tests!(@tests $module;
-                mutual_exclusion => MutualExclusion,
-                fencing_monotonic => FencingMonotonic,
-                fenced_resource => FencedResource,
-                try_acquire_held => TryAcquireHeld,
-                wait_timeout => WaitTimeout,
-                cancel => Cancel,
-                fifo => Fifo,
-                herd => Herd,
-                renewal => Renewal,
-                lost_before_stolen => LostBeforeStolen,
-                loss_trials => LossTrials,
-                lost_after_break => LostAfterBreak,
-                release_idempotent => ReleaseIdempotent,
-                close => Close,
-                short_blip => ShortBlip,
-                release_reply_lost => ReleaseReplyLost,
-                crash_release => CrashRelease,
-                paused_holder => PausedHolder,
-                waiter_crash => WaiterCrash,
-                minority_nodes_down => MinorityNodesDown,
-                majority_nodes_down => MajorityNodesDown,
-                name_isolation => NameIsolation,
-                bad_input => BadInput,
-                reentrancy => Reentrancy,
-                slow_grant => SlowGrant,
-                one_way_delay => OneWayDelay,
-                server_restart => ServerRestart,
-                cancel_mid_enqueue => CancelMidEnqueue,
-                leader_partition => LeaderPartition,
-                many_leases_break => ManyLeasesBreak,
-                election_single_leader => ElectionSingleLeader,
-                election_failover => ElectionFailover,
-                election_observe => ElectionObserve,
-                rw_exclusion => RwExclusion,
-                rw_writer_not_starved => RwWriterNotStarved,
-                semaphore_bound => SemaphoreBound,
-                semaphore_crash_release => SemaphoreCrashRelease,
-                family_cancel => FamilyCancel,
-                rw_lost_before_stolen => RwLostBeforeStolen,
-                family_crash_release => FamilyCrashRelease,
-            );
+            $crate::__scenarios!(@tests $module);
 
             #[test]
             #[ignore = "the crash-release scenario runs this in a child process"]
