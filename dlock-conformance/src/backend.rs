@@ -166,25 +166,25 @@ pub trait TestBackend: Send + Sync + 'static {
     /// key can cost a holder its majority) — read in the same step as the break, a grant whose
     /// reply has not reached its client yet included: the history checkers attribute the break
     /// to exactly those holds. Empty when the backend cannot tell; the checkers then attribute
-    /// it by timing.
+    /// it by timing. `None` when nobody held the lock (nothing was broken).
     ///
     /// # Errors
-    /// The backend's error; [`Error::NotHeld`] when nobody held the lock.
+    /// The backend's error.
     async fn break_holder(
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error>;
+    ) -> Result<Option<Vec<FencingToken>>, Error>;
 
     /// Breaks only the current holder's entry of `name` at the server (delete its key or
     /// node), leaving anything it shares with the holder's other leases alone (an etcd session
     /// lease carries every lock of its locker: revoking it would break them all). By default
-    /// [`break_holder`](TestBackend::break_holder).
+    /// [`break_holder`](TestBackend::break_holder). `false` when nobody held the lock.
     ///
     /// # Errors
     /// The backend's error.
-    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
-        self.break_holder(namespace, name).await.map(|_| ())
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<bool, Error> {
+        Ok(self.break_holder(namespace, name).await?.is_some())
     }
 
     /// Environment variables that make a child process (the crash-test holder) reach the same

@@ -105,13 +105,11 @@ impl TestBackend for MemoryBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
-        match self.server(namespace).expire_now(name) {
-            Some(token) => Ok(vec![token]),
-            None => Err(Error::NotHeld {
-                name: name.to_string(),
-            }),
-        }
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
+        Ok(self
+            .server(namespace)
+            .expire_now(name)
+            .map(|token| vec![token]))
     }
 
     /// Read at the shared server, exact to the instant (resolution zero).

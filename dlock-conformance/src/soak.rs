@@ -266,12 +266,12 @@ async fn soak(
                 nemeses.breaks.fetch_add(1, Ordering::SeqCst);
                 let began = std::time::Instant::now();
                 match backend.break_holder(ctx.ns(), &plan.lock).await {
-                    Ok(hit) => {
+                    Ok(Some(hit)) => {
                         load.history
                             .forced_break_of(began, std::time::Instant::now(), &hit);
                     }
                     // Nobody held the lock: nothing was broken.
-                    Err(dlock_core::Error::NotHeld { .. }) => {}
+                    Ok(None) => {}
                     // The break's outcome is unknown: attributed by timing.
                     Err(e) => {
                         tracing::debug!(error = %e, "soak: the break failed");

@@ -226,8 +226,8 @@ impl TestBackend for SplitBrain {
         &self,
         _namespace: &str,
         _name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
-        Ok(Vec::new())
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
+        Ok(Some(Vec::new()))
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()
@@ -299,9 +299,9 @@ impl TestBackend for Wrapped {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
         if self.twist == Twist::NeverBreak {
-            return Ok(Vec::new());
+            return Ok(Some(Vec::new()));
         }
         self.inner.break_holder(namespace, name).await
     }
@@ -411,8 +411,8 @@ impl TestBackend for Pretend {
         &self,
         _namespace: &str,
         _name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
-        Ok(Vec::new())
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
+        Ok(Some(Vec::new()))
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()

@@ -109,8 +109,6 @@ pub enum ErrorKind {
     Timeout,
     /// The lease is lost.
     Lost,
-    /// The lock is not held by the caller.
-    NotHeld,
     /// Fewer nodes than a quorum agreed.
     QuorumNotReached,
     /// The backend could not be reached.
@@ -153,12 +151,6 @@ pub enum Error {
     /// The lease was lost.
     #[error("lease lost: {0}")]
     Lost(LossReason),
-    /// The caller does not hold this lock.
-    #[error("the lock {name:?} is not held by this client")]
-    NotHeld {
-        /// The lock name.
-        name: String,
-    },
     /// Fewer nodes than a quorum agreed; every node's cause is listed.
     #[error("quorum not reached: {granted} of {needed} needed nodes agreed ({})", display_causes(.causes))]
     QuorumNotReached {
@@ -218,7 +210,6 @@ impl Error {
             Error::InvalidName { .. } | Error::InvalidOption { .. } => ErrorKind::InvalidInput,
             Error::Timeout { .. } => ErrorKind::Timeout,
             Error::Lost(_) => ErrorKind::Lost,
-            Error::NotHeld { .. } => ErrorKind::NotHeld,
             Error::QuorumNotReached { .. } => ErrorKind::QuorumNotReached,
             Error::Unavailable { .. } => ErrorKind::Unavailable,
             Error::Backend { .. } => ErrorKind::Backend,
@@ -229,8 +220,8 @@ impl Error {
 
     /// Whether the same call may succeed if tried again later.
     ///
-    /// Timeouts, unreachable backends and missed quorums are retryable; bad input, a lost lease,
-    /// "not held" and a closed locker are not.
+    /// Timeouts, unreachable backends and missed quorums are retryable; bad input, a lost lease
+    /// and a closed locker are not.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind(),
@@ -290,7 +281,7 @@ mod tests {
             .is_retryable()
         );
         assert!(!Error::invalid_option("ttl", "zero").is_retryable());
-        assert!(!Error::NotHeld { name: "a".into() }.is_retryable());
+        assert!(!Error::Closed.is_retryable());
     }
 
     #[test]

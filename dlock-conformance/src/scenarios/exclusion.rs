@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, FenceGuard, FencingStrength};
 use tokio::time::Instant;
 
-use super::util::name;
+use super::util::{break_holder, name};
 use super::workload::Findings;
 use super::{Ctx, Verdict, ensure};
 use crate::history::History;
@@ -100,10 +100,10 @@ pub(crate) async fn fencing_monotonic(ctx: &Ctx) -> Result<(), Verdict> {
     // A holder expired by force, then taken over, twice.
     let la = a.acquire(&lock, wait).await?;
     tokens.push(la.token().get());
-    ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    break_holder(ctx, &lock).await?;
     let lb = b.acquire(&lock, wait).await?;
     tokens.push(lb.token().get());
-    ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    break_holder(ctx, &lock).await?;
     let lc = c.acquire(&lock, wait).await?;
     tokens.push(lc.token().get());
     lc.release().await?;
@@ -133,7 +133,7 @@ pub(crate) async fn fenced_resource(ctx: &Ctx) -> Result<(), Verdict> {
         resource.apply(la.token(), |v| v.push("a1")).is_ok(),
         "the first holder's write was rejected"
     );
-    ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    break_holder(ctx, &lock).await?;
     let lb = b.acquire(&lock, wait).await?;
     ensure!(
         resource.apply(lb.token(), |v| v.push("b1")).is_ok(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, FencingStrength, LockName, LossReason};
 use tokio::time::Instant;
 
-use super::util::{name, within};
+use super::util::{break_holder, name, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::{Mode, Proxy};
@@ -385,7 +385,7 @@ pub(crate) async fn lost_after_break(ctx: &Ctx) -> Result<(), Verdict> {
     tokio::time::sleep(ttl / 4).await;
     let lost = lease.lost();
     let broke = Instant::now();
-    let hit = ctx.backend().break_holder(ctx.ns(), &lock).await?;
+    let hit = break_holder(ctx, &lock).await?;
     ensure!(
         hit.is_empty() || hit == [lease.token()],
         "the break reported tokens {hit:?}, the holder's is {}",

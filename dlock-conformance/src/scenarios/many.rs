@@ -55,7 +55,11 @@ pub(crate) async fn many_leases_break(ctx: &Ctx) -> Result<(), Verdict> {
     let victim = LEASES / 2;
     let lost = leases[victim].lost();
     let broke = Instant::now();
-    ctx.backend().break_entry(ctx.ns(), &names[victim]).await?;
+    ensure!(
+        ctx.backend().break_entry(ctx.ns(), &names[victim]).await?,
+        "the server had no holder of {} to break",
+        names[victim]
+    );
     let bound = ttl + slack + SCHED;
     let reason = within(bound, lost).await.ok_or_else(|| {
         Verdict::Fail(format!(

@@ -2,12 +2,22 @@
 
 use std::time::Duration;
 
-use dlock_core::LockName;
+use dlock_core::{FencingToken, LockName};
 use tokio::time::Instant;
 
 use super::{Ctx, Verdict};
 
 /// A valid lock name (the scenarios only use literal, valid names).
+/// Breaks the holder of `lock` from the server side: the tokens it broke (see
+/// [`TestBackend::break_holder`](crate::TestBackend::break_holder)), or a failure when nobody
+/// held the lock the scenario holds.
+pub(crate) async fn break_holder(ctx: &Ctx, lock: &LockName) -> Result<Vec<FencingToken>, Verdict> {
+    ctx.backend()
+        .break_holder(ctx.ns(), lock)
+        .await?
+        .ok_or_else(|| Verdict::Fail(format!("the server had no holder of {lock} to break")))
+}
+
 pub(crate) fn name(s: &str) -> Result<LockName, Verdict> {
     LockName::new(s)
         .map_err(|e| Verdict::Fail(format!("the suite's own lock name {s:?} was rejected: {e}")))

@@ -336,7 +336,7 @@ impl TestBackend for EtcdBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
         let mut c = self.raw().await?;
         let range = format!("{namespace}/{}/", name.encoded());
         let first = GetOptions::new()
@@ -348,9 +348,7 @@ impl TestBackend for EtcdBackend {
             .await
             .map_err(|e| etcd_error("read the holder", e))?;
         let Some(holder) = resp.kvs().first() else {
-            return Err(Error::NotHeld {
-                name: name.to_string(),
-            });
+            return Ok(None);
         };
         if holder.lease() != 0 {
             c.lease_revoke(holder.lease())
@@ -361,15 +359,17 @@ impl TestBackend for EtcdBackend {
                 .await
                 .map_err(|e| etcd_error("delete the holder's key", e))?;
         }
-        Ok(u64::try_from(holder.create_revision())
-            .ok()
-            .map(FencingToken)
-            .into_iter()
-            .collect())
+        Ok(Some(
+            u64::try_from(holder.create_revision())
+                .ok()
+                .map(FencingToken)
+                .into_iter()
+                .collect(),
+        ))
     }
 
     /// Deletes only the holder's key: its session lease carries the locker's other locks.
-    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<(), Error> {
+    async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<bool, Error> {
         let mut c = self.raw().await?;
         let range = format!("{namespace}/{}/", name.encoded());
         let first = GetOptions::new()
@@ -381,14 +381,12 @@ impl TestBackend for EtcdBackend {
             .await
             .map_err(|e| etcd_error("read the holder", e))?;
         let Some(holder) = resp.kvs().first() else {
-            return Err(Error::NotHeld {
-                name: name.to_string(),
-            });
+            return Ok(false);
         };
         c.delete(holder.key(), None)
             .await
             .map_err(|e| etcd_error("delete the holder's key", e))?;
-        Ok(())
+        Ok(true)
     }
 
     /// `LeaseTimeToLive` of the holder's lease: whole seconds, rounded down.

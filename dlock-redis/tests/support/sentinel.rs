@@ -689,7 +689,7 @@ impl TestBackend for SentinelBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
         self.audit.break_holder(namespace, name).await
     }
 

@@ -236,7 +236,7 @@ impl TestBackend for ZkBackend {
         &self,
         namespace: &str,
         name: &LockName,
-    ) -> Result<Vec<FencingToken>, Error> {
+    ) -> Result<Option<Vec<FencingToken>>, Error> {
         let z = self.raw().await?;
         let parent = format!("{}/{}", Self::base(namespace), name.encoded());
         let mut nodes: Vec<(i64, String)> = children(&z, &parent)
@@ -249,30 +249,26 @@ impl TestBackend for ZkBackend {
             .collect();
         nodes.sort();
         let Some((_, holder)) = nodes.first() else {
-            return Err(Error::NotHeld {
-                name: name.to_string(),
-            });
+            return Ok(None);
         };
         let path = format!("{parent}/{holder}");
         let stat = match z.check_stat(&path).await {
             Ok(Some(stat)) => stat,
             // Gone before we could read it (released or expired meanwhile): nothing broken.
             Ok(None) => {
-                return Err(Error::NotHeld {
-                    name: name.to_string(),
-                });
+                return Ok(None);
             }
             Err(e) => return Err(backend_error("read the holder's node", e)),
         };
         match z.delete(&path, Some(stat.version)).await {
-            Ok(()) => Ok(u64::try_from(stat.czxid)
-                .ok()
-                .map(FencingToken)
-                .into_iter()
-                .collect()),
-            Err(zkc::Error::NoNode) => Err(Error::NotHeld {
-                name: name.to_string(),
-            }),
+            Ok(()) => Ok(Some(
+                u64::try_from(stat.czxid)
+                    .ok()
+                    .map(FencingToken)
+                    .into_iter()
+                    .collect(),
+            )),
+            Err(zkc::Error::NoNode) => Ok(None),
             Err(e) => Err(backend_error("delete the holder's node", e)),
         }
     }
