@@ -291,7 +291,12 @@ impl ZkLockerBuilder {
     /// creator ACL without digest authentication, root certificates or a client identity that
     /// are not PEM (or a key that does not go with its certificate), a client identity without
     /// root certificates, or a `tcp+tls://` member without root certificates.
-    pub(crate) fn validate(&self) -> Result<Config, Error> {
+    pub fn validate(&self) -> Result<(), Error> {
+        self.config().map(|_| ())
+    }
+
+    /// The checked configuration (see [`ZkLockerBuilder::validate`]).
+    pub(crate) fn config(&self) -> Result<Config, Error> {
         // `tcp+tls://` is the client crate's scheme for a TLS member; the address after it is
         // checked like any other.
         validate_connect(&self.connect.replace("tcp+tls://", "tcp://"))?;
@@ -368,7 +373,7 @@ impl ZkLockerBuilder {
     /// # Cancel safety
     /// Dropping the future before it completes closes the half-opened session.
     pub async fn build(self) -> Result<ZkLocker, Error> {
-        let cfg = self.validate()?;
+        let cfg = self.config()?;
         ZkLocker::open(cfg).await
     }
 }
@@ -441,7 +446,7 @@ mod tests {
             .namespace("app/test-1")
             .digest_auth("user", "secret")
             .acl(ZkAcl::CreatorAllAnyoneRead)
-            .validate()
+            .config()
             .expect("valid");
         assert_eq!(cfg.base, "/locks/app/test-1");
         assert_eq!(cfg.ttl, Duration::from_secs(2));
