@@ -649,7 +649,7 @@ fn check_zk_root(_: &str) -> Result<(), UrlError> {
 
 /// The reason of a backend's `InvalidOption` (without the option's name, which the URL part
 /// replaces).
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "zk"))]
 fn core_reason(e: dlock_core::Error) -> String {
     match e {
         dlock_core::Error::InvalidOption { reason, .. } => reason,
