@@ -15,6 +15,8 @@ pub const TIMEOUT: u8 = 75;
 /// The lease was lost while the command ran; the command was sent SIGTERM (and SIGKILL after
 /// `--grace`). Not a sysexits code: only dlock means it.
 pub const LOST: u8 = 79;
+/// `dlock leader`: nobody leads the election (like `grep`'s "no match").
+pub const NO_LEADER: u8 = 1;
 /// `dlock status`: the holder cannot be read through dlock's public API (see the README).
 pub const STATUS_UNKNOWN: u8 = 3;
 /// The command was found but could not be executed (as shells do).

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod elect;
 mod exit;
 mod run;
 mod status;
@@ -49,6 +50,49 @@ enum Command {
     /// remaining TTL and the queue are reported as unknown (exit code 3); the URL, the
     /// backend, the locker's TTL and its guarantees are printed.
     Status(StatusArgs),
+    /// Run a command while leading an election.
+    ///
+    /// Campaigns with VALUE (forever unless --wait), runs CMD while leading with DLOCK_TOKEN
+    /// (the term) and DLOCK_NAME, and resigns when CMD exits; a lost leadership stops CMD as
+    /// `run` does. The same exit codes as `run`.
+    Elect(ElectArgs),
+    /// Print an election's leader: its term and value (exit 0), or that nobody leads (exit 1).
+    Leader(LeaderArgs),
+}
+
+/// `dlock elect`'s arguments.
+#[derive(Debug, Args)]
+struct ElectArgs {
+    /// The election's name (1..=256 bytes of [A-Za-z0-9._:/-]).
+    #[arg(long)]
+    name: String,
+
+    /// The value to campaign with (what `dlock leader` and observers see).
+    #[arg(long)]
+    value: String,
+
+    /// The lease TTL; as for `run`.
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Option<Duration>,
+
+    /// How long to wait for leadership; default: forever.
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+
+    /// After a lost leadership, how long CMD has between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    grace: Duration,
+
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// `dlock leader`'s arguments.
+#[derive(Debug, Args)]
+struct LeaderArgs {
+    /// The election's name.
+    name: String,
 }
 
 /// `dlock run`'s arguments.
@@ -138,6 +182,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::main(cli.url.as_deref(), args),
         Command::Status(args) => status::main(cli.url.as_deref(), args, json),
+        Command::Elect(args) => elect::main(cli.url.as_deref(), args),
+        Command::Leader(args) => elect::leader(cli.url.as_deref(), args, json),
     };
     match result {
         Ok(code) => code,

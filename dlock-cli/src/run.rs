@@ -6,7 +6,9 @@ use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
 use dlock_any::LockerUrl;
-use dlock_core::{AcquireOptions, Lease, LockName, Locker};
+use dlock_core::{
+    AcquireOptions, Error, FencingToken, Leadership, Lease, LockName, Locker, LossReason,
+};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
@@ -33,14 +35,14 @@ pub(crate) fn main(url: Option<&str>, args: RunArgs) -> Result<ExitCode, Failure
 }
 
 /// The signals `dlock` forwards to the command instead of dying of them.
-struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn new() -> Result<Self, Failure> {
+    pub(crate) fn new() -> Result<Self, Failure> {
         let make = |kind| {
             signal(kind).map_err(|e| {
                 Failure::new(
@@ -68,7 +70,7 @@ impl Signals {
 }
 
 /// The exit code of a signal's death: 128 + its number.
-fn signal_code(sig: Signal) -> ExitCode {
+pub(crate) fn signal_code(sig: Signal) -> ExitCode {
     ExitCode::from(128u8.saturating_add(sig as u8))
 }
 
@@ -129,25 +131,89 @@ async fn acquire(
     }
 }
 
+/// What `dlock` holds while the command runs: a mutex lease (`run`) or a leadership (`elect`).
+pub(crate) enum Held {
+    /// `dlock run`.
+    Lease(Lease),
+    /// `dlock elect`.
+    Leader(Leadership),
+}
+
+impl Held {
+    /// The fencing token (a leadership's term).
+    fn token(&self) -> FencingToken {
+        match self {
+            Held::Lease(l) => l.token(),
+            Held::Leader(l) => l.term(),
+        }
+    }
+
+    /// Resolves when the lease (the leadership's lease) is lost.
+    fn lost(&self) -> impl std::future::Future<Output = LossReason> + Send + 'static {
+        match self {
+            Held::Lease(l) => l.lost(),
+            Held::Leader(l) => l.lease().lost(),
+        }
+    }
+
+    /// Releases the lock (resigns the leadership).
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::Lease(l) => l.release().await,
+            Held::Leader(l) => l.resign().await,
+        }
+    }
+}
+
+/// What happens to the command: its arguments and the grace between SIGTERM and SIGKILL.
+pub(crate) struct Job<'a> {
+    pub(crate) command: &'a [std::ffi::OsString],
+    pub(crate) grace: Duration,
+}
+
 async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode, Failure> {
     let mut signals = Signals::new()?;
     let locker = tokio::select! {
         r = url.connect() => r.map_err(|e| Failure::from_error(&e))?,
         sig = signals.recv() => return Ok(signal_code(sig)),
     };
-    let lease = tokio::select! {
-        r = acquire(&*locker, name, args.wait) => r?,
-        sig = signals.recv() => {
-            // Interrupted while waiting: the dropped acquire withdraws its queue entry in a
-            // background task of the locker, which needs the runtime to run (there is no
-            // `close().await` to wait for it yet).
-            tokio::time::sleep(WITHDRAW_DRAIN).await;
-            return Ok(signal_code(sig));
-        }
+    let lease = match or_signal(&mut signals, acquire(&*locker, name, args.wait)).await? {
+        Ok(lease) => lease,
+        Err(code) => return Ok(code),
     };
-    let token = lease.token();
+    let job = Job {
+        command: &args.command,
+        grace: args.grace,
+    };
+    supervise(Held::Lease(lease), name, &job, &mut signals).await
+}
 
-    let (program, rest) = args
+/// Waits for a grant (`Ok`) or for a signal (`Err` with its exit code). Interrupted while
+/// waiting, the dropped request withdraws its queue entry in a background task of the
+/// locker, which needs the runtime to run: `dlock` gives it [`WITHDRAW_DRAIN`] first.
+pub(crate) async fn or_signal<T>(
+    signals: &mut Signals,
+    request: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<Result<T, ExitCode>, Failure> {
+    tokio::select! {
+        r = request => r.map(Ok),
+        sig = signals.recv() => {
+            tokio::time::sleep(WITHDRAW_DRAIN).await;
+            Ok(Err(signal_code(sig)))
+        }
+    }
+}
+
+/// Runs the job while `held` holds, and releases it after: the command's exit code, or a
+/// `lost` failure after the command was stopped because the lease was lost.
+pub(crate) async fn supervise(
+    lease: Held,
+    name: &LockName,
+    job: &Job<'_>,
+    signals: &mut Signals,
+) -> Result<ExitCode, Failure> {
+    let token = lease.token();
+    let (program, rest) = job
         .command
         .split_first()
         .ok_or_else(|| Failure::usage("no command given after --"))?;
@@ -209,12 +275,12 @@ async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode,
 
     eprintln!(
         "dlock: lock {name} lost ({reason}); sending SIGTERM to the command, SIGKILL in {}",
-        humantime::format_duration(args.grace)
+        humantime::format_duration(job.grace)
     );
     let _ = killpg(pid, Signal::SIGTERM);
     let status = tokio::select! {
         s = child.wait() => s,
-        () = tokio::time::sleep(args.grace) => {
+        () = tokio::time::sleep(job.grace) => {
             let _ = killpg(pid, Signal::SIGKILL);
             child.wait().await
         }

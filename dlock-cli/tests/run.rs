@@ -399,3 +399,69 @@ fn a_signal_while_waiting_withdraws_the_request() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dlock elect` runs its command while leading, with the term as `DLOCK_TOKEN`; meanwhile
+/// `dlock leader` reports that term and the value. A second campaign waits its turn, runs with a
+/// higher term once the first command exits (its leadership resigned), and when both are done
+/// `dlock leader` says nobody leads (exit 1).
+#[test]
+fn elect_runs_the_command_while_leading_and_leader_reports_it() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let (first_token, second_token, go) = (dir.join("t1"), dir.join("t2"), dir.join("go"));
+    let mut first = dlock(&url)
+        .args([
+            "elect", "--name", "cron", "--value", "node-a", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "echo \"$DLOCK_TOKEN.\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            first_token.display(),
+            go.display()
+        ))
+        .spawn()
+        .expect("spawn the first campaign");
+    wait_for_text(&first_token, ".");
+    let t1: u64 = std::fs::read_to_string(&first_token)
+        .expect("token file")
+        .trim()
+        .trim_end_matches('.')
+        .parse()
+        .expect("a token");
+    let o = output({
+        let mut c = dlock(&url);
+        c.args(["--json", "leader", "cron"]);
+        c
+    });
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(report["leader"]["value"], "node-a", "{report}");
+    assert_eq!(report["leader"]["term"], t1, "{report}");
+
+    let mut second = dlock(&url)
+        .args([
+            "elect", "--name", "cron", "--value", "node-b", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "echo \"$DLOCK_TOKEN.\" > {}",
+            second_token.display()
+        ))
+        .spawn()
+        .expect("spawn the second campaign");
+    std::fs::write(&go, "go").expect("let the first leader finish");
+    assert_eq!(wait_bounded(&mut first).code(), Some(0));
+    assert_eq!(wait_bounded(&mut second).code(), Some(0));
+    let t2: u64 = std::fs::read_to_string(&second_token)
+        .expect("the second leader ran")
+        .trim()
+        .trim_end_matches('.')
+        .parse()
+        .expect("a token");
+    assert!(t2 > t1, "the second term {t2} is not above the first {t1}");
+    let o = output({
+        let mut c = dlock(&url);
+        c.args(["leader", "cron"]);
+        c
+    });
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

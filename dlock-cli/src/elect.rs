@@ -1,0 +1,100 @@
+//! `dlock elect` (run a command while leading an election) and `dlock leader` (who leads).
+
+use std::process::ExitCode;
+
+use dlock_any::LockerUrl;
+use dlock_core::{AcquireOptions, LockName};
+use serde_json::json;
+
+use crate::exit::{self, Failure};
+use crate::run::{Held, Job, Signals, or_signal, supervise};
+use crate::{ElectArgs, LeaderArgs, lock_name, locker_url, runtime};
+
+/// Runs `dlock elect`; `Ok` carries the command's exit code.
+pub(crate) fn main(url: Option<&str>, args: ElectArgs) -> Result<ExitCode, Failure> {
+    let url = locker_url(url, args.ttl)?;
+    let name = lock_name(&args.name)?;
+    let shown = url.to_string();
+    let rt = runtime()?;
+    rt.block_on(elect(url, &name, args))
+        .map_err(|f| f.with("name", name.as_str()).with("url", shown))
+}
+
+async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitCode, Failure> {
+    let mut signals = Signals::new()?;
+    let election = match or_signal(&mut signals, async {
+        url.connect_election()
+            .await
+            .map_err(|e| Failure::from_error(&e))
+    })
+    .await?
+    {
+        Ok(e) => e,
+        Err(code) => return Ok(code),
+    };
+    let opts = args
+        .wait
+        .map_or_else(AcquireOptions::forever, AcquireOptions::wait);
+    let campaign = async {
+        election
+            .campaign(name, args.value.as_bytes(), opts)
+            .await
+            .map_err(|e| {
+                let f = Failure::from_error(&e);
+                if f.code == exit::TIMEOUT {
+                    Failure::new("timeout", exit::TIMEOUT, format!("election {name}: {e}"))
+                } else {
+                    f
+                }
+            })
+    };
+    let leadership = match or_signal(&mut signals, campaign).await? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
+    };
+    let job = Job {
+        command: &args.command,
+        grace: args.grace,
+    };
+    supervise(Held::Leader(leadership), name, &job, &mut signals).await
+}
+
+/// Runs `dlock leader`: prints the leader's term and value and exits 0, or says nobody leads
+/// and exits with [`exit::NO_LEADER`].
+pub(crate) fn leader(url: Option<&str>, args: LeaderArgs, json: bool) -> Result<ExitCode, Failure> {
+    let url = locker_url(url, None)?;
+    let name = lock_name(&args.name)?;
+    let shown = url.to_string();
+    let rt = runtime()?;
+    let found = rt
+        .block_on(async {
+            let election = url.connect_election().await?;
+            election.leader(&name).await
+        })
+        .map_err(|e| {
+            Failure::from_error(&e)
+                .with("name", name.as_str())
+                .with("url", shown.clone())
+        })?;
+    let Some(leader) = found else {
+        if json {
+            println!("{}", json!({ "name": name.as_str(), "leader": null }));
+        } else {
+            println!("election {name}: nobody leads");
+        }
+        return Ok(ExitCode::from(exit::NO_LEADER));
+    };
+    let value = String::from_utf8_lossy(&leader.value);
+    if json {
+        println!(
+            "{}",
+            json!({
+                "name": name.as_str(),
+                "leader": { "term": leader.term.get(), "value": value },
+            })
+        );
+    } else {
+        println!("election {name}: term {} value {value}", leader.term);
+    }
+    Ok(ExitCode::SUCCESS)
+}
