@@ -123,10 +123,11 @@ impl Tls {
         let verdict =
             (session_timeout / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
         let mut checks = tokio::task::JoinSet::new();
+        let identity = self.client_identity;
         for host in hosts {
             let config = Arc::clone(&self.config);
             checks.spawn(async move {
-                let why = tokio::time::timeout(within, refusal(config, &host, verdict))
+                let why = tokio::time::timeout(within, refusal(config, &host, verdict, identity))
                     .await
                     .ok()
                     .flatten();
@@ -165,11 +166,13 @@ impl Tls {
 /// One handshake with `host` (`host:port`, `[v6]:port`): `Some` when it fails over
 /// certificates. After a handshake that completes, waits up to `verdict` for the server's
 /// verdict on our certificate (TLS 1.3 servers refuse a client certificate after the client
-/// finished; a server that accepted it waits for our first request).
+/// finished; a server that accepted it waits for our first request). `identity`: whether we
+/// present a client certificate.
 async fn refusal(
     config: Arc<rustls::ClientConfig>,
     host: &str,
     verdict: Duration,
+    identity: bool,
 ) -> Option<Refusal> {
     let (name, port) = host.rsplit_once(':')?;
     let name = name.trim_start_matches('[').trim_end_matches(']');
@@ -181,19 +184,34 @@ async fn refusal(
         .await
     {
         Ok(tls) => tls,
-        Err(e) => return classify(&e),
+        Err(e) => return classify(&e, identity),
     };
     let mut byte = [0u8; 1];
     match tokio::time::timeout(verdict, tls.read(&mut byte)).await {
-        Ok(Err(e)) => classify(&e),
+        Ok(Err(e)) => classify(&e, identity),
         Ok(Ok(_)) | Err(_) => None,
     }
 }
 
-/// The certificate problem an I/O error of a handshake carries, if any.
-fn classify(e: &std::io::Error) -> Option<Refusal> {
+/// The certificate problem an I/O error of a handshake carries, if any (`identity`: whether
+/// we presented a client certificate).
+///
+/// A JVM server (OpenJDK 17.0.19 under ZooKeeper's Netty factory) answers a missing client
+/// certificate with a bare `handshake_failure` alert during the handshake, where 17.0.15 let
+/// the handshake finish and then sent `certificate_required`. Without an identity of ours that
+/// alert is read as the missing certificate; with one, as a refusal of the handshake (our
+/// certificate, or nothing in common), reported as the server's.
+fn classify(e: &std::io::Error, identity: bool) -> Option<Refusal> {
     use rustls::AlertDescription as A;
     match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::AlertReceived(A::HandshakeFailure) if !identity => {
+            Some(Refusal::ClientCertificate(
+                "the server refused the handshake (alert HandshakeFailure): it requires a client certificate, and none is configured (tls_client_identity)".into(),
+            ))
+        }
+        rustls::Error::AlertReceived(A::HandshakeFailure) => Some(Refusal::ServerCertificate(
+            "the server refused the handshake (alert HandshakeFailure): it refused our client certificate, or we share no protocol version or cipher suite".into(),
+        )),
         rustls::Error::InvalidCertificate(why) => Some(Refusal::ServerCertificate(format!(
             "the server's certificate is not accepted: {why:?}"
         ))),
