@@ -181,18 +181,7 @@ fn tls_query(c: &Cluster) -> String {
 
 /// Sends one command to a Redis server (RESP) and returns its raw reply.
 fn redis_command(addr: std::net::SocketAddr, args: &[&str]) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to redis");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s.write_all(req.as_bytes()).expect("send");
-    let mut buf = [0u8; 512];
-    let n = s.read(&mut buf).expect("reply");
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    dlock_conformance::redis_command(addr, args).expect("redis answers")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

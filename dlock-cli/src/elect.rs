@@ -12,8 +12,8 @@ use crate::{ElectArgs, LeaderArgs, lock_name, locker_url, runtime};
 
 /// Runs `dlock elect`; `Ok` carries the command's exit code.
 pub(crate) fn main(url: Option<&str>, args: ElectArgs) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, args.ttl)?;
-    let name = lock_name(&args.name)?;
+    let url = locker_url(url, args.run.ttl)?;
+    let name = lock_name(&args.run.name)?;
     let shown = url.to_string();
     let rt = runtime()?;
     rt.block_on(elect(url, &name, args))
@@ -33,6 +33,7 @@ async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitC
         Err(code) => return Ok(code),
     };
     let opts = args
+        .run
         .wait
         .map_or_else(AcquireOptions::forever, AcquireOptions::wait);
     let campaign = async {
@@ -53,8 +54,8 @@ async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitC
         Err(code) => return Ok(code),
     };
     let job = Job {
-        command: &args.command,
-        grace: args.grace,
+        command: &args.run.command,
+        grace: args.run.grace,
     };
     supervise(Held::Leader(leadership), name, &job, &mut signals).await
 }

@@ -60,32 +60,15 @@ enum Command {
     Leader(LeaderArgs),
 }
 
-/// `dlock elect`'s arguments.
+/// `dlock elect`'s arguments: `run`'s (the name is the election's), and the value.
 #[derive(Debug, Args)]
 struct ElectArgs {
-    /// The election's name (1..=256 bytes of [A-Za-z0-9._:/-]).
-    #[arg(long)]
-    name: String,
-
     /// The value to campaign with (what `dlock leader` and observers see).
     #[arg(long)]
     value: String,
 
-    /// The lease TTL; as for `run`.
-    #[arg(long, value_parser = parse_duration)]
-    ttl: Option<Duration>,
-
-    /// How long to wait for leadership; default: forever.
-    #[arg(long, value_parser = parse_duration)]
-    wait: Option<Duration>,
-
-    /// After a lost leadership, how long CMD has between SIGTERM and SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    grace: Duration,
-
-    /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 /// `dlock leader`'s arguments.
@@ -98,7 +81,7 @@ struct LeaderArgs {
 /// `dlock run`'s arguments.
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The lock's name (1..=256 bytes of [A-Za-z0-9._:/-]).
+    /// The lock's (the election's) name (1..=256 bytes of [A-Za-z0-9._:/-]).
     #[arg(long)]
     name: String,
 

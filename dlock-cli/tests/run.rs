@@ -2,8 +2,8 @@
 //! conformance harness. Time limits here are safety bounds only (a hung test fails instead of
 //! hanging); no test depends on how fast something happens.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;
@@ -119,16 +119,7 @@ fn wait_for_text(path: &Path, needle: &str) {
 
 /// Sends one command to the Redis server (RESP) and returns its raw reply.
 fn redis_command(addr: SocketAddr, args: &[&str]) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect to redis");
-    s.set_read_timeout(Some(BOUND)).expect("timeout");
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s.write_all(req.as_bytes()).expect("send");
-    let mut buf = [0u8; 512];
-    let n = s.read(&mut buf).expect("reply");
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    dlock_conformance::redis_command(addr, args).expect("redis answers")
 }
 
 #[test]

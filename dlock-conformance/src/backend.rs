@@ -275,6 +275,22 @@ pub fn read_text(addr: std::net::SocketAddr, request: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// Sends one command to the plain Redis server at `addr` (RESP, any bytes in the arguments),
+/// then `QUIT`, and returns the command's raw reply (`QUIT`'s `+OK` removed; see
+/// [`read_text`]). `None` when the server does not answer.
+pub fn redis_command(addr: std::net::SocketAddr, args: &[&str]) -> Option<String> {
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    request.push_str("*1\r\n$4\r\nQUIT\r\n");
+    let replies = read_text(addr, request.as_bytes())?;
+    Some(match replies.strip_suffix("+OK\r\n") {
+        Some(reply) => reply.to_owned(),
+        None => replies,
+    })
+}
+
 /// The sum of every line `<prefix><labels or space> <number>` in `text` (Prometheus samples,
 /// `mntr` and `INFO` lines); `None` when no line matches.
 pub fn sum_samples(text: &str, prefix: &str) -> Option<u64> {

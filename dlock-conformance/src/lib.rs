@@ -27,7 +27,9 @@ pub mod soak;
 
 use std::sync::Arc;
 
-pub use backend::{ClientOptions, Declared, ServerExpiry, TestBackend, read_text, sum_samples};
+pub use backend::{
+    ClientOptions, Declared, ServerExpiry, TestBackend, read_text, redis_command, sum_samples,
+};
 pub use report::{Row, Status};
 pub use scenarios::Scenario;
 

@@ -70,6 +70,19 @@ impl LeaseCell {
         self.state().deadline
     }
 
+    /// Time left until the deadline (zero once passed).
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// `Ok` while held; [`Error::Lost`] with the reason otherwise.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match self.loss() {
+            Some(reason) => Err(Error::Lost(reason)),
+            None => Ok(()),
+        }
+    }
+
     /// When the lease counts as lost unless extended first: the deadline less the margin.
     pub(crate) fn lost_at(&self) -> Instant {
         self.lost_at_of(&self.state())
@@ -134,7 +147,7 @@ impl LeaseCell {
     }
 
     /// Why the lease is not held, if it is not: lost, released, or its deadline passed.
-    pub(crate) fn loss(&self) -> Option<LossReason> {
+    fn loss(&self) -> Option<LossReason> {
         match &*self.status.borrow() {
             Status::Lost(r) => return Some(r.clone()),
             // Released is not a loss, but a released lease is not held either: reporting it as
@@ -255,9 +268,7 @@ impl Lease {
 
     /// Time left until [`Lease::deadline`] (zero once passed).
     pub fn remaining(&self) -> Duration {
-        self.cell
-            .deadline()
-            .saturating_duration_since(Instant::now())
+        self.cell.remaining()
     }
 
     /// How many times this lease is held through a re-entrant locker (1 otherwise).
@@ -278,10 +289,7 @@ impl Lease {
     /// [`Error::Lost`] with the reason when it is not; [`LossReason::Released`] when it was
     /// released (through a [`Releaser`], or by the last hold of a re-entrant lease).
     pub fn check(&self) -> Result<(), Error> {
-        match self.cell.loss() {
-            Some(reason) => Err(Error::Lost(reason)),
-            None => Ok(()),
-        }
+        self.cell.check()
     }
 
     /// Resolves when the lease is lost, with the reason: at once when the server says so, and

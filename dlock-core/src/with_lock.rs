@@ -42,9 +42,7 @@ impl LeaseView {
 
     /// As [`Lease::remaining`].
     pub fn remaining(&self) -> Duration {
-        self.cell
-            .deadline()
-            .saturating_duration_since(Instant::now())
+        self.cell.remaining()
     }
 
     /// As [`Lease::check`].
@@ -52,10 +50,7 @@ impl LeaseView {
     /// # Errors
     /// [`Error::Lost`] with the reason when the lease is no longer held.
     pub fn check(&self) -> Result<(), Error> {
-        match self.cell.loss() {
-            Some(reason) => Err(Error::Lost(reason)),
-            None => Ok(()),
-        }
+        self.cell.check()
     }
 
     /// As [`Lease::lost`].
