@@ -17,8 +17,8 @@ pub const TIMEOUT: u8 = 75;
 pub const LOST: u8 = 79;
 /// `dlock leader`: nobody leads the election (like `grep`'s "no match").
 pub const NO_LEADER: u8 = 1;
-/// `dlock status`: the holder cannot be read through dlock's public API (see the README).
-pub const STATUS_UNKNOWN: u8 = 3;
+/// `dlock status`: nobody holds the lock.
+pub const NOT_HELD: u8 = 1;
 /// The command was found but could not be executed (as shells do).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells do).

@@ -44,11 +44,12 @@ enum Command {
     /// unavailable), 75 (--wait elapsed), 79 (lock lost), 126/127 (CMD not executable / not
     /// found).
     Run(RunArgs),
-    /// Report what can be known about a lock without disturbing its holder.
+    /// Show who holds a lock, without disturbing the holder or its waiters.
     ///
-    /// dlock's public API has no read-only inspection of a mutex yet, so the holder, its
-    /// remaining TTL and the queue are reported as unknown (exit code 3); the URL, the
-    /// backend, the locker's TTL and its guarantees are printed.
+    /// Prints the holder's fencing token, the server entry that holds the lock and what it
+    /// stores, at most how long the server keeps it if the holder stops renewing, and how many
+    /// wait. Takes no token and writes nothing. Exits 0 when the lock is held, 1 when it is
+    /// free, 64 / 69 as `run`.
     Status(StatusArgs),
     /// Run a command while leading an election.
     ///

@@ -1,50 +1,93 @@
-//! `dlock status`: what can be known about a lock without disturbing its holder.
-//!
-//! dlock-core's `Locker` has no read-only inspection (holder, token, remaining TTL, queue):
-//! the only way to learn whether a mutex is held is to try to acquire it, which takes a
-//! fencing token and, when the lock is free, holds it for a round trip (a waiter or a
-//! newcomer could be delayed by it). So `status` does not do that: it connects (which
-//! validates the URL and, for ZooKeeper, opens a session), and reports the holder as unknown.
+//! `dlock status`: who holds a lock, until when at most, and how many wait — read without
+//! disturbing the holder or its waiters (`Locker::inspect` takes no token and writes nothing).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use dlock_core::{FencingStrength, Locker};
+use dlock_core::{FencingStrength, LockState, Locker};
 use serde_json::{Value, json};
 
 use crate::exit::{self, Failure};
 use crate::{StatusArgs, lock_name, locker_url, runtime};
 
-/// Why the holder is not reported (printed and in the JSON).
-const UNKNOWN_BECAUSE: &str = "dlock's Locker API has no read-only inspection of a lock's \
-     holder, TTL or queue; trying to acquire it would disturb the holder and its waiters";
-
-/// Runs `dlock status`; exits with [`exit::STATUS_UNKNOWN`] after its report.
+/// Runs `dlock status`: exits 0 when the lock is held, [`exit::NOT_HELD`] when it is free.
 pub(crate) fn main(url: Option<&str>, args: StatusArgs, json: bool) -> Result<ExitCode, Failure> {
     let url = locker_url(url, None)?;
     let name = lock_name(&args.name)?;
     let shown = url.to_string();
     let rt = runtime()?;
-    let locker = rt.block_on(url.connect()).map_err(|e| {
-        Failure::from_error(&e)
+    let failed = |e: &dlock_core::Error| {
+        Failure::from_error(e)
             .with("name", name.as_str())
             .with("url", shown.clone())
+    };
+    let (locker, state) = rt.block_on(async {
+        let locker = url.connect().await.map_err(|e| failed(&e))?;
+        let state = locker.inspect(&name).await.map_err(|e| failed(&e));
+        // Ends the session (ZooKeeper, etcd) now rather than at its timeout.
+        let _ = locker.close().await;
+        state.map(|s| (locker, s))
     })?;
-    let report = report(&*locker, name.as_str(), &shown, url.scheme().as_str());
+    let report = report(
+        &*locker,
+        name.as_str(),
+        &shown,
+        url.scheme().as_str(),
+        &state,
+    );
     if json {
         println!("{report}");
     } else {
-        println!("lock:     {name}");
-        println!("url:      {shown}");
-        println!("backend:  {}", url.scheme());
-        println!("ttl:      {}", humantime::format_duration(locker.ttl()));
-        println!(
-            "fencing:  {}",
-            report["capabilities"]["fencing"].as_str().unwrap_or("?")
+        print_human(
+            &*locker,
+            name.as_str(),
+            &shown,
+            url.scheme().as_str(),
+            &state,
         );
-        println!("fair:     {}", locker.capabilities().fair);
-        println!("held:     unknown ({UNKNOWN_BECAUSE})");
     }
-    Ok(ExitCode::from(exit::STATUS_UNKNOWN))
+    Ok(if state.is_held() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::NOT_HELD)
+    })
+}
+
+fn print_human(locker: &dyn Locker, name: &str, url: &str, scheme: &str, state: &LockState) {
+    println!("lock:     {name}");
+    println!("url:      {url}");
+    println!("backend:  {scheme}");
+    println!("ttl:      {}", humantime::format_duration(locker.ttl()));
+    println!("fencing:  {}", fencing(&locker.capabilities().fencing));
+    match &state.holder {
+        None => println!("held:     no"),
+        Some(h) => {
+            let token = h.token.map_or("not recorded".into(), |t| t.to_string());
+            println!("held:     yes, token {token}");
+            let left = h.expires_within.map_or_else(
+                || "unknown (held for as long as the holder's session lives)".into(),
+                |d| humantime::format_duration(millis(d)).to_string(),
+            );
+            println!("expires:  within {left} unless renewed");
+            println!("entry:    {}", h.entry);
+            if !h.value.is_empty() {
+                println!("value:    {}", h.value);
+            }
+        }
+    }
+    match state.waiting {
+        Some(n) => println!("waiting:  {n}"),
+        None => println!("waiting:  not counted (this backend keeps no queue)"),
+    }
+}
+
+/// `d` rounded down to whole milliseconds (for display).
+fn millis(d: Duration) -> Duration {
+    Duration::from_millis(ms(d))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn fencing(f: &FencingStrength) -> String {
@@ -52,23 +95,29 @@ fn fencing(f: &FencingStrength) -> String {
 }
 
 /// The JSON report.
-fn report(locker: &dyn Locker, name: &str, url: &str, scheme: &str) -> Value {
+fn report(locker: &dyn Locker, name: &str, url: &str, scheme: &str, state: &LockState) -> Value {
     let caps = locker.capabilities();
+    let holder = state.holder.as_ref().map_or(Value::Null, |h| {
+        json!({
+            "token": h.token.map(|t| t.get()),
+            "entry": h.entry,
+            "value": h.value,
+            "expires_within_ms": h.expires_within.map(ms),
+        })
+    });
     json!({
         "name": name,
         "url": url,
         "backend": scheme,
-        "ttl_ms": u64::try_from(locker.ttl().as_millis()).unwrap_or(u64::MAX),
+        "ttl_ms": ms(locker.ttl()),
         "capabilities": {
             "fair": caps.fair,
             "herd_free": caps.herd_free,
             "fencing": fencing(&caps.fencing),
-            "crash_release_within_ms":
-                u64::try_from(caps.crash_release_within.as_millis()).unwrap_or(u64::MAX),
+            "crash_release_within_ms": ms(caps.crash_release_within),
         },
-        "held": Value::Null,
-        "holder": Value::Null,
-        "queue": Value::Null,
-        "unknown_because": UNKNOWN_BECAUSE,
+        "held": state.is_held(),
+        "holder": holder,
+        "waiting": state.waiting,
     })
 }

@@ -335,20 +335,92 @@ fn an_unreachable_backend_is_unavailable() {
     assert_eq!(o.status.code(), Some(UNAVAILABLE), "{}", stderr(&o));
 }
 
+/// `dlock status` on a free lock: exit 1, `held` false, nobody waiting.
 #[test]
-fn status_reports_what_it_can() {
-    let url = format!("redis://u:hunter2@{}?ttl=2s", addr());
+fn status_of_a_free_lock() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
     let mut c = dlock(&url);
     c.args(["status", "some/lock", "--json"]);
     let o = output(c);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(!out.contains("hunter2"), "{out}");
-    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON");
     assert_eq!(report["name"], "some/lock");
     assert_eq!(report["backend"], "redis");
     assert_eq!(report["ttl_ms"], 2000);
-    assert!(report["held"].is_null());
+    assert_eq!(report["held"], false);
+    assert!(report["holder"].is_null(), "{report}");
+    assert_eq!(report["waiting"], 0, "{report}");
+}
+
+/// `dlock status` while `dlock run` holds the lock and another `dlock run` waits: exit 0, the
+/// holder's token is the one its command got as `DLOCK_TOKEN`, the server keeps it at most a
+/// TTL, one request waits; the human form says the same; and after both ran it is free again.
+#[test]
+fn status_shows_the_holder_its_token_and_the_queue() {
+    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let dir = scratch();
+    let (held, go) = (dir.join("held"), dir.join("go"));
+    let mut holder = dlock(&url)
+        .args(["run", "--name", "shown", "--", "sh", "-c"])
+        .arg(format!(
+            "echo \"$DLOCK_TOKEN.\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            held.display(),
+            go.display()
+        ))
+        .spawn()
+        .expect("spawn holder");
+    wait_for_text(&held, ".");
+    let token: u64 = std::fs::read_to_string(&held)
+        .expect("token file")
+        .trim()
+        .trim_end_matches('.')
+        .parse()
+        .expect("a token");
+    let mut waiter = dlock(&url)
+        .args(["run", "--name", "shown", "--", "true"])
+        .spawn()
+        .expect("spawn waiter");
+    let start = Instant::now();
+    let report = loop {
+        let mut c = dlock(&url);
+        c.args(["status", "shown", "--json"]);
+        let o = output(c);
+        assert_eq!(o.status.code(), Some(0), "held: {}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON");
+        if report["waiting"] == 1 {
+            break report;
+        }
+        assert!(start.elapsed() < BOUND, "the waiter never showed: {report}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(report["held"], true, "{report}");
+    assert_eq!(report["holder"]["token"], token, "{report}");
+    let left = report["holder"]["expires_within_ms"]
+        .as_u64()
+        .expect("a TTL");
+    assert!(left > 0 && left <= 2000, "{report}");
+    assert!(
+        report["holder"]["entry"]
+            .as_str()
+            .is_some_and(|e| e.contains("shown")),
+        "{report}"
+    );
+    let mut c = dlock(&url);
+    c.args(["status", "shown"]);
+    let o = output(c);
+    let human = String::from_utf8_lossy(&o.stdout);
+    assert!(human.contains(&format!("token {token}")), "{human}");
+    assert!(human.contains("waiting:  1"), "{human}");
+    std::fs::write(&go, "go").expect("let the holder finish");
+    assert_eq!(wait_bounded(&mut holder).code(), Some(0));
+    assert_eq!(wait_bounded(&mut waiter).code(), Some(0));
+    let mut c = dlock(&url);
+    c.args(["status", "shown"]);
+    let o = output(c);
+    assert_eq!(o.status.code(), Some(1), "free again: {}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -11,8 +11,8 @@ use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend, scenarios};
 use dlock_core::memory::Defect;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, Locker, MemoryLocker,
-    MemoryServer, Stats,
+    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, LockState, Locker,
+    MemoryLocker, MemoryServer, Stats,
 };
 
 fn run(backend: impl TestBackend, scenario: Scenario) -> Row {
@@ -365,6 +365,10 @@ impl Locker for Twisted {
 
     async fn close(&self) -> Result<(), Error> {
         self.inner.close().await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        self.inner.inspect(&self.map(name)?).await
     }
 
     fn capabilities(&self) -> Capabilities {

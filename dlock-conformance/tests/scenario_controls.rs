@@ -331,3 +331,20 @@ fn rw_lost_before_stolen_catches_a_slow_expiry() {
 fn rw_lost_before_stolen_passes_on_the_reference() {
     passes(Scenario::RwLostBeforeStolen);
 }
+
+/// An `inspect` that counts the holder's own entry as a waiter is caught: a held name nobody
+/// waits for shows one waiting.
+#[test]
+fn inspect_catches_the_holder_counted_as_waiting() {
+    caught(
+        Defect::InspectCountsHolder,
+        Scenario::Inspect,
+        "a held name nobody waits for shows Some(1) waiting",
+    );
+}
+
+/// The correct memory backend passes `inspect`.
+#[test]
+fn inspect_passes_on_the_reference() {
+    passes(Scenario::Inspect);
+}

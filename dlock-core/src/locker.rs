@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, Stats};
+use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Stats};
 
 /// A distributed mutex client. Every backend implements it with the same semantics.
 ///
@@ -36,6 +36,21 @@ pub trait Locker: Send + Sync + 'static {
     /// # Cancel safety
     /// Dropping the future leaves nothing behind; a failed attempt leaves nothing behind either.
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error>;
+
+    /// Reads who holds `name`, at most how long the server keeps it for them, and how many
+    /// wait, without taking part: it takes no fencing token, creates and deletes nothing, and
+    /// delays no waiter.
+    ///
+    /// The answer is a snapshot, stale as soon as it arrives (see [`LockState`]). Redlock
+    /// reports the holder a majority of its nodes agree on.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Locker::close`]; [`Error::Unavailable`],
+    /// [`Error::QuorumNotReached`] or [`Error::Backend`] when the server cannot answer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error>;
 
     /// The lease TTL: how long a crashed holder can block others.
     fn ttl(&self) -> Duration;
@@ -75,6 +90,10 @@ impl<L: Locker + ?Sized> Locker for Arc<L> {
 
     async fn close(&self) -> Result<(), Error> {
         (**self).close().await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        (**self).inspect(name).await
     }
 
     fn ttl(&self) -> Duration {

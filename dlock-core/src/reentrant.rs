@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use tokio::runtime::Handle;
 
 use crate::lease::{LeaseCell, LeaseControl};
-use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, Locker, Releaser, Stats};
+use crate::{
+    AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, Releaser, Stats,
+};
 
 /// Makes any [`Locker`] re-entrant: acquiring a name this wrapper already holds returns at once,
 /// with the same token and one more hold; the last release releases the lock.
@@ -183,6 +185,10 @@ impl<L: Locker> Locker for Reentrant<L> {
 
     fn ttl(&self) -> Duration {
         self.inner.ttl()
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        self.inner.inspect(name).await
     }
 
     /// Closes the inner locker: every hold's lease ends with it.

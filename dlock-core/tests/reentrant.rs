@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, Lease, LockName, Locker, LossReason, MemoryLocker,
-    MemoryServer, Reentrant, Stats,
+    AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, LossReason,
+    MemoryLocker, MemoryServer, Reentrant, Stats,
 };
 
 fn name(s: &str) -> LockName {
@@ -38,6 +38,9 @@ impl Locker for AcquireOnly {
     }
     async fn close(&self) -> Result<(), Error> {
         self.0.close().await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        self.0.inspect(name).await
     }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()

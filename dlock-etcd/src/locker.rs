@@ -179,6 +179,13 @@ impl Locker for EtcdLocker {
     /// seconds, or etcd's minimum TTL (1.5 × its election timeout) when that is longer. Known
     /// from the first session grant on; before it, the asked TTL. Lease deadlines are always
     /// computed from the asked TTL (never later than the server's).
+    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+        // Placeholder until this backend's read-only inspection lands.
+        Err(Error::backend(
+            format!("inspect({name}) is not implemented for this backend yet"),
+            None,
+        ))
+    }
     fn ttl(&self) -> Duration {
         Duration::from_secs(self.inner.granted_ttl_secs.load(Ordering::Relaxed))
             .max(self.inner.cfg.ttl)

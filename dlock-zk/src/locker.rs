@@ -464,6 +464,13 @@ impl Locker for ZkLocker {
             .await
     }
 
+    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+        // Placeholder until this backend's read-only inspection lands.
+        Err(Error::backend(
+            format!("inspect({name}) is not implemented for this backend yet"),
+            None,
+        ))
+    }
     fn ttl(&self) -> Duration {
         self.negotiated_timeout()
     }

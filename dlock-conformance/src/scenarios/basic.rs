@@ -110,7 +110,7 @@ pub(crate) async fn wait_timeout(ctx: &Ctx) -> Result<(), Verdict> {
 /// `close()`: both held leases end at once with `Closed` (a loss signal a task awaits resolves
 /// too; no loss is counted), their locks are free at the server when `close` returns (a
 /// contender's `try_acquire` gets both at once, not after a TTL), the closed locker refuses to
-/// grant with `Error::Closed`, and closing again is harmless.
+/// grant or inspect with `Error::Closed`, and closing again is harmless.
 pub(crate) async fn close(ctx: &Ctx) -> Result<(), Verdict> {
     let (holder, contender) = (ctx.client().await?, ctx.client().await?);
     let (first, second) = (name("close-a")?, name("close-b")?);
@@ -156,6 +156,7 @@ pub(crate) async fn close(ctx: &Ctx) -> Result<(), Verdict> {
     for (call, got) in [
         ("acquire", holder.acquire(&first, wait).await.map(|_| ())),
         ("try_acquire", holder.try_acquire(&first).await.map(|_| ())),
+        ("inspect", holder.inspect(&first).await.map(|_| ())),
     ] {
         ensure!(
             got.as_ref().is_err_and(|e| e.kind() == ErrorKind::Closed),

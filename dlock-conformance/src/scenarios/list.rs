@@ -43,6 +43,10 @@ macro_rules! __scenarios {
             /// `close()` ends every lease at once (`lost()` says `Closed`, not counted as a loss),
             /// frees the locks at the server before it returns, and the closed locker grants nothing.
             Close = basic::close,
+            /// `inspect` shows no holder on a free name, the lease's token and a remaining TTL that
+            /// covers its deadline on a held one, the exact number of queued waiters, each grant
+            /// and release; and it creates nothing at the server.
+            Inspect = inspect::inspect,
             /// The holder's link goes silent for 0.3 × TTL: the lease survives, same token.
             ShortBlip = network::short_blip,
             /// A release whose reply is lost returns within a bound; its retry never deletes the next

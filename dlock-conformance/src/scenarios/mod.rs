@@ -10,6 +10,7 @@ mod exclusion;
 mod family;
 mod herd;
 pub(crate) mod holder;
+mod inspect;
 mod lease;
 mod list;
 mod many;

@@ -69,6 +69,9 @@ pub enum Defect {
     /// `close()` ends the leases on the client but deletes nothing at the server: the locks
     /// stay held there until their TTL runs out, and the closed locker still grants.
     CloseKeepsEntries,
+    /// `inspect` counts the holder's own queue entry among the waiters, as a reader of a
+    /// ZooKeeper or etcd queue that forgets the holder is its first entry would.
+    InspectCountsHolder,
 }
 
 /// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] (and

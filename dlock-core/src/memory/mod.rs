@@ -20,8 +20,9 @@ use tokio::time::Instant;
 
 use crate::options::validate_ttl;
 use crate::{
-    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, Leader, Lease,
-    LockName, Locker, LossReason, Primitives, RenewBackend, Renewal, RenewalDriver, Stats,
+    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, HolderState,
+    Leader, Lease, LockName, LockState, Locker, LossReason, Primitives, RenewBackend, Renewal,
+    RenewalDriver, Stats,
 };
 
 mod defect;
@@ -689,6 +690,34 @@ impl Locker for MemoryLocker {
             }
             None => Ok(None),
         }
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        self.driver.check_open()?;
+        self.counters.add_requests(1);
+        let now = Instant::now();
+        let names = self.backend.server.names();
+        let Some(st) = names.get(name.as_str()) else {
+            return Ok(LockState::new(None, Some(0)));
+        };
+        let holder = st
+            .holder
+            .iter()
+            .chain(st.shared.iter())
+            .find(|h| h.expires > now)
+            .map(|h| {
+                HolderState::new(
+                    Some(h.token),
+                    format!("memory:{}", h.owner),
+                    String::from_utf8_lossy(&h.value),
+                    Some(h.expires - now),
+                )
+            });
+        let mut waiting = st.queue.len();
+        if self.backend.defect == Some(Defect::InspectCountsHolder) && holder.is_some() {
+            waiting += 1;
+        }
+        Ok(LockState::new(holder, Some(waiting)))
     }
 
     fn ttl(&self) -> Duration {

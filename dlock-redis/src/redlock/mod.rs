@@ -335,6 +335,13 @@ impl Locker for RedlockLocker {
         acquire::try_acquire(&self.inner, name).await
     }
 
+    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+        // Placeholder until this backend's read-only inspection lands.
+        Err(Error::backend(
+            format!("inspect({name}) is not implemented for this backend yet"),
+            None,
+        ))
+    }
     fn ttl(&self) -> Duration {
         self.inner.ttl
     }
