@@ -187,20 +187,3 @@ impl Row {
         }
     }
 }
-
-/// Writes `$DLOCK_REPORT_DIR/<backend>.scenarios` (one scenario name a line), so the report can
-/// tell a scenario whose test never ran from one that does not exist.
-pub fn write_scenario_list(module: &str) {
-    let Some(dir) = std::env::var_os(REPORT_DIR_VAR) else {
-        return;
-    };
-    let backend = module.replace('_', "-");
-    let text: String = crate::Scenario::ALL
-        .iter()
-        .map(|s| format!("{}\n", s.name()))
-        .collect();
-    let path = PathBuf::from(dir).join(format!("{backend}.scenarios"));
-    if let Err(e) = std::fs::write(&path, text) {
-        eprintln!("cannot write scenario list {}: {e}", path.display());
-    }
-}

@@ -9,6 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::listing::Listing;
+
 /// One backend of the report: where its tests live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backend {
@@ -209,23 +211,6 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         }
     };
     Ok(opts)
-}
-
-/// Whether `backend` is enrolled: its test file exists and expands `conformance_tests!` for its
-/// module.
-pub fn enrolled(root: &Path, backend: &Backend) -> bool {
-    let file = root
-        .join(backend.krate)
-        .join("tests")
-        .join(format!("{}.rs", backend.target));
-    std::fs::read_to_string(file).is_ok_and(|text| {
-        text.split("conformance_tests!(").skip(1).any(|rest| {
-            rest.trim_start()
-                .split(|c: char| c == ',' || c == ')' || c.is_whitespace())
-                .next()
-                .is_some_and(|m| m == backend.module)
-        })
-    })
 }
 
 /// The workspace root: `$DLOCK_WORKSPACE` when set, else the parent of the xtask crate.
@@ -501,8 +486,10 @@ pub fn render(backends: &[&'static str], not_enrolled: &[&'static str], report: 
 pub fn run(args: &[String]) -> Result<(), String> {
     let opts = parse_args(args)?;
     let root = workspace_root();
+    let listing = Listing::ask(&root, &opts.backends)?;
     let (enrolled_backends, not_enrolled): (Vec<Backend>, Vec<Backend>) =
-        opts.backends.iter().partition(|b| enrolled(&root, b));
+        opts.backends.iter().partition(|b| listing.enrolled(b));
+    let expected = listing.scenarios(&enrolled_backends);
     if let Some(duration) = opts.soak {
         return soak::run(&root, &enrolled_backends, duration, opts.seed);
     }
@@ -512,6 +499,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             dir,
             &enrolled_backends,
             &not_enrolled,
+            &expected,
             opts.json.as_deref(),
             Vec::new(),
         );
@@ -551,34 +539,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &report_dir,
         &enrolled_backends,
         &not_enrolled,
+        &expected,
         opts.json.as_deref(),
         crate_failures,
     );
     let _ = std::fs::remove_dir_all(&report_dir);
     judged
-}
-
-/// The scenario lists the suite wrote (`<backend>.scenarios`), merged.
-fn read_scenario_lists(dir: &Path) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "scenarios") {
-            continue;
-        }
-        if let Ok(text) = std::fs::read_to_string(&p) {
-            out.extend(
-                text.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(String::from),
-            );
-        }
-    }
-    out
 }
 
 /// Judges the rows the suite wrote to `dir` for `backends`: builds the report (failed and
@@ -595,14 +561,14 @@ pub fn judge(
     dir: &Path,
     backends: &[Backend],
     not_enrolled: &[Backend],
+    expected: &BTreeSet<String>,
     json: Option<&Path>,
     run_failures: Vec<String>,
 ) -> Result<(), String> {
     let (rows, bad) = read_rows(dir)?;
-    let expected = read_scenario_lists(dir);
     let names: Vec<&'static str> = backends.iter().map(|b| b.name).collect();
     let skipped_names: Vec<&'static str> = not_enrolled.iter().map(|b| b.name).collect();
-    let mut report = build_report_with(&names, rows, &expected);
+    let mut report = build_report_with(&names, rows, expected);
     report.failures.extend(bad);
     match crate::allowlist::load(root) {
         Ok(allowed) => {
@@ -684,23 +650,6 @@ mod tests {
         assert!(parse_args(&s(&["--soak", "soon"])).is_err());
         assert!(parse_args(&s(&["--soak", "1m", "--seed", "x"])).is_err());
         assert_eq!(parse_args(&s(&[])).expect("parses").soak, None);
-    }
-
-    #[test]
-    fn enrolment_is_read_from_the_macro_call() {
-        let dir = std::env::temp_dir().join(format!("conform-enrol-{}", std::process::id()));
-        let tests = dir.join("dlock-redis").join("tests");
-        std::fs::create_dir_all(&tests).expect("mkdir");
-        std::fs::write(tests.join("conformance.rs"), "dlock_conformance::conformance_tests!(redis, redis());\ndlock_conformance::conformance_tests!(\n    redlock_degraded, x());").expect("write");
-        let find = |n| *BACKENDS.iter().find(|b| b.name == n).expect("known");
-        assert!(enrolled(&dir, &find("redis")));
-        assert!(enrolled(&dir, &find("redlock-degraded")));
-        assert!(
-            !enrolled(&dir, &find("redlock")),
-            "redlock is a prefix of redlock_degraded, not enrolled"
-        );
-        assert!(!enrolled(&dir, &find("etcd")));
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     fn row(b: &str, sc: &str, st: &str) -> Value {

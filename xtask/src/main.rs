@@ -9,6 +9,7 @@ mod allowlist;
 mod bench;
 mod conform;
 mod install;
+mod listing;
 mod tidy;
 
 const USAGE: &str = "\
@@ -121,18 +122,20 @@ fn test() -> Result<(), String> {
     );
     eprintln!("\n==> conformance table (as cargo xtask conform prints it)");
     let root = conform::workspace_root();
-    let (enrolled, not_enrolled): (Vec<conform::Backend>, Vec<conform::Backend>) =
-        conform::BACKENDS
-            .iter()
-            .partition(|b| conform::enrolled(&root, b));
-    let judged = conform::judge(
-        &root,
-        &report_dir,
-        &enrolled,
-        &not_enrolled,
-        None,
-        Vec::new(),
-    );
+    let judged = listing::Listing::ask(&root, &conform::BACKENDS).and_then(|listing| {
+        let (enrolled, not_enrolled): (Vec<conform::Backend>, Vec<conform::Backend>) =
+            conform::BACKENDS.iter().partition(|b| listing.enrolled(b));
+        let expected = listing.scenarios(&enrolled);
+        conform::judge(
+            &root,
+            &report_dir,
+            &enrolled,
+            &not_enrolled,
+            &expected,
+            None,
+            Vec::new(),
+        )
+    });
     let _ = std::fs::remove_dir_all(&report_dir);
     tested?;
     judged.map_err(|e| format!("step `conformance table` failed: {e}"))?;
