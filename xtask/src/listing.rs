@@ -19,46 +19,65 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// Lists every test binary that enrols one of `backends` (one cargo run per crate and
-    /// target; cargo builds them first if needed).
+    /// Lists the test binaries that enrol `backends` (one cargo run per crate and target, the
+    /// way `cargo xtask conform` runs them; cargo builds them first if needed).
     ///
     /// # Errors
-    /// A binary that cannot be built or listed, or one that enrols a module xtask does not know
-    /// (it would never be run or judged).
+    /// As [`Listing::add_listed`].
     pub fn ask(root: &Path, backends: &[Backend]) -> Result<Listing, String> {
         let mut targets: Vec<(&str, &str)> = backends.iter().map(|b| (b.krate, b.target)).collect();
         targets.sort_unstable();
         targets.dedup();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut listing = Listing::default();
         for (krate, target) in targets {
-            let out = Command::new(&cargo)
-                .current_dir(root)
-                .args(["test", "-q", "-p", krate, "--test", target, "--"])
-                .args(["--list", "--format", "terse"])
-                .output()
-                .map_err(|e| format!("cannot run cargo to list {krate}'s {target} tests: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "cannot list {krate}'s {target} tests ({}):\n{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            for (module, tests) in parse(&String::from_utf8_lossy(&out.stdout)) {
-                if !BACKENDS
-                    .iter()
-                    .any(|b| b.module == module && (b.krate, b.target) == (krate, target))
-                {
-                    return Err(format!(
-                        "{krate}'s {target} tests enrol `{module}`, which xtask's BACKENDS \
-                         does not list there: it would never be run or judged"
-                    ));
-                }
-                listing.modules.entry(module).or_default().extend(tests);
-            }
+            listing.add_listed(root, &["-p", krate, "--test", target])?;
         }
         Ok(listing)
+    }
+
+    /// Lists every test binary of the workspace, built as `cargo test --workspace` builds them
+    /// (the same features, so nothing is rebuilt after that step).
+    ///
+    /// # Errors
+    /// As [`Listing::add_listed`].
+    pub fn ask_workspace(root: &Path) -> Result<Listing, String> {
+        let mut listing = Listing::default();
+        listing.add_listed(root, &["--workspace", "--tests"])?;
+        Ok(listing)
+    }
+
+    /// Adds what `cargo test -q SELECTION -- --list --format terse` lists.
+    ///
+    /// # Errors
+    /// A binary that cannot be built or listed, or one that enrols a module xtask's
+    /// [`BACKENDS`] does not know (it would never be run or judged).
+    fn add_listed(&mut self, root: &Path, selection: &[&str]) -> Result<(), String> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let shown = selection.join(" ");
+        let out = Command::new(&cargo)
+            .current_dir(root)
+            .args(["test", "-q"])
+            .args(selection)
+            .args(["--", "--list", "--format", "terse"])
+            .output()
+            .map_err(|e| format!("cannot run cargo to list the tests of {shown}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot list the tests of {shown} ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        for (module, tests) in parse(&String::from_utf8_lossy(&out.stdout)) {
+            if !BACKENDS.iter().any(|b| b.module == module) {
+                return Err(format!(
+                    "the tests of {shown} enrol `{module}`, which xtask's BACKENDS does not \
+                     list: it would never be run or judged"
+                ));
+            }
+            self.modules.entry(module).or_default().extend(tests);
+        }
+        Ok(())
     }
 
     /// Whether `backend`'s module is enrolled in its test binary.

@@ -122,7 +122,7 @@ fn test() -> Result<(), String> {
     );
     eprintln!("\n==> conformance table (as cargo xtask conform prints it)");
     let root = conform::workspace_root();
-    let judged = listing::Listing::ask(&root, &conform::BACKENDS).and_then(|listing| {
+    let judged = listing::Listing::ask_workspace(&root).and_then(|listing| {
         let (enrolled, not_enrolled): (Vec<conform::Backend>, Vec<conform::Backend>) =
             conform::BACKENDS.iter().partition(|b| listing.enrolled(b));
         let expected = listing.scenarios(&enrolled);
