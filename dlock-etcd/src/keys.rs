@@ -32,6 +32,15 @@ pub(crate) fn contender_key(range: &str, lease_id: i64) -> String {
     format!("{range}{lease_id:x}")
 }
 
+/// Whether `key` is a mutex contender key of `range` (`<range><lease hex>`, as
+/// [`contender_key`] and etcd's `Mutex` write it): a non-empty rest without `/`. The read, write
+/// and permit keys of the same range (and, with raw names, the keys of a name below this one)
+/// have a `/` in their rest.
+pub(crate) fn is_contender_key(range: &str, key: &[u8]) -> bool {
+    key.strip_prefix(range.as_bytes())
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'/'))
+}
+
 /// A read, write or permit key: `<sub-range><request number in hex>/<session lease hex>`.
 /// The request number (unique in the process) lets several requests of one locker queue on
 /// one name at once; the key still ends with the session's lease id, as every key of the
@@ -103,6 +112,28 @@ mod tests {
             let key = request_key(&sub, 0x2a, 0x1f);
             assert_eq!(key, format!("{sub}2a/1f"));
             assert!(key.starts_with(&range) && key.ends_with("/1f"));
+        }
+    }
+
+    #[test]
+    fn contender_keys_are_told_from_family_keys() {
+        let name = LockName::new("orders/42").expect("valid");
+        let range = lock_range("app", &name, false);
+        assert!(is_contender_key(
+            &range,
+            contender_key(&range, 0x1f).as_bytes()
+        ));
+        assert!(!is_contender_key(&range, range.as_bytes()));
+        assert!(!is_contender_key(&range, b"app/other/1f"));
+        for sub in [
+            read_range(&range),
+            write_range(&range),
+            permit_range(&range),
+        ] {
+            assert!(!is_contender_key(
+                &range,
+                request_key(&sub, 2, 0x1f).as_bytes()
+            ));
         }
     }
 

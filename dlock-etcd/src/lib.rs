@@ -8,6 +8,7 @@ mod enqueue;
 mod errors;
 mod family;
 mod grant;
+mod inspect;
 mod keys;
 mod locker;
 mod members;

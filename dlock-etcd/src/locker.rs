@@ -175,17 +175,18 @@ impl Locker for EtcdLocker {
             .map(|(lease, _)| lease))
     }
 
+    /// One linearizable range read of the name's key range (the holder is its oldest key, if
+    /// that is a mutex key, as the grant decides), then `LeaseTimeToLive` of the holder's
+    /// lease: the token is the key's create revision, `expires_within` the lease's remaining
+    /// whole seconds plus one (etcd rounds down), `waiting` the other mutex keys.
+    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+        self.inspect_mutex(name).await
+    }
+
     /// The TTL etcd grants this locker's session lease: the asked TTL rounded up to whole
     /// seconds, or etcd's minimum TTL (1.5 × its election timeout) when that is longer. Known
     /// from the first session grant on; before it, the asked TTL. Lease deadlines are always
     /// computed from the asked TTL (never later than the server's).
-    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
-        // Placeholder until this backend's read-only inspection lands.
-        Err(Error::backend(
-            format!("inspect({name}) is not implemented for this backend yet"),
-            None,
-        ))
-    }
     fn ttl(&self) -> Duration {
         Duration::from_secs(self.inner.granted_ttl_secs.load(Ordering::Relaxed))
             .max(self.inner.cfg.ttl)

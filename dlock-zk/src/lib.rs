@@ -6,6 +6,7 @@ mod config;
 mod contend;
 mod election;
 mod errors;
+mod inspect;
 mod locker;
 mod model;
 mod observe;

@@ -182,6 +182,11 @@ impl ZkLocker {
         }
     }
 
+    /// Whether [`Locker::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
     fn current(&self) -> Option<Arc<Session>> {
         self.inner
             .current
@@ -464,13 +469,21 @@ impl Locker for ZkLocker {
             .await
     }
 
+    /// Who holds the mutex `name` (the first node of its queue) and how many wait behind it:
+    /// a synced listing, then the holder node's data and stat (its token is the node's czxid).
+    /// `expires_within` is `None`: a holder lasts as long as its session, whose expiry only
+    /// the ensemble's leader knows.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Locker::close`]; [`Error::Unavailable`] when the ensemble
+    /// cannot be reached; [`Error::Backend`] when the server refuses.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
     async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
-        // Placeholder until this backend's read-only inspection lands.
-        Err(Error::backend(
-            format!("inspect({name}) is not implemented for this backend yet"),
-            None,
-        ))
+        self.inspect_mutex(name).await
     }
+
     fn ttl(&self) -> Duration {
         self.negotiated_timeout()
     }

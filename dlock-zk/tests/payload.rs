@@ -41,3 +41,36 @@ async fn lock_node_names_host_pid_and_locker() {
     assert_eq!(f[2].1, l.locker_id(), "payload {text:?}");
     lease.release().await.unwrap();
 }
+
+/// `inspect` shows the holder's node (its full path) and what it stores, read from the server
+/// by another locker: what the conformance scenario cannot see (it checks only the token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_holder_node_and_its_payload() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("payload-inspect");
+    let (l, eye) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("shown").unwrap();
+    let parent = l.lock_path(&name);
+    let lease = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let z = raw(connect).await;
+    let kids = contenders(&z, &parent).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let node = format!("{parent}/{}", kids[0]);
+    let (data, _) = z.get_data(&node).await.unwrap();
+    let state = eye.inspect(&name).await.unwrap();
+    let holder = state.holder.expect("a holder");
+    assert_eq!(holder.entry, node);
+    assert_eq!(holder.value.as_bytes(), data.as_slice());
+    assert!(holder.value.ends_with(&format!("locker={}", l.locker_id())));
+    assert_eq!(holder.token, Some(lease.token()));
+    assert_eq!(holder.expires_within, None);
+    assert_eq!(state.waiting, Some(0));
+    lease.release().await.unwrap();
+}
