@@ -1,5 +1,5 @@
-//! One node's read-only view of a lock (the [`inspect`](crate::scripts) script), shared by
-//! the single-node locker and Redlock.
+//! One node's read-only view of a lock (the inspect script, `INSPECT_BODY` in `scripts`),
+//! shared by the single-node locker and Redlock.
 
 use std::time::Duration;
 
