@@ -3,6 +3,7 @@
 
 mod conn;
 mod family_scripts;
+mod inspect;
 mod keys;
 mod redlock;
 mod scripts;

@@ -36,8 +36,21 @@ local function publish(e, chan_prefix)
 end
 "#;
 
+/// The rule that says whether a queue entry is live, shared by the fair scripts (through
+/// [`FAIR_PRELUDE`]) and [`INSPECT_BODY`]: an entry is live while its deadline (server
+/// milliseconds, in the deadlines hash) is ahead of `now`; one without a deadline is dead.
+const LIVE_PRELUDE: &str = r#"
+-- The deadline of queue entry `e` when it is live at `now`; nil when it is dead.
+local function live_until(qt, e, now)
+  local dl = tonumber(redis.call('HGET', qt, e))
+  if dl and dl > now then return dl end
+  return nil
+end
+"#;
+
 /// The queue purge and the baton pass, shared by the fair scripts (placed after their fast
-/// paths with [`QUEUE_PRELUDE`], so these closures are only created when needed).
+/// paths with [`QUEUE_PRELUDE`] and [`LIVE_PRELUDE`], so these closures are only created when
+/// needed).
 ///
 /// A queue entry is `<locker id>.<sequence>`. A lock released while waiters are queued is not
 /// freed: it is RESERVED for the live head (value `r:<entry>`), so that nobody can barge in
@@ -50,8 +63,8 @@ local function live_head(q, qt, now)
   while true do
     local head = redis.call('LINDEX', q, 0)
     if not head then return nil end
-    local dl = tonumber(redis.call('HGET', qt, head))
-    if dl and dl > now then return head, dl end
+    local dl = live_until(qt, head, now)
+    if dl then return head, dl end
     redis.call('LPOP', q)
     redis.call('HDEL', qt, head)
   end
@@ -160,8 +173,7 @@ local entry = ARGV[3]
 local head, head_dl = live_head(KEYS[3], KEYS[4], now)
 if holder and string.sub(holder, 1, 2) == 'r:' then
   -- A reservation for an entry that is no longer live (a crashed head) counts as free.
-  local dl = tonumber(redis.call('HGET', KEYS[4], string.sub(holder, 3)))
-  if not dl or dl <= now then
+  if not live_until(KEYS[4], string.sub(holder, 3), now) then
     redis.call('DEL', KEYS[1])
     holder = false
   end
@@ -224,6 +236,36 @@ if was_head then notify_head(KEYS[2], KEYS[3], ARGV[3]) end
 return 0
 "#;
 
+/// Inspect: reads one name's lock and, when asked, counts its queue, writing nothing (after
+/// [`QUEUE_PRELUDE`] for the clock and [`LIVE_PRELUDE`]; it calls neither helper that writes).
+///
+/// KEYS: lock, fence, queue, deadlines. ARGV: `1` to count the queue, `0` not to (spin mode,
+/// Redlock). Returns `{holder's owner value or nil, lock PTTL, fence value or nil, live
+/// entries}`; a reservation (`r:<entry>`, see [`FAIR_PRELUDE`]) is the head's turn, not a
+/// holder, so it reads as nil like a free lock.
+///
+/// The queue is walked with `LINDEX` (the command the grant logic reads it with, in the mutex's
+/// ACL list) and counts only the entries [`LIVE_PRELUDE`] calls live: an expired entry the
+/// grant logic would drop when it reaches the head is not a waiter.
+const INSPECT_BODY: &str = r#"
+local holder = redis.call('GET', KEYS[1])
+if holder and string.sub(holder, 1, 2) == 'r:' then holder = false end
+local pttl = redis.call('PTTL', KEYS[1])
+local fence = redis.call('GET', KEYS[2])
+local waiting = 0
+if ARGV[1] == '1' then
+  local now = now_ms()
+  local i = 0
+  while true do
+    local e = redis.call('LINDEX', KEYS[3], i)
+    if not e then break end
+    if live_until(KEYS[4], e, now) then waiting = waiting + 1 end
+    i = i + 1
+  end
+end
+return {holder, pttl, fence, waiting}
+"#;
+
 /// Plain release: compare-and-delete. KEYS: lock. ARGV: owner. Returns 1 when deleted.
 const RELEASE_PLAIN_SRC: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -262,20 +304,24 @@ pub(crate) struct Scripts {
     pub(crate) release_plain: Script,
     pub(crate) renew: Script,
     pub(crate) raise_fence: Script,
+    pub(crate) inspect: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fast_acquire: Script::new(&format!("{TOKEN_PRELUDE}{FAST_ACQUIRE_BODY}")),
     acquire_fair: Script::new(&format!(
-        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{QUEUE_PRELUDE}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
+        "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
     release_fair: Script::new(&format!(
-        "{RELEASE_FAIR_HEAD}{QUEUE_PRELUDE}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
+        "{RELEASE_FAIR_HEAD}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
     )),
-    withdraw: Script::new(&format!("{QUEUE_PRELUDE}{FAIR_PRELUDE}{WITHDRAW_BODY}")),
+    withdraw: Script::new(&format!(
+        "{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{WITHDRAW_BODY}"
+    )),
     release_plain: Script::new(RELEASE_PLAIN_SRC),
     renew: Script::new(RENEW_SRC),
     raise_fence: Script::new(RAISE_FENCE_SRC),
+    inspect: Script::new(&format!("{QUEUE_PRELUDE}{LIVE_PRELUDE}{INSPECT_BODY}")),
 });
 
 /// The process-wide scripts.

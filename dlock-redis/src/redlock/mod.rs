@@ -2,6 +2,7 @@
 
 mod acquire;
 mod backend;
+mod inspect;
 mod quorum;
 mod tally;
 
@@ -335,13 +336,13 @@ impl Locker for RedlockLocker {
         acquire::try_acquire(&self.inner, name).await
     }
 
+    /// Reads every node at once (one read-only script each, within the node timeout): the
+    /// holder is the owner value a quorum of them hold; see `redlock::inspect`.
     async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
-        // Placeholder until this backend's read-only inspection lands.
-        Err(Error::backend(
-            format!("inspect({name}) is not implemented for this backend yet"),
-            None,
-        ))
+        self.inner.driver.check_open()?;
+        inspect::inspect(&self.inner, name).await
     }
+
     fn ttl(&self) -> Duration {
         self.inner.ttl
     }

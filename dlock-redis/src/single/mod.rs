@@ -17,11 +17,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_core::backend::{Counters, RenewalDriver, validate_ttl};
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Locker, Primitives,
-    Stats,
+    AcquireOptions, Capabilities, Error, FencingStrength, HolderState, Lease, LockName, LockState,
+    Locker, Primitives, Stats,
 };
 
 use crate::conn::{self, Node};
+use crate::inspect;
 use crate::keys::{self, namespace_prefix, validate_prefix};
 use backend::SingleBackend;
 use notify::Notifier;
@@ -825,13 +826,37 @@ impl Locker for RedisLocker {
             .map(|(lease, _)| lease))
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
-        // Placeholder until this backend's read-only inspection lands.
-        Err(Error::backend(
-            format!("inspect({name}) is not implemented for this backend yet"),
-            None,
-        ))
+    /// One read-only script on the name's server (its master; its slot's master on a
+    /// cluster): the lock key's owner value and `PTTL`, the fence counter and, in fair mode,
+    /// the live queue entries. A lock reserved for the queue's head shows no holder.
+    ///
+    /// The token shown is the fence counter: a grant sets the lock key and the counter in one
+    /// script, and no other grant of the name can raise the counter while the key holds that
+    /// owner (the read-write lock and semaphore share the counter, but a name is one primitive).
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        let inner = &self.inner;
+        inner.driver.check_open()?;
+        let keys = keys::Keys::new(&inner.prefix, name);
+        let node = &inner.backend.node;
+        let view = inspect::read(
+            node,
+            &keys,
+            inner.fair,
+            inner.request_timeout,
+            &inner.counters,
+        )
+        .await?;
+        let holder = view.holder.map(|owner| {
+            HolderState::new(
+                view.fence,
+                keys.lock,
+                String::from_utf8_lossy(&owner),
+                view.pttl,
+            )
+        });
+        Ok(LockState::new(holder, inner.fair.then_some(view.waiting)))
     }
+
     fn ttl(&self) -> Duration {
         self.inner.ttl
     }
