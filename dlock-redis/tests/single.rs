@@ -440,3 +440,76 @@ async fn insecure_tls_urls_are_rejected_at_build() {
         .expect_err("#insecure is not supported");
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 }
+
+/// A locker built from the application's own `redis::Client` locks against that server like
+/// one built from the URL (the same name excludes across the two), and `client` with a second
+/// way to reach a server is a typed error before any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_from_an_existing_client() {
+    let client = redis::Client::open(url()).expect("client");
+    let ns = format!("from-client-{}", std::process::id());
+    let mine = RedisLocker::builder()
+        .client(client.clone())
+        .namespace(&ns)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("locker from a client");
+    let theirs = RedisLocker::builder()
+        .url(url())
+        .namespace(&ns)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .expect("locker from the URL");
+    let lock = name("shared");
+    let held = mine
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("granted");
+    assert!(
+        theirs
+            .try_acquire(&lock)
+            .await
+            .expect("reachable")
+            .is_none(),
+        "the URL's locker sees the client's locker's hold"
+    );
+    let state = theirs.inspect(&lock).await.expect("inspect");
+    assert_eq!(state.holder.and_then(|h| h.token), Some(held.token()));
+    held.release().await.expect("release");
+    let next = theirs.try_acquire(&lock).await.expect("reachable");
+    assert!(next.is_some(), "free after the release");
+    for conflicting in [
+        RedisLocker::builder().client(client.clone()).url(url()),
+        RedisLocker::builder()
+            .client(client.clone())
+            .cluster([url()]),
+        RedisLocker::builder()
+            .client(client.clone())
+            .tls_root_certificates(b"-----BEGIN CERTIFICATE-----".to_vec()),
+    ] {
+        let err = conflicting.validate().expect_err("two ways to one server");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+}
+
+/// `validate` rejects what `build` rejects, with no runtime and no I/O.
+#[test]
+fn validate_checks_without_building() {
+    let ok = RedisLocker::builder().url("redis://127.0.0.1:1");
+    ok.validate().expect("valid options");
+    for bad in [
+        RedisLocker::builder(),
+        RedisLocker::builder()
+            .url("redis://127.0.0.1:1")
+            .ttl(Duration::ZERO),
+        RedisLocker::builder()
+            .url("redis://127.0.0.1:1")
+            .key_prefix("a{b}"),
+        RedisLocker::builder()
+            .url("redis://127.0.0.1:1")
+            .retry_delay(Duration::ZERO),
+    ] {
+        let err = bad.validate().expect_err("invalid");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+}

@@ -123,6 +123,8 @@ impl std::fmt::Debug for RedisLocker {
 #[must_use]
 pub struct RedisLockerBuilder {
     url: Option<String>,
+    /// A client the application built itself (instead of `url`).
+    client: Option<redis::Client>,
     ttl: Duration,
     prefix: Result<String, Error>,
     fair: bool,
@@ -191,6 +193,7 @@ impl RedisLocker {
     pub fn builder() -> RedisLockerBuilder {
         RedisLockerBuilder {
             url: None,
+            client: None,
             ttl: DEFAULT_TTL,
             prefix: Ok(String::new()),
             fair: true,
@@ -226,6 +229,22 @@ impl RedisLocker {
 }
 
 impl RedisLockerBuilder {
+    /// The server, as a `redis::Client` the application already built (its connection info,
+    /// credentials and TLS settings are used as they are), instead of [`url`](Self::url). The
+    /// locker opens its own connections from it: a connection manager for requests and one
+    /// for notifications, so the application's connections are never blocked by a lock wait.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let locker = dlock_redis::RedisLocker::builder().client(client.clone()).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn client(mut self, client: redis::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
     /// The server: `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS, or
     /// `unix:///path`. AUTH credentials in the URL are used on every connection.
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -422,24 +441,16 @@ impl RedisLockerBuilder {
         self
     }
 
-    /// Checks every option (before any I/O) and builds the locker. The build never waits for
-    /// the network: the connection is opened in the background, so a server that is down makes
-    /// requests fail with [`Error::Unavailable`], not the build.
+    /// Checks every option the way [`build`](Self::build) does, without building (no I/O, no
+    /// runtime needed): for configuration checks at startup.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
-    /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
-    /// cluster nodes or address map (see there), bad sentinel addresses or master name
-    /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
-    /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
-    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
-    /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
-    /// outside a tokio runtime.
-    pub fn build(self) -> Result<RedisLocker, Error> {
+    /// As [`build`](Self::build), except the tokio runtime check.
+    pub fn validate(&self) -> Result<(), Error> {
         let ttl = validate_ttl(self.ttl)?;
-        let target = self.target()?;
-        let request_timeout = self.request_timeout_or_default()?;
-        let prefix = self.prefix?;
+        self.target()?;
+        self.request_timeout_or_default()?;
+        self.prefix.clone()?;
         if self.retry_delay.is_zero() || self.retry_delay > ttl {
             return Err(Error::invalid_option(
                 "retry_delay",
@@ -459,6 +470,28 @@ impl RedisLockerBuilder {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Checks every option (before any I/O) and builds the locker. The build never waits for
+    /// the network: the connection is opened in the background, so a server that is down makes
+    /// requests fail with [`Error::Unavailable`], not the build.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
+    /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
+    /// cluster nodes or address map (see there), bad sentinel addresses or master name
+    /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
+    /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
+    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
+    /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
+    /// outside a tokio runtime.
+    pub fn build(self) -> Result<RedisLocker, Error> {
+        self.validate()?;
+        let ttl = validate_ttl(self.ttl)?;
+        let target = self.target()?;
+        let request_timeout = self.request_timeout_or_default()?;
+        let prefix = self.prefix?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid_option(
                 "runtime",
@@ -523,6 +556,22 @@ enum Target {
 impl RedisLockerBuilder {
     /// The server the options name: a URL, sentinels or a cluster, exactly one of them.
     fn target(&self) -> Result<Target, Error> {
+        if let Some(client) = &self.client {
+            let conflicting = [
+                ("url", self.url.is_some()),
+                ("sentinels", self.sentinels.is_some()),
+                ("cluster", self.cluster.is_some()),
+                ("tls_root_certificates", self.root_pem.is_some()),
+                ("tls_client_identity", self.identity.is_some()),
+            ];
+            if let Some((option, _)) = conflicting.into_iter().find(|(_, set)| *set) {
+                return Err(Error::invalid_option(
+                    option,
+                    "not with `client`: the client already says where the server is and how to reach it",
+                ));
+            }
+            return Ok(Target::Url(client.clone()));
+        }
         if self.cluster.is_none() && !self.cluster_address_map.is_empty() {
             return Err(Error::invalid_option(
                 "cluster_address_map",
@@ -550,7 +599,7 @@ impl RedisLockerBuilder {
             (None, None) => {
                 return Err(Error::invalid_option(
                     "url",
-                    "a Redis URL (or `sentinels`) is required",
+                    "a Redis URL (or `client`, `sentinels` or `cluster`) is required",
                 ));
             }
             (Some(url), None) => {
