@@ -264,12 +264,11 @@ async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
         .iter()
         .map(|h| format!("{http}://{h}"))
         .collect();
-    let base = url.path().unwrap_or(dlock_etcd::DEFAULT_PREFIX);
-    let prefix = match url.namespace() {
-        Some(ns) => format!("{}/{ns}", base.trim_end_matches('/')),
-        None => base.to_string(),
-    };
+    let prefix = url.path().unwrap_or(dlock_etcd::DEFAULT_PREFIX);
     let mut b = EtcdLocker::builder().endpoints(endpoints).prefix(prefix);
+    if let Some(ns) = url.namespace() {
+        b = b.namespace(ns);
+    }
     if let Some(ttl) = url.ttl() {
         b = b.ttl(ttl);
     }
@@ -294,7 +293,7 @@ async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut b = ZkLocker::builder(connect);
+    let mut b = ZkLocker::builder().connect_string(connect);
     if let Some(root) = url.path() {
         b = b.root(format!("/{root}"));
     }

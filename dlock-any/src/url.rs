@@ -636,7 +636,8 @@ fn check_etcd_prefix(_: &str) -> Result<(), UrlError> {
 /// (a placeholder connect string).
 #[cfg(feature = "zk")]
 fn check_zk_root(root: &str) -> Result<(), UrlError> {
-    dlock_zk::ZkLocker::builder("127.0.0.1:2181")
+    dlock_zk::ZkLocker::builder()
+        .connect_string("127.0.0.1:2181")
         .root(format!("/{root}"))
         .validate()
         .map_err(|e| UrlError::new(UrlPart::Path, core_reason(e)))

@@ -84,7 +84,8 @@ async fn locker(kind: &str, c: &Cluster, ns: &str) -> Arc<dyn Locker> {
                 .expect("etcd locker"),
         ),
         _ => Arc::new(
-            ZkLocker::builder(c.endpoints().join(","))
+            ZkLocker::builder()
+                .connect_string(c.endpoints().join(","))
                 .ttl(TTL)
                 .namespace(ns)
                 .build()

@@ -176,7 +176,8 @@ impl Dlock {
                     .map_err(|e| err("EtcdLocker")(&e))?,
             ),
             DlockKind::Zk(connect) => Built::Zk(
-                ZkLocker::builder(connect)
+                ZkLocker::builder()
+                    .connect_string(connect)
                     .ttl(ttl)
                     .namespace(ns)
                     .build()

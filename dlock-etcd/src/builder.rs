@@ -42,6 +42,8 @@ pub struct EtcdLockerBuilder {
     endpoints: Vec<String>,
     ttl: Duration,
     prefix: String,
+    /// A sub-tree under the prefix ([`EtcdLockerBuilder::namespace`]).
+    namespace: Option<String>,
     raw_names: bool,
     user: Option<(String, String)>,
     request_timeout: Duration,
@@ -60,6 +62,7 @@ impl std::fmt::Debug for EtcdLockerBuilder {
             .field("endpoints", &self.endpoints)
             .field("ttl", &self.ttl)
             .field("prefix", &self.prefix)
+            .field("namespace", &self.namespace)
             .field("raw_names", &self.raw_names)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
@@ -79,6 +82,7 @@ impl Default for EtcdLockerBuilder {
             endpoints: Vec::new(),
             ttl: DEFAULT_TTL,
             prefix: DEFAULT_PREFIX.to_owned(),
+            namespace: None,
             raw_names: false,
             user: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -153,9 +157,14 @@ impl EtcdLockerBuilder {
         self
     }
 
-    /// Same as [`EtcdLockerBuilder::prefix`].
-    pub fn namespace(self, namespace: impl Into<String>) -> Self {
-        self.prefix(namespace)
+    /// A sub-tree under the prefix, to keep applications or tests apart: segments of
+    /// `[A-Za-z0-9._-]` joined by `/` (no leading or trailing `/`); keys then lie under
+    /// `<prefix>/<namespace>/`. The same meaning as the Redis and ZooKeeper builders'
+    /// `namespace` (a sub-tree of the locker's keys); [`prefix`](Self::prefix) is the raw
+    /// override of the root.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
     }
 
     /// Authenticate with etcd's user/password authentication.
@@ -256,6 +265,15 @@ impl EtcdLockerBuilder {
             tracing::info!(requested = ?ttl, effective = ?effective, "etcd lease TTLs are whole seconds; TTL rounded up");
         }
         check_prefix(&self.prefix)?;
+        let prefix = match &self.namespace {
+            Some(ns) => {
+                check_namespace(ns)?;
+                let joined = format!("{}/{ns}", self.prefix);
+                check_prefix(&joined)?;
+                joined
+            }
+            None => self.prefix.clone(),
+        };
         self.check_tls()?;
         if let Some((user, _)) = &self.user {
             if user.is_empty() {
@@ -277,7 +295,7 @@ impl EtcdLockerBuilder {
             endpoints: self.endpoints.clone(),
             ttl: effective,
             ttl_secs,
-            prefix: self.prefix.clone(),
+            prefix,
             raw_names: self.raw_names,
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
@@ -464,6 +482,28 @@ fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
     }
 }
 
+fn check_namespace(ns: &str) -> Result<(), Error> {
+    let bad = |why: &str| Error::invalid_option("namespace", format!("{ns:?}: {why}"));
+    if ns.is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    for seg in ns.split('/') {
+        if seg.is_empty() {
+            return Err(bad("empty segment (leading, trailing or doubled '/')"));
+        }
+        if seg == "." || seg == ".." {
+            return Err(bad("'.' and '..' segments are not allowed"));
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(bad("segments may hold only [A-Za-z0-9._-]"));
+        }
+    }
+    Ok(())
+}
+
 fn check_prefix(p: &str) -> Result<(), Error> {
     let bad = |why: &str| Error::invalid_option("prefix", format!("{p:?}: {why}"));
     if p.is_empty() {
@@ -511,6 +551,19 @@ mod tests {
         }
     }
 
+    /// `namespace` is a sub-tree under the prefix (the default one or a raw override), as on
+    /// the other backends; it no longer replaces the prefix.
+    #[test]
+    fn the_namespace_is_a_sub_tree_of_the_prefix() {
+        let prefix = |b: EtcdLockerBuilder| b.config().expect("valid").prefix;
+        assert_eq!(prefix(base()), DEFAULT_PREFIX);
+        assert_eq!(prefix(base().namespace("app/eu")), "dlock/app/eu");
+        assert_eq!(
+            prefix(base().prefix("/locks").namespace("app")),
+            "/locks/app"
+        );
+    }
+
     #[test]
     fn table() {
         let cases: Vec<(EtcdLockerBuilder, Option<&str>)> = vec![
@@ -543,6 +596,12 @@ mod tests {
             (base().prefix("a/../b"), Some("prefix")),
             (base().prefix("a b"), Some("prefix")),
             (base().prefix("a%2Fb"), Some("prefix")),
+            (base().namespace("tests/a"), None),
+            (base().namespace(""), Some("namespace")),
+            (base().namespace("/a"), Some("namespace")),
+            (base().namespace("a/"), Some("namespace")),
+            (base().namespace("a/../b"), Some("namespace")),
+            (base().namespace("a:b"), Some("namespace")),
             (base().prefix("dlock-test/run_1/mutual-exclusion"), None),
             (base().user("", "pw"), Some("user")),
             (

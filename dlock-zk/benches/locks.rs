@@ -17,7 +17,8 @@ fn main() {
     let locker = || -> Arc<dyn Locker> {
         Arc::new(
             rt.block_on(
-                ZkLocker::builder(&cluster.endpoints()[0])
+                ZkLocker::builder()
+                    .connect_string(&cluster.endpoints()[0])
                     .namespace(&ns)
                     .build(),
             )

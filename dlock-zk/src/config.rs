@@ -167,7 +167,8 @@ impl Access {
 /// use std::time::Duration;
 /// use dlock_zk::ZkLocker;
 /// # async fn demo() -> Result<(), dlock_core::Error> {
-/// let locker = ZkLocker::builder("127.0.0.1:2181")
+/// let locker = ZkLocker::builder()
+///     .connect_string("127.0.0.1:2181")
 ///     .ttl(Duration::from_secs(6))
 ///     .root("/my-app/locks")
 ///     .build()
@@ -202,10 +203,10 @@ impl fmt::Debug for ZkLockerBuilder {
     }
 }
 
-impl ZkLockerBuilder {
-    pub(crate) fn new(connect: impl Into<String>) -> Self {
+impl Default for ZkLockerBuilder {
+    fn default() -> Self {
         ZkLockerBuilder {
-            connect: connect.into(),
+            connect: String::new(),
             ttl: DEFAULT_TTL,
             root: DEFAULT_ROOT.to_owned(),
             namespace: None,
@@ -214,6 +215,15 @@ impl ZkLockerBuilder {
             tls_roots: None,
             tls_identity: None,
         }
+    }
+}
+
+impl ZkLockerBuilder {
+    /// The ensemble: `host:port[,host:port…][/chroot]` (required), as ZooKeeper's own clients
+    /// take it. With TLS, members without a scheme are reached over `tcp+tls://`.
+    pub fn connect_string(mut self, connect: impl Into<String>) -> Self {
+        self.connect = connect.into();
+        self
     }
 
     /// The session timeout to request (default 10 s): the bound on how long a crashed holder
@@ -410,8 +420,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_options_before_io() {
-        let b = || ZkLockerBuilder::new("127.0.0.1:2181");
-        assert_eq!(err_option(ZkLockerBuilder::new("")), "connect");
+        let b = || ZkLockerBuilder::default().connect_string("127.0.0.1:2181");
+        assert_eq!(
+            err_option(ZkLockerBuilder::default().connect_string("")),
+            "connect"
+        );
         assert_eq!(err_option(b().ttl(Duration::ZERO)), "ttl");
         assert_eq!(
             err_option(b().ttl(Duration::from_secs(100 * 24 * 3600))),
@@ -435,12 +448,16 @@ mod tests {
         assert_eq!(tls_connect_string("a:1/x"), "tcp+tls://a:1/x");
         assert_eq!(tls_connect_string("[::1]:2181"), "tcp+tls://[::1]:2181");
         // Without TLS a `tcp+tls://` member is refused before any I/O.
-        assert_eq!(err_option(ZkLockerBuilder::new("tcp+tls://a:1")), "connect");
+        assert_eq!(
+            err_option(ZkLockerBuilder::default().connect_string("tcp+tls://a:1")),
+            "connect"
+        );
     }
 
     #[test]
     fn accepts_a_full_configuration() {
-        let cfg = ZkLockerBuilder::new("a:1,b:2,c:3/chroot")
+        let cfg = ZkLockerBuilder::default()
+            .connect_string("a:1,b:2,c:3/chroot")
             .ttl(Duration::from_secs(2))
             .root("/locks")
             .namespace("app/test-1")

@@ -48,7 +48,11 @@ use crate::session::{NodeEntry, Session};
 /// use dlock_core::{AcquireOptions, LockName, Locker};
 /// use dlock_zk::ZkLocker;
 /// # async fn demo() -> Result<(), dlock_core::Error> {
-/// let locker = ZkLocker::builder("127.0.0.1:2181").ttl(Duration::from_secs(6)).build().await?;
+/// let locker = ZkLocker::builder()
+///     .connect_string("127.0.0.1:2181")
+///     .ttl(Duration::from_secs(6))
+///     .build()
+///     .await?;
 /// let name = LockName::new("orders/42")?;
 /// let lease = locker.acquire(&name, AcquireOptions::wait(Duration::from_secs(5))).await?;
 /// // Pass lease.token() to the protected resource; stop when lease.lost() resolves.
@@ -88,9 +92,10 @@ impl std::fmt::Debug for ZkLocker {
 }
 
 impl ZkLocker {
-    /// A builder for a locker on the ensemble `connect` (`host:port[,host:port…][/chroot]`).
-    pub fn builder(connect: impl Into<String>) -> ZkLockerBuilder {
-        ZkLockerBuilder::new(connect)
+    /// A builder with the defaults (TTL 10 s, root `/dlock`, open ACL); give it the ensemble
+    /// with [`connect_string`](ZkLockerBuilder::connect_string).
+    pub fn builder() -> ZkLockerBuilder {
+        ZkLockerBuilder::default()
     }
 
     pub(crate) async fn open(cfg: Config) -> Result<Self, Error> {

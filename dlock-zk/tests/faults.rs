@@ -388,7 +388,8 @@ async fn digest_auth_and_creator_acl() {
     let connect = c.endpoints()[0].clone();
     let ns = namespace("acl");
     // Its own root: the ACL also applies to the ancestors the locker creates.
-    let l = dlock_zk::ZkLocker::builder(&connect)
+    let l = dlock_zk::ZkLocker::builder()
+        .connect_string(&connect)
         .ttl(TTL)
         .root("/dlock-acl-test")
         .namespace(&ns)
@@ -424,7 +425,8 @@ async fn digest_auth_and_creator_acl() {
         zookeeper_client::Error::NoAuth
     );
     // A locker with another identity is refused: AccessDenied, not retryable.
-    let stranger = dlock_zk::ZkLocker::builder(&connect)
+    let stranger = dlock_zk::ZkLocker::builder()
+        .connect_string(&connect)
         .ttl(TTL)
         .root("/dlock-acl-test")
         .namespace(&ns)

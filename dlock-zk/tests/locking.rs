@@ -276,7 +276,8 @@ async fn renewal_keeps_a_lease_past_several_ttls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_rejected_before_io() {
     // No server at this address: only validation can answer.
-    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1")
+    let err = dlock_zk::ZkLocker::builder()
+        .connect_string("127.0.0.1:1")
         .ttl(Duration::ZERO)
         .build()
         .await
@@ -285,7 +286,8 @@ async fn bad_input_is_rejected_before_io() {
         matches!(err, Error::InvalidOption { option: "ttl", .. }),
         "{err}"
     );
-    let err = dlock_zk::ZkLocker::builder("nohostport")
+    let err = dlock_zk::ZkLocker::builder()
+        .connect_string("nohostport")
         .build()
         .await
         .unwrap_err();
@@ -299,7 +301,8 @@ async fn bad_input_is_rejected_before_io() {
         ),
         "{err}"
     );
-    let err = dlock_zk::ZkLocker::builder("127.0.0.1:1")
+    let err = dlock_zk::ZkLocker::builder()
+        .connect_string("127.0.0.1:1")
         .root("/zookeeper")
         .build()
         .await
@@ -319,7 +322,8 @@ async fn unreachable_ensemble_is_unavailable() {
         .unwrap()
         .port();
     let started = std::time::Instant::now();
-    let err = dlock_zk::ZkLocker::builder(format!("127.0.0.1:{port}"))
+    let err = dlock_zk::ZkLocker::builder()
+        .connect_string(format!("127.0.0.1:{port}"))
         .ttl(Duration::from_secs(1))
         .build()
         .await

@@ -178,7 +178,8 @@ async fn no_secret_in_debug_output_errors_or_logs() {
     let connect = c.endpoints().join(",");
     let ns = support::namespace("secrets");
     let builder = |user: &str, password: &str| -> ZkLockerBuilder {
-        ZkLocker::builder(connect.clone())
+        ZkLocker::builder()
+            .connect_string(connect.clone())
             .ttl(Duration::from_secs(4))
             .namespace(ns.clone())
             .digest_auth(user, password)
@@ -217,7 +218,8 @@ async fn no_secret_in_debug_output_errors_or_logs() {
     // Without TLS only the digest identity counts: another identity is refused.
     if let Some(plain) = support::shared(1) {
         let plain_builder = |user: &str, password: &str| {
-            ZkLocker::builder(plain.endpoints().join(","))
+            ZkLocker::builder()
+                .connect_string(plain.endpoints().join(","))
                 .ttl(Duration::from_secs(4))
                 .namespace(ns.clone())
                 .digest_auth(user, password)

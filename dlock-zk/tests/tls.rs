@@ -53,7 +53,8 @@ fn read(p: &Path) -> Vec<u8> {
 /// A builder for `connect` trusting the cluster's CA and presenting its client identity.
 fn builder(files: &TlsFiles, connect: &str, ns: &str) -> ZkLockerBuilder {
     let (cert, key) = files.client_identity().expect("a client identity");
-    ZkLocker::builder(connect)
+    ZkLocker::builder()
+        .connect_string(connect)
         .ttl(TTL)
         .namespace(ns)
         .tls_root_certificates(read(files.ca()))
@@ -166,7 +167,8 @@ async fn a_wrong_ca_is_a_clear_non_retryable_error() {
     let Some(c) = server() else { return };
     let files = c.tls().expect("a TLS cluster");
     let (cert, key) = files.client_identity().unwrap();
-    let b = ZkLocker::builder(c.endpoints()[0].clone())
+    let b = ZkLocker::builder()
+        .connect_string(c.endpoints()[0].clone())
         .ttl(TTL)
         .tls_root_certificates(other_ca())
         .tls_client_identity(read(cert), read(key));
@@ -217,7 +219,8 @@ async fn a_wrong_host_name_is_a_clear_non_retryable_error() {
 async fn no_client_certificate_is_refused_clearly() {
     let Some(c) = server() else { return };
     let files = c.tls().expect("a TLS cluster");
-    let b = ZkLocker::builder(c.endpoints()[0].clone())
+    let b = ZkLocker::builder()
+        .connect_string(c.endpoints()[0].clone())
         .ttl(TTL)
         .tls_root_certificates(read(files.ca()));
     let err = fails_fast(b).await;
@@ -231,7 +234,9 @@ async fn no_client_certificate_is_refused_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_client_on_the_tls_port_ends() {
     let Some(c) = server() else { return };
-    let b = ZkLocker::builder(addr(&c).to_string()).ttl(Duration::from_secs(1));
+    let b = ZkLocker::builder()
+        .connect_string(addr(&c).to_string())
+        .ttl(Duration::from_secs(1));
     let err = tokio::time::timeout(Duration::from_secs(20), b.build())
         .await
         .expect("a plain connect to a TLS port hung")
@@ -248,7 +253,7 @@ async fn bad_tls_options_are_refused_before_any_io() {
             other => panic!("expected InvalidOption, got {:?}", other.map(|_| ())),
         }
     };
-    let b = || ZkLocker::builder("127.0.0.1:1").ttl(TTL);
+    let b = || ZkLocker::builder().connect_string("127.0.0.1:1").ttl(TTL);
     assert_eq!(
         option(b().tls_root_certificates(b"not pem".to_vec())).await,
         "tls_root_certificates"
@@ -280,7 +285,7 @@ async fn bad_tls_options_are_refused_before_any_io() {
         "tls_client_identity"
     );
     assert_eq!(
-        option(ZkLocker::builder("tcp+tls://127.0.0.1:1")).await,
+        option(ZkLocker::builder().connect_string("tcp+tls://127.0.0.1:1")).await,
         "connect",
         "tcp+tls:// without roots"
     );

@@ -84,7 +84,7 @@ impl ZkBackend {
 
     /// A builder for `connect` with this row's TLS and digest settings.
     pub fn builder(&self, connect: &str) -> ZkLockerBuilder {
-        let mut b = ZkLocker::builder(connect);
+        let mut b = ZkLocker::builder().connect_string(connect);
         if let Some(files) = self.cluster.tls() {
             let (roots, identity) = tls_pem(&files);
             b = b.tls_root_certificates(roots);

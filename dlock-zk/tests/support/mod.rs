@@ -45,7 +45,8 @@ pub fn namespace(test: &str) -> String {
 
 /// A locker on `connect` in `ns` with `ttl`.
 pub async fn locker(connect: &str, ns: &str, ttl: Duration) -> ZkLocker {
-    ZkLocker::builder(connect)
+    ZkLocker::builder()
+        .connect_string(connect)
         .ttl(ttl)
         .namespace(ns)
         .build()
