@@ -60,7 +60,7 @@ impl Signals {
     }
 
     /// The next of SIGINT, SIGTERM, SIGHUP that `dlock` receives.
-    async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
