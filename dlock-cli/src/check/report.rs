@@ -222,7 +222,7 @@ impl Report<'_> {
             shown(self.figure("round_trip", "rtt_p50_ms"))
         ));
         out.push_str(&format!(
-            "lease usable:     {} after the grant (the lease's deadline)\n",
+            "lease usable:     {} (the lease's deadline − the grant)\n",
             shown(self.figure("effective_ttl", "usable_ms"))
         ));
         out.push_str(&format!(

@@ -49,8 +49,9 @@ fn call_failed(what: &str, e: &Error, took: Duration, ttl: Duration) -> String {
     // Redis gives each request TTL/3 (at most 2 s): a reply slower than that is no reply.
     if e.kind() == ErrorKind::Unavailable && took * 10 >= ttl * 3 {
         reason.push_str(&format!(
-            " — a round trip this long is ≥ TTL/3 ({} ms): renewals every TTL/3 cannot keep \
-             up; use a longer ttl= or a closer server",
+            " — it took ≥ TTL/3 ({} ms): if the server answers at all, its round trip is too \
+             long for this TTL (renewals every TTL/3 cannot keep up); use a longer ttl= or a \
+             closer server",
             ms(ttl / 3)
         ));
     }
