@@ -19,6 +19,9 @@ pub const LOST: u8 = 79;
 pub const NO_LEADER: u8 = 1;
 /// `dlock status`: nobody holds the lock.
 pub const NOT_HELD: u8 = 1;
+/// `dlock check`: a check failed, the deployment is unfit for this lock (like `status`'s and
+/// `leader`'s 1, a "no" answer; `check` returns no other 1).
+pub const UNFIT: u8 = 1;
 /// The command was found but could not be executed (as shells do).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells do).

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod check;
 mod elect;
 mod exit;
 mod run;
@@ -18,7 +19,14 @@ use crate::exit::Failure;
 
 /// Distributed locks from the shell: Redis, Redlock, etcd or ZooKeeper, chosen by URL.
 #[derive(Debug, Parser)]
-#[command(name = "dlock", version, about, long_about = None)]
+#[command(
+    name = "dlock",
+    version,
+    about,
+    long_about = None,
+    after_help = "New deployment? `dlock check` tells whether it is fit for the lock: round trip, \
+                  effective TTL, exclusion, queue order, cancelled waits, renewal."
+)]
 struct Cli {
     /// The locker URL (redis://host:6379, etcd://h1,h2/prefix, zk://h1,h2/root, …; see
     /// dlock-any's README). Passwords in it are never printed.
@@ -59,6 +67,40 @@ enum Command {
     Elect(ElectArgs),
     /// Print an election's leader: its term and value (exit 0), or that nobody leads (exit 1).
     Leader(LeaderArgs),
+    /// Check whether the deployment is fit for this lock, without disturbing it.
+    ///
+    /// Measures the round trip and the effective TTL (how long the server keeps a lock against
+    /// the lease's deadline), then checks exclusion, fencing tokens, try_acquire and timeouts,
+    /// FIFO order (fair backends), cancelled waits, renewal (3 × TTL; over 30 s only with
+    /// --long) and inspect, on names under dlock-check/<pid>-<millis>/ that it releases and
+    /// audits at the end: no fault injected, nothing left behind. Prints a table (--json: one
+    /// object). Exits 0 when every check passed or was skipped, 1 when one failed (unfit), 64 /
+    /// 69 as `run`.
+    Check(CheckArgs),
+}
+
+/// `dlock check`'s arguments.
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// The lease TTL to check (e.g. 10s). Overrides the URL's `ttl=`; default: the URL's, else
+    /// the backend's.
+    #[arg(long, value_parser = parse_duration)]
+    ttl: Option<Duration>,
+
+    /// Also run the long checks: `renewal` holds a lease for 3 × TTL even when that is over
+    /// 30 s.
+    #[arg(long)]
+    long: bool,
+
+    /// How many separate clients (connections, sessions) contend in `exclusion`, `fifo` and
+    /// `cancel`.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=16))]
+    clients: u8,
+
+    /// How many acquire + release + inspect samples `round_trip` takes at most (it stops
+    /// after 5 s once it has 3).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(3..=1000))]
+    samples: u16,
 }
 
 /// `dlock elect`'s arguments: `run`'s (the name is the election's), and the value.
@@ -168,6 +210,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::main(cli.url.as_deref(), args, json),
         Command::Elect(args) => elect::main(cli.url.as_deref(), args),
         Command::Leader(args) => elect::leader(cli.url.as_deref(), args, json),
+        Command::Check(args) => check::main(cli.url.as_deref(), args, json),
     };
     match result {
         Ok(code) => code,

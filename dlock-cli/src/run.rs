@@ -22,7 +22,7 @@ const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 /// How long `dlock` keeps running after an interrupted wait, so that the locker's background
 /// withdrawal of the queue entry can reach the server (otherwise the entry stays until it
 /// expires, and in a fair queue the lock waits for it).
-const WITHDRAW_DRAIN: Duration = Duration::from_millis(500);
+pub(crate) const WITHDRAW_DRAIN: Duration = Duration::from_millis(500);
 
 /// Runs `dlock run`; `Ok` carries the command's exit code.
 pub(crate) fn main(url: Option<&str>, args: RunArgs) -> Result<ExitCode, Failure> {
@@ -60,7 +60,7 @@ impl Signals {
     }
 
     /// The next of SIGINT, SIGTERM, SIGHUP that `dlock` receives.
-    async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
