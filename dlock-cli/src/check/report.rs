@@ -215,8 +215,13 @@ impl Report<'_> {
             ));
         }
         out.push('\n');
-        let shown =
-            |v: Option<&Value>| v.map_or_else(|| "not measured".into(), |v| format!("{v} ms"));
+        // A figure that is not a number (ZooKeeper's `expires_within_ms` is "unknown") is
+        // shown as it is, without a unit.
+        let shown = |v: Option<&Value>| match v {
+            None => "not measured".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => format!("{v} ms"),
+        };
         out.push_str(&format!(
             "round trip:       {} (p50)\n",
             shown(self.figure("round_trip", "rtt_p50_ms"))
