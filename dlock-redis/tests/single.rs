@@ -492,9 +492,30 @@ async fn a_locker_from_an_existing_client() {
     }
 }
 
-/// `validate` rejects what `build` rejects, with no runtime and no I/O.
+/// `validate` rejects what `build` rejects, with no runtime and no I/O (RedisLocker and
+/// Redlock).
 #[test]
 fn validate_checks_without_building() {
+    use dlock_redis::RedlockLocker;
+    let nodes = [
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ];
+    RedlockLocker::builder()
+        .nodes(nodes)
+        .validate()
+        .expect("valid Redlock options");
+    for bad in [
+        RedlockLocker::builder(),
+        RedlockLocker::builder().nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:1"]),
+        RedlockLocker::builder()
+            .nodes(nodes)
+            .node_timeout(Duration::ZERO),
+    ] {
+        let err = bad.validate().expect_err("invalid");
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
     let ok = RedisLocker::builder().url("redis://127.0.0.1:1");
     ok.validate().expect("valid options");
     for bad in [

@@ -226,18 +226,19 @@ impl RedlockLockerBuilder {
         self
     }
 
-    /// Checks every option (before any I/O) and builds the locker. The build never waits for
-    /// the network: connections are opened in the background; nodes that are down only make
-    /// their requests fail.
+    /// Checks every option the way [`build`](Self::build) does, without building (no I/O, no
+    /// runtime needed): for configuration checks at startup.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
-    /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
-    /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
-    /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
-    pub fn build(self) -> Result<RedlockLocker, Error> {
+    /// As [`build`](Self::build), except the tokio runtime check.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.checked().map(|_| ())
+    }
+
+    /// The validated options `build` uses.
+    fn checked(&self) -> Result<Checked, Error> {
         let ttl = validate_ttl(self.ttl)?;
-        let prefix = self.prefix?;
+        let prefix = self.prefix.clone()?;
         if self.nodes.is_empty() || self.nodes.len() > MAX_NODES {
             return Err(Error::invalid_option(
                 "nodes",
@@ -284,6 +285,30 @@ impl RedlockLockerBuilder {
                 ),
             ));
         }
+        Ok(Checked {
+            ttl,
+            prefix,
+            clients,
+            node_timeout,
+        })
+    }
+
+    /// Checks every option (before any I/O) and builds the locker. The build never waits for
+    /// the network: connections are opened in the background; nodes that are down only make
+    /// their requests fail.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
+    /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
+    /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
+    /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
+    pub fn build(self) -> Result<RedlockLocker, Error> {
+        let Checked {
+            ttl,
+            prefix,
+            clients,
+            node_timeout,
+        } = self.checked()?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid_option(
                 "runtime",
@@ -365,4 +390,12 @@ impl Locker for RedlockLocker {
     fn stats(&self) -> Stats {
         self.inner.counters.snapshot()
     }
+}
+
+/// A [`RedlockLockerBuilder`]'s options, validated.
+struct Checked {
+    ttl: Duration,
+    prefix: String,
+    clients: Vec<redis::Client>,
+    node_timeout: Duration,
 }
