@@ -46,7 +46,9 @@ impl Listing {
         Ok(listing)
     }
 
-    /// Adds what `cargo test -q SELECTION -- --list --format terse` lists.
+    /// Adds what each test binary of `cargo test SELECTION` lists (`--list --format terse`),
+    /// binary by binary, so a lib's unit test module that shares a backend's name (`redlock`)
+    /// never mixes with that backend's enrolment.
     ///
     /// # Errors
     /// A binary that cannot be built or listed, or one that enrols a module xtask's
@@ -56,26 +58,39 @@ impl Listing {
         let shown = selection.join(" ");
         let out = Command::new(&cargo)
             .current_dir(root)
-            .args(["test", "-q"])
+            .args(["test", "-q", "--no-run", "--message-format=json"])
             .args(selection)
-            .args(["--", "--list", "--format", "terse"])
             .output()
-            .map_err(|e| format!("cannot run cargo to list the tests of {shown}: {e}"))?;
+            .map_err(|e| format!("cannot run cargo to build the tests of {shown}: {e}"))?;
         if !out.status.success() {
             return Err(format!(
-                "cannot list the tests of {shown} ({}):\n{}",
+                "cannot build the tests of {shown} ({}):\n{}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        for (module, tests) in parse(&String::from_utf8_lossy(&out.stdout)) {
-            if !BACKENDS.iter().any(|b| b.module == module) {
+        for exe in executables(&String::from_utf8_lossy(&out.stdout)) {
+            let listed = Command::new(&exe)
+                .current_dir(root)
+                .args(["--list", "--format", "terse"])
+                .output()
+                .map_err(|e| format!("cannot run {exe} --list: {e}"))?;
+            if !listed.status.success() {
                 return Err(format!(
-                    "the tests of {shown} enrol `{module}`, which xtask's BACKENDS does not \
-                     list: it would never be run or judged"
+                    "{exe} --list failed ({}):\n{}",
+                    listed.status,
+                    String::from_utf8_lossy(&listed.stderr)
                 ));
             }
-            self.modules.entry(module).or_default().extend(tests);
+            for (module, tests) in parse(&String::from_utf8_lossy(&listed.stdout)) {
+                if !BACKENDS.iter().any(|b| b.module == module) {
+                    return Err(format!(
+                        "{exe} enrols `{module}`, which xtask's BACKENDS does not list: it \
+                         would never be run or judged"
+                    ));
+                }
+                self.modules.entry(module).or_default().extend(tests);
+            }
         }
         Ok(())
     }
@@ -96,7 +111,17 @@ impl Listing {
     }
 }
 
-/// Parses `--list --format terse` output (`path::to::test: test` lines) into the enrolled
+/// The test executables in cargo's `--message-format=json` build output.
+fn executables(messages: &str) -> Vec<String> {
+    messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
+        .filter_map(|m| m["executable"].as_str().map(String::from))
+        .collect()
+}
+
+/// Parses one binary's `--list --format terse` output (`path::to::test: test` lines) into the enrolled
 /// modules (those with the enrolment mark) and their scenario tests (the names not starting
 /// with `__`, the macro's helpers).
 pub fn parse(listed: &str) -> BTreeMap<String, BTreeSet<String>> {
@@ -105,7 +130,10 @@ pub fn parse(listed: &str) -> BTreeMap<String, BTreeSet<String>> {
         let Some(path) = line.trim().strip_suffix(": test") else {
             continue;
         };
-        if let Some((module, test)) = path.split_once("::") {
+        // Only `module::test`: deeper paths are a lib's unit tests, never an enrolment's.
+        if let Some((module, test)) = path.split_once("::")
+            && !test.contains("::")
+        {
             all.entry(module.to_string())
                 .or_default()
                 .insert(test.to_string());
@@ -128,6 +156,7 @@ mod tests {
     fn modules_with_the_mark_are_enrolled_with_their_scenarios() {
         let listed = "redis::mutual_exclusion: test\nredis::__crash_holder: test\n\
                       redis::__soak: test\nredis_spin::fifo: test\n\
+                      redis::tally::tests::a_unit_test: test\n\
                       redis_spin::__crash_holder: test\nsupport::helper_works: test\n\
                       top_level_test: test\n";
         let got = parse(listed);
@@ -151,6 +180,14 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["fifo", "mutual_exclusion"]
         );
+    }
+
+    #[test]
+    fn test_executables_are_read_from_cargo_messages() {
+        let messages = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/conformance-1"}
+{"reason":"compiler-artifact","profile":{"test":false},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(executables(messages), ["/t/conformance-1"]);
     }
 
     #[test]

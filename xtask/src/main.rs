@@ -26,6 +26,8 @@ commands:
   bench --readme FILE [--from RESULTS_JSON]
                        rewrite FILE's generated performance section from a run's rows
   servers              check (and where possible install) the server binaries the suite needs
+  enrolled             the backends the test binaries enrol and how many scenarios each runs
+                       (what `test` judges the conformance rows against)
   tidy                 workspace rules: the code map in ARCHITECTURE.md, backend crates
                        independent, test hooks behind `testing`, crate roots
 ";
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
         Some("tidy") => tidy::run(&conform::workspace_root()),
+        Some("enrolled") => enrolled(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -58,6 +61,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints what the workspace's test binaries enrol (as `cargo xtask test` reads it).
+fn enrolled() -> Result<(), String> {
+    let listing = listing::Listing::ask_workspace(&conform::workspace_root())?;
+    let all = listing.scenarios(&conform::BACKENDS);
+    for b in &conform::BACKENDS {
+        if listing.enrolled(b) {
+            let n = listing.scenarios(std::slice::from_ref(b)).len();
+            println!("{:18} {n} scenarios", b.name);
+        } else {
+            println!("{:18} not enrolled", b.name);
+        }
+    }
+    println!(
+        "{} scenarios in all: {}",
+        all.len(),
+        all.into_iter().collect::<Vec<_>>().join(" ")
+    );
+    Ok(())
 }
 
 /// Runs one step; fails with the step's name.
