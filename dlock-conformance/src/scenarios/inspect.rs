@@ -123,12 +123,25 @@ async fn first_of(
     }
 }
 
-/// One `inspect`, timed.
+/// One `inspect`, timed. A retryable error (a node slow to answer on a loaded machine) is
+/// tried again for up to [`SHOW`]: the scenario judges what inspect shows, and a read that
+/// keeps failing still fails it.
 async fn look(ctx: &Ctx, eye: &Arc<dyn Locker>, lock: &LockName) -> Result<LockState, Verdict> {
-    let t = Instant::now();
-    let got = eye.inspect(lock).await?;
-    ctx.figure_ms("inspect_ms", t.elapsed());
-    Ok(got)
+    let began = Instant::now();
+    loop {
+        let t = Instant::now();
+        match eye.inspect(lock).await {
+            Ok(got) => {
+                ctx.figure_ms("inspect_ms", t.elapsed());
+                return Ok(got);
+            }
+            Err(e) if e.is_retryable() && began.elapsed() < SHOW => {
+                ctx.figure("inspect_retried", e.to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Inspects until `done` holds, for at most [`SHOW`]; fails with the last state seen.
