@@ -72,7 +72,7 @@ enum Command {
     /// Measures the round trip and the effective TTL (how long the server keeps a lock against
     /// the lease's deadline), then checks exclusion, fencing tokens, try_acquire and timeouts,
     /// FIFO order (fair backends), cancelled waits, renewal (3 × TTL; over 30 s only with
-    /// --long) and inspect, on names under dlock-check/<pid>-<millis>/ that it releases and
+    /// --long) and inspect, on names under dlock-check/PID-MILLIS/ that it releases and
     /// audits at the end: no fault injected, nothing left behind. Prints a table (--json: one
     /// object). Exits 0 when every check passed or was skipped, 1 when one failed (unfit), 64 /
     /// 69 as `run`.
