@@ -15,6 +15,7 @@
 
 mod backend;
 pub mod faults;
+mod gate;
 pub mod history;
 mod macros;
 pub mod memory;
@@ -111,6 +112,11 @@ pub fn __run(
             return;
         }
     };
+    // A row on several server processes runs a few scenarios at a time (see `gate`).
+    let _slot = backend
+        .topology()
+        .filter(|&(_, nodes)| nodes > 1)
+        .map(|_| gate::enter(module, gate::CLUSTER_PARALLEL));
     let mut row = scenarios::run_with(
         Arc::clone(&backend),
         module,
