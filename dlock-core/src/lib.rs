@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod background;
 mod capabilities;
 mod election;
 mod error;
@@ -49,6 +50,7 @@ pub mod backend {
     //! Users of a backend never need these. They are less stable than the crate root: they
     //! change when a backend needs something new of the shared machinery.
 
+    pub use crate::background::Background;
     pub use crate::election::{Proclaim, validate_value};
     pub use crate::options::{drift, loss_margin, validate_ttl};
     pub use crate::renewal::{RenewBackend, Renewal, RenewalDriver};

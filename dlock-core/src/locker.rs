@@ -64,9 +64,12 @@ pub trait Locker: Send + Sync + 'static {
     /// Closes the locker and every clone of it: every lease it holds is ended at once (its
     /// `lost()` resolves with [`LossReason::Closed`](crate::LossReason::Closed), not counted as
     /// a loss) and its server entry deleted, and the backend's session (etcd lease, ZooKeeper
-    /// session) is ended. Later calls that would grant fail with [`Error::Closed`] before any
-    /// I/O; a request already in flight that is granted anyway gets a lease that is already
-    /// ended, its entry deleted. Closing again does nothing more.
+    /// session) is ended. The deletes the locker runs in the background (a dropped lease's, a
+    /// cancelled acquire's queue entry) are waited for, so nothing the locker wrote is left at
+    /// the server when `close` returns, even if the runtime ends right after. Later calls fail
+    /// with [`Error::Closed`] before any I/O; a request already in flight that is granted
+    /// anyway gets a lease that is already ended, its entry deleted. Closing again does nothing
+    /// more.
     ///
     /// # Errors
     /// The first server error while deleting entries or ending the session; every lease is

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::lease::{LeaseCell, LeaseControl};
 use crate::options::{drift, loss_margin};
-use crate::{Counters, Error, FencingToken, Lease, LockName, LossReason};
+use crate::{Background, Counters, Error, FencingToken, Lease, LockName, LossReason};
 
 /// The outcome of renewing one lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,8 @@ struct Shared<B: RenewBackend> {
     task: Mutex<TaskSlot>,
     /// Set by [`RenewalDriver::close`]: later grants are handed out lost and released.
     closed: AtomicBool,
+    /// The locker's background deletes; `close` waits for them.
+    background: Background,
 }
 
 #[derive(Default)]
@@ -154,7 +156,19 @@ impl<B: RenewBackend> Clone for RenewalDriver<B> {
 impl<B: RenewBackend> RenewalDriver<B> {
     /// A driver for leases of `ttl`, renewed through `backend`, counting into `counters`.
     pub fn new(backend: Arc<B>, ttl: Duration, counters: Arc<Counters>) -> Self {
-        Self::with_loss_margin(backend, ttl, counters, loss_margin(ttl))
+        Self::with_background(backend, ttl, counters, Background::new())
+    }
+
+    /// [`RenewalDriver::new`] sharing `background` with the backend: the backend's own
+    /// background deletes (a cancelled acquire's withdrawal) are spawned there, and
+    /// [`close`](Self::close) waits for them as for the driver's.
+    pub fn with_background(
+        backend: Arc<B>,
+        ttl: Duration,
+        counters: Arc<Counters>,
+        background: Background,
+    ) -> Self {
+        Self::with_loss_margin(backend, ttl, counters, loss_margin(ttl), background)
     }
 
     /// [`RenewalDriver::new`] with another loss margin (the memory backend's
@@ -164,6 +178,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
         ttl: Duration,
         counters: Arc<Counters>,
         margin: Duration,
+        background: Background,
     ) -> Self {
         RenewalDriver {
             shared: Arc::new(Shared {
@@ -177,8 +192,16 @@ impl<B: RenewBackend> RenewalDriver<B> {
                 planned: Mutex::new(None),
                 task: Mutex::new(TaskSlot::default()),
                 closed: AtomicBool::new(false),
+                background,
             }),
         }
+    }
+
+    /// The locker's background work (shared with the backend when built
+    /// [`with_background`](Self::with_background)): spawn a cancelled acquire's withdrawal here
+    /// so that [`close`](Self::close) waits for it.
+    pub fn background(&self) -> &Background {
+        &self.shared.background
     }
 
     /// The TTL of this driver's leases.
@@ -299,16 +322,19 @@ impl<B: RenewBackend> RenewalDriver<B> {
 
     /// Closes the driver: every lease is declared lost with [`LossReason::Closed`] at once
     /// (renewal stops, `lost()` resolves), then every lease's server entry is deleted, all
-    /// deletes at once. A lease registered later is handed out already lost and its entry
-    /// deleted in the background.
+    /// deletes at once, and the [`background`](Self::background) work still running (the
+    /// deletes of dropped leases, cancelled acquires' withdrawals) is waited for, at most one
+    /// TTL (an entry not deleted by then expires on its own). A lease registered later is
+    /// handed out already lost and its entry deleted in the background.
     ///
     /// # Errors
     /// The first failed delete (every delete is tried; an entry not deleted expires at its
-    /// TTL).
+    /// TTL). A failed background delete is logged, not returned.
     ///
     /// # Cancel safety
     /// The driver is closed and every lease lost as soon as the future is first polled;
-    /// dropping it abandons the deletes not yet done (those entries expire at their TTL).
+    /// dropping it abandons the deletes not yet done (those entries expire at their TTL) and
+    /// stops waiting for the background work, which goes on.
     pub async fn close(&self) -> Result<(), Error> {
         self.shared.closed.store(true, Ordering::Release);
         let closed: Vec<_> = self.shared.leases().drain().map(|(_, r)| r).collect();
@@ -316,8 +342,18 @@ impl<B: RenewBackend> RenewalDriver<B> {
             r.cell.mark_lost(LossReason::Closed);
         }
         let backend = &self.shared.backend;
-        let results =
-            futures::future::join_all(closed.iter().map(|r| backend.release(&r.entry))).await;
+        let background = &self.shared.background;
+        let (results, drained) = futures::future::join(
+            futures::future::join_all(closed.iter().map(|r| backend.release(&r.entry))),
+            tokio::time::timeout(self.shared.ttl, background.drain()),
+        )
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                unfinished = background.len(),
+                "close: background deletes still running after a TTL; their entries expire on their own"
+            );
+        }
         results.into_iter().collect::<Result<Vec<()>, Error>>()?;
         Ok(())
     }
@@ -415,11 +451,14 @@ impl<B: RenewBackend> LeaseControl for DriverLease<B> {
         let backend = Arc::clone(&self.shared.backend);
         let entry = Arc::clone(&self.entry);
         // Spawning on a runtime that is shutting down drops the task without panicking.
-        runtime.spawn(async move {
-            if let Err(e) = backend.release(&entry).await {
-                tracing::warn!(lock = %cell.name, token = %cell.token, error = %e, "background release failed; the lock expires after its TTL");
-            }
-        });
+        self.shared.background.spawn_on(
+            async move {
+                if let Err(e) = backend.release(&entry).await {
+                    tracing::warn!(lock = %cell.name, token = %cell.token, error = %e, "background release failed; the lock expires after its TTL");
+                }
+            },
+            &runtime,
+        );
     }
 
     fn stop_renewal(&self, _cell: &Arc<LeaseCell>) {

@@ -124,9 +124,20 @@ impl Session {
         )
     }
 
-    /// Spawns the guarded, retried delete of one of our nodes.
+    /// Spawns the guarded, retried delete of one of our nodes (a cancelled contender's) as
+    /// background work of the session's driver, which the locker's `close` waits for.
     pub(crate) fn spawn_delete(&self, target: DeleteTarget) {
-        spawn_delete(self.client.clone(), Arc::clone(&self.counters), target);
+        let work = delete_until_gone(
+            self.client.clone(),
+            Arc::clone(&self.counters),
+            target.clone(),
+        );
+        if !self.driver.background().spawn(work) {
+            tracing::warn!(
+                ?target,
+                "no runtime to delete a contender node on; it goes when the session ends"
+            );
+        }
     }
 }
 
@@ -331,30 +342,33 @@ pub(crate) fn spawn_delete(client: zk::Client, counters: Arc<Counters>, target: 
         );
         return;
     };
-    handle.spawn(async move {
-        let mut backoff = Duration::from_millis(20);
-        loop {
-            if client.state().is_terminated() {
+    handle.spawn(delete_until_gone(client, counters, target));
+}
+
+/// Deletes the target until it is gone or the session ends.
+async fn delete_until_gone(client: zk::Client, counters: Arc<Counters>, target: DeleteTarget) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        if client.state().is_terminated() {
+            return;
+        }
+        match delete_target(&client, &counters, &target).await {
+            Ok(()) => {
+                tracing::debug!(?target, "contender node removed");
                 return;
             }
-            match delete_target(&client, &counters, &target).await {
-                Ok(()) => {
-                    tracing::debug!(?target, "contender node removed");
-                    return;
-                }
-                Err(e) if session_ended(&e) => return,
-                Err(e) if transient(&e) => {
-                    tracing::debug!(?target, error = %e, "deleting a contender node failed; retrying");
-                }
-                Err(e) => {
-                    tracing::warn!(?target, error = %e, "cannot delete a contender node; it goes when the session ends");
-                    return;
-                }
+            Err(e) if session_ended(&e) => return,
+            Err(e) if transient(&e) => {
+                tracing::debug!(?target, error = %e, "deleting a contender node failed; retrying");
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            Err(e) => {
+                tracing::warn!(?target, error = %e, "cannot delete a contender node; it goes when the session ends");
+                return;
+            }
         }
-    });
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
 }
 
 /// One attempt at deleting the target. A node already gone is success.

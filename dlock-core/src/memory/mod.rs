@@ -205,6 +205,7 @@ impl MemoryLockerBuilder {
             ttl,
             Arc::clone(&counters),
             margin,
+            crate::Background::new(),
         );
         Ok(MemoryLocker {
             backend,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Counters, RenewBackend, Renewal};
+use dlock_core::backend::{Background, Counters, RenewBackend, Renewal};
 use dlock_core::{Error, LossReason, NodeError};
 use futures::StreamExt;
 use futures::future::join_all;
@@ -29,6 +29,9 @@ pub(crate) struct RedlockBackend {
     pub(crate) ttl: Duration,
     pub(crate) node_timeout: Duration,
     pub(crate) counters: Arc<Counters>,
+    /// The locker's background work (shared with its renewal driver, whose `close` waits for
+    /// it): unlocks of cancelled attempts and lost leases.
+    pub(crate) background: Background,
 }
 
 impl RedlockBackend {
@@ -64,11 +67,8 @@ impl RedlockBackend {
 
     /// Unlocks in the background (a lost lease, a cancelled attempt).
     pub(crate) fn unlock_detached(self: &Arc<Self>, keys: Keys, owner: String) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let this = Arc::clone(self);
-        handle.spawn(async move {
+        self.background.spawn(async move {
             let (ok, causes) = this.unlock_all(&keys, &owner, this.node_timeout).await;
             if !causes.is_empty() {
                 tracing::debug!(lock = %keys.lock, ok, ?causes, "background unlock incomplete; keys expire on their own");

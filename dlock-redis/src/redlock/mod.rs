@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Locker, Primitives,
     Stats,
@@ -329,11 +329,13 @@ impl RedlockLockerBuilder {
             ttl,
             node_timeout,
             counters: Arc::clone(&counters),
+            background: Background::new(),
         });
-        let driver = RenewalDriver::new(
+        let driver = RenewalDriver::with_background(
             Arc::new(Renewer(Arc::clone(&backend))),
             ttl,
             Arc::clone(&counters),
+            backend.background.clone(),
         );
         Ok(RedlockLocker {
             inner: Arc::new(RInner {

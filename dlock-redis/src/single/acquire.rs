@@ -173,7 +173,7 @@ pub(super) async fn acquire(
                     let stale = std::mem::replace(&mut p.owner, random_id());
                     let backend = Arc::clone(&inner.backend);
                     let keys = p.keys.clone();
-                    tokio::spawn(async move {
+                    inner.backend.background.spawn(async move {
                         let _ = backend.release_keys(&keys, &stale).await;
                     });
                 }

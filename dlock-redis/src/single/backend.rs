@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Counters, RenewBackend, Renewal};
+use dlock_core::backend::{Background, Counters, RenewBackend, Renewal};
 use dlock_core::{Error, LossReason};
 
 use crate::conn::{Node, millis};
@@ -44,6 +44,9 @@ pub(crate) struct SingleBackend {
     /// the first renewal, and again after a renewal request failed: the next round reads it
     /// again; also read again once [`SLOT_MAP_MAX_AGE`] old).
     pub(crate) slot_map: std::sync::Mutex<Option<(tokio::time::Instant, Arc<SlotMap>)>>,
+    /// The locker's background work (shared with its renewal driver, whose `close` waits for
+    /// it): cancelled requests' withdrawals.
+    pub(crate) background: Background,
 }
 
 /// How long a cluster's slot map is used before the next renewal round reads it again: a

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, FencingStrength, HolderState, Lease, LockName, LockState,
     Locker, Primitives, Stats,
@@ -518,8 +518,14 @@ impl RedisLockerBuilder {
             request_timeout,
             counters: Arc::clone(&counters),
             slot_map: std::sync::Mutex::new(None),
+            background: Background::new(),
         });
-        let driver = RenewalDriver::new(Arc::clone(&backend), ttl, Arc::clone(&counters));
+        let driver = RenewalDriver::with_background(
+            Arc::clone(&backend),
+            ttl,
+            Arc::clone(&counters),
+            backend.background.clone(),
+        );
         let notifier = Notifier::new(
             node_for_notifier,
             format!("{channel_prefix}{locker_id}"),

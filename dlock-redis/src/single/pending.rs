@@ -102,10 +102,15 @@ impl Pending {
     /// background), then reports the timeout.
     pub(super) async fn timeout(&mut self, wait: &Wait) -> Error {
         if self.dirty {
-            let task = tokio::spawn(self.withdraw_task(
+            let (done, finished) = tokio::sync::oneshot::channel();
+            let task = self.withdraw_task(
                 "withdrawing a timed-out waiter failed; its entry expires on its own",
-            ));
-            let _ = tokio::time::timeout(CLEANUP_GRACE, task).await;
+            );
+            self.backend.background.spawn(async move {
+                task.await;
+                let _ = done.send(());
+            });
+            let _ = tokio::time::timeout(CLEANUP_GRACE, finished).await;
         }
         wait.timeout()
     }
@@ -140,13 +145,11 @@ impl Drop for Pending {
         if !self.dirty {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        let task =
+            self.withdraw_task("cleanup of a cancelled acquire failed; it expires on its own");
+        if !self.backend.background.spawn(task) {
             tracing::warn!(lock = %self.keys.lock, "acquire dropped outside a runtime; its entry expires on its own");
-            return;
-        };
-        handle.spawn(
-            self.withdraw_task("cleanup of a cancelled acquire failed; it expires on its own"),
-        );
+        }
     }
 }
 
