@@ -110,7 +110,8 @@ pub trait Election: Send + Sync + 'static {
     /// The current leader of `name`, as the server records it (`None`: nobody leads).
     ///
     /// # Errors
-    /// [`Error::Unavailable`] or [`Error::Backend`] when the server cannot be read.
+    /// [`Error::Unavailable`] or [`Error::Backend`] when the server cannot be read;
+    /// [`Error::Closed`] once the locker is closed.
     ///
     /// # Cancel safety
     /// Cancel-safe: it only reads.
@@ -119,7 +120,8 @@ pub trait Election: Send + Sync + 'static {
     /// Follows the leader changes of `name` (see [`LeaderChanges`]).
     ///
     /// # Errors
-    /// [`Error::Unavailable`] or [`Error::Backend`] when the observation cannot start.
+    /// [`Error::Unavailable`] or [`Error::Backend`] when the observation cannot start;
+    /// [`Error::Closed`] once the locker is closed.
     ///
     /// # Cancel safety
     /// Cancel-safe: a dropped call leaves no observation behind.
@@ -127,6 +129,17 @@ pub trait Election: Send + Sync + 'static {
 
     /// The leadership TTL: how long a crashed leader can keep the name.
     fn ttl(&self) -> Duration;
+
+    /// Closes the election's locker, as [`Locker::close`](crate::Locker::close) does: every
+    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
+    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
+    ///
+    /// # Errors
+    /// As [`Locker::close`](crate::Locker::close).
+    ///
+    /// # Cancel safety
+    /// As [`Locker::close`](crate::Locker::close).
+    async fn close(&self) -> Result<(), Error>;
 }
 
 /// Leading one election: a [`Lease`] on its name, with a term and a value.

@@ -40,4 +40,15 @@ pub trait RwLocker: Send + Sync + 'static {
 
     /// The lease TTL: how long a crashed holder can block others.
     fn ttl(&self) -> Duration;
+
+    /// Closes the read-write lock's locker, as [`Locker::close`](crate::Locker::close) does: every
+    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
+    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
+    ///
+    /// # Errors
+    /// As [`Locker::close`](crate::Locker::close).
+    ///
+    /// # Cancel safety
+    /// As [`Locker::close`](crate::Locker::close).
+    async fn close(&self) -> Result<(), Error>;
 }

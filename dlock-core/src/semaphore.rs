@@ -49,4 +49,15 @@ pub trait Semaphore: Send + Sync + 'static {
 
     /// The lease TTL: how long a crashed holder can keep its permit.
     fn ttl(&self) -> Duration;
+
+    /// Closes the semaphore's locker, as [`Locker::close`](crate::Locker::close) does: every
+    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
+    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
+    ///
+    /// # Errors
+    /// As [`Locker::close`](crate::Locker::close).
+    ///
+    /// # Cancel safety
+    /// As [`Locker::close`](crate::Locker::close).
+    async fn close(&self) -> Result<(), Error>;
 }

@@ -188,6 +188,7 @@ impl Election for EtcdLocker {
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
+        self.inner.driver.check_open()?;
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let opts = GetOptions::new()
             .with_prefix()
@@ -208,6 +209,7 @@ impl Election for EtcdLocker {
     }
 
     async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
+        self.inner.driver.check_open()?;
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let etcd = &self.inner.etcd;
         let resp = etcd
@@ -257,5 +259,9 @@ impl Election for EtcdLocker {
 
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
     }
 }

@@ -56,6 +56,10 @@ impl RwLocker for EtcdLocker {
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
+    }
 }
 
 /// Permits as keys `<prefix>/<name>/permit/<request number>/<session lease hex>`, each
@@ -77,5 +81,9 @@ impl Semaphore for EtcdLocker {
 
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
     }
 }

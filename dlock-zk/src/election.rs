@@ -339,4 +339,8 @@ impl Election for ZkLocker {
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
+    }
 }

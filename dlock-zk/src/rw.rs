@@ -74,4 +74,8 @@ impl RwLocker for ZkLocker {
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
+    }
 }

@@ -179,6 +179,10 @@ impl Semaphore for ZkLocker {
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
+    }
 }
 
 #[cfg(test)]

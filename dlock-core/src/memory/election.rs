@@ -90,6 +90,7 @@ impl Election for MemoryLocker {
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
+        self.driver.check_open()?;
         self.counters.add_requests(1);
         let now = Instant::now();
         let names = self.backend.server.names();
@@ -104,6 +105,7 @@ impl Election for MemoryLocker {
     }
 
     async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
+        self.driver.check_open()?;
         self.counters.add_requests(1);
         let now = Instant::now();
         let (tx, rx) = unbounded_channel();
@@ -121,5 +123,9 @@ impl Election for MemoryLocker {
 
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
     }
 }

@@ -23,6 +23,10 @@ impl RwLocker for MemoryLocker {
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
+    }
 }
 
 #[async_trait]
@@ -42,5 +46,9 @@ impl Semaphore for MemoryLocker {
 
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
     }
 }

@@ -254,11 +254,13 @@ impl Election for RedisLocker {
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
+        self.inner.driver.check_open()?;
         Ok(read(&self.inner, name).await?.leader)
     }
 
     async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         let inner = &self.inner;
+        inner.driver.check_open()?;
         let node = Arc::clone(&inner.backend.node.display);
         let conn = inner
             .backend
@@ -280,5 +282,9 @@ impl Election for RedisLocker {
 
     fn ttl(&self) -> Duration {
         Locker::ttl(self)
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        Locker::close(self).await
     }
 }

@@ -223,6 +223,10 @@ impl RwLocker for RedisLocker {
     fn ttl(&self) -> Duration {
         self.inner.ttl
     }
+
+    async fn close(&self) -> Result<(), Error> {
+        dlock_core::Locker::close(self).await
+    }
 }
 
 /// A counting semaphore of one name on one Redis server: at most N live holders, FIFO.
@@ -249,6 +253,10 @@ impl Semaphore for RedisLocker {
 
     fn ttl(&self) -> Duration {
         self.inner.ttl
+    }
+
+    async fn close(&self) -> Result<(), Error> {
+        dlock_core::Locker::close(self).await
     }
 }
 
