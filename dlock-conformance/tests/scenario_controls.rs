@@ -54,7 +54,7 @@ fn close_catches_entries_left_at_the_server() {
     );
 }
 
-/// The correct memory backend passes `close`.
+/// The correct memory backend passes `close`, its cancelled wait and election included.
 #[test]
 fn close_passes_on_the_reference() {
     passes(Scenario::Close);
@@ -347,4 +347,15 @@ fn inspect_catches_the_holder_counted_as_waiting() {
 #[test]
 fn inspect_passes_on_the_reference() {
     passes(Scenario::Inspect);
+}
+
+/// A cancelled wait whose queue entry outlives `close` is caught by `close`: another client
+/// still sees the waiter queued when `close` has returned.
+#[test]
+fn close_catches_a_cancelled_wait_left_queued() {
+    caught(
+        Defect::CancelLeavesEntry,
+        Scenario::Close,
+        "close returned with the cancelled waiter still queued: Some(1) waiting",
+    );
 }

@@ -107,69 +107,6 @@ pub(crate) async fn wait_timeout(ctx: &Ctx) -> Result<(), Verdict> {
     Ok(())
 }
 
-/// `close()`: both held leases end at once with `Closed` (a loss signal a task awaits resolves
-/// too; no loss is counted), their locks are free at the server when `close` returns (a
-/// contender's `try_acquire` gets both at once, not after a TTL), the closed locker refuses to
-/// grant or inspect with `Error::Closed`, and closing again is harmless.
-pub(crate) async fn close(ctx: &Ctx) -> Result<(), Verdict> {
-    let (holder, contender) = (ctx.client().await?, ctx.client().await?);
-    let (first, second) = (name("close-a")?, name("close-b")?);
-    let wait = AcquireOptions::wait(ctx.ttl() * 2);
-    let la = holder.acquire(&first, wait).await?;
-    let lb = holder.acquire(&second, wait).await?;
-    let watching = tokio::spawn(la.lost());
-    let losses = holder.stats().losses;
-    holder
-        .close()
-        .await
-        .map_err(|e| Verdict::Fail(format!("close failed: {e}")))?;
-    for (which, lease) in [("first", &la), ("second", &lb)] {
-        match lease.check() {
-            Err(Error::Lost(dlock_core::LossReason::Closed)) => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "the {which} lease after close: {other:?}, not lost with Closed"
-                )));
-            }
-        }
-    }
-    let seen = tokio::time::timeout(Duration::from_secs(1), watching).await;
-    ensure!(
-        matches!(seen, Ok(Ok(dlock_core::LossReason::Closed))),
-        "a task awaiting lost() did not see Closed within 1 s of close: {seen:?}"
-    );
-    ensure!(
-        holder.stats().losses == losses,
-        "close counted {} losses",
-        holder.stats().losses - losses
-    );
-    for lock in [&first, &second] {
-        match contender.try_acquire(lock).await? {
-            Some(l) => l.release().await?,
-            None => {
-                return Err(Verdict::Fail(format!(
-                    "{lock} was still held at the server after close returned"
-                )));
-            }
-        }
-    }
-    for (call, got) in [
-        ("acquire", holder.acquire(&first, wait).await.map(|_| ())),
-        ("try_acquire", holder.try_acquire(&first).await.map(|_| ())),
-        ("inspect", holder.inspect(&first).await.map(|_| ())),
-    ] {
-        ensure!(
-            got.as_ref().is_err_and(|e| e.kind() == ErrorKind::Closed),
-            "{call} on a closed locker: {got:?}, not Error::Closed"
-        );
-    }
-    holder
-        .close()
-        .await
-        .map_err(|e| Verdict::Fail(format!("closing again failed: {e}")))?;
-    Ok(())
-}
-
 /// Release is idempotent, and a retried release after the lock passed on never deletes the new
 /// holder's lock.
 pub(crate) async fn release_idempotent(ctx: &Ctx) -> Result<(), Verdict> {

@@ -41,8 +41,10 @@ macro_rules! __scenarios {
             /// Release is idempotent; a retried release never deletes a newer holder's lock.
             ReleaseIdempotent = basic::release_idempotent,
             /// `close()` ends every lease at once (`lost()` says `Closed`, not counted as a loss),
-            /// frees the locks at the server before it returns, and the closed locker grants nothing.
-            Close = basic::close,
+            /// frees the locks at the server before it returns, and the closed locker grants nothing;
+            /// a wait cancelled just before `close` leaves no queue entry behind, and a closed
+            /// election refuses `campaign`, `leader` and `observe`.
+            Close = close::close,
             /// `inspect` shows no holder on a free name, the lease's token and a remaining TTL that
             /// covers its deadline on a held one, the exact number of queued waiters, each grant
             /// and release; and it creates nothing at the server.

@@ -3,6 +3,7 @@
 //! report [`Row`].
 
 mod basic;
+mod close;
 mod crash;
 mod election;
 mod enqueue;
