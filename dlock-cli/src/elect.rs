@@ -51,7 +51,11 @@ async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitC
     };
     let leadership = match or_signal(&mut signals, campaign).await? {
         Ok(l) => l,
-        Err(code) => return Ok(code),
+        Err(code) => {
+            // Closing waits for the withdrawal of the dropped campaign's queue entry.
+            let _ = election.close().await;
+            return Ok(code);
+        }
     };
     let job = Job {
         command: &args.run.command,

@@ -19,11 +19,6 @@ use crate::{RunArgs, lock_name, locker_url, runtime};
 /// After how long a wait `dlock run` says on a terminal that it is waiting.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
-/// How long `dlock` keeps running after an interrupted wait, so that the locker's background
-/// withdrawal of the queue entry can reach the server (otherwise the entry stays until it
-/// expires, and in a fair queue the lock waits for it).
-pub(crate) const WITHDRAW_DRAIN: Duration = Duration::from_millis(500);
-
 /// Runs `dlock run`; `Ok` carries the command's exit code.
 pub(crate) fn main(url: Option<&str>, args: RunArgs) -> Result<ExitCode, Failure> {
     let url = locker_url(url, args.ttl)?;
@@ -179,7 +174,11 @@ async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode,
     };
     let lease = match or_signal(&mut signals, acquire(&*locker, name, args.wait)).await? {
         Ok(lease) => lease,
-        Err(code) => return Ok(code),
+        Err(code) => {
+            // Closing waits for the withdrawal of the dropped request's queue entry.
+            let _ = locker.close().await;
+            return Ok(code);
+        }
     };
     let job = Job {
         command: &args.command,
@@ -189,18 +188,15 @@ async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode,
 }
 
 /// Waits for a grant (`Ok`) or for a signal (`Err` with its exit code). Interrupted while
-/// waiting, the dropped request withdraws its queue entry in a background task of the
-/// locker, which needs the runtime to run: `dlock` gives it [`WITHDRAW_DRAIN`] first.
+/// waiting, the request is dropped when this returns: its queue entry is withdrawn in a
+/// background task of the locker, which the caller's `close()` waits for.
 pub(crate) async fn or_signal<T>(
     signals: &mut Signals,
     request: impl std::future::Future<Output = Result<T, Failure>>,
 ) -> Result<Result<T, ExitCode>, Failure> {
     tokio::select! {
         r = request => r.map(Ok),
-        sig = signals.recv() => {
-            tokio::time::sleep(WITHDRAW_DRAIN).await;
-            Ok(Err(signal_code(sig)))
-        }
+        sig = signals.recv() => Ok(Err(signal_code(sig))),
     }
 }
 

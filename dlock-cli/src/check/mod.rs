@@ -19,7 +19,7 @@ use dlock_core::Locker;
 use self::ctx::Ctx;
 use self::report::{Header, Report, Row};
 use crate::exit::{self, Failure};
-use crate::run::{Signals, WITHDRAW_DRAIN, signal_code};
+use crate::run::{Signals, signal_code};
 use crate::{CheckArgs, locker_url, runtime};
 
 /// A check: its name and what runs it.
@@ -117,13 +117,9 @@ async fn check(
         sig = signals.recv() => Some(sig),
     };
     // Closing ends every lease still held (a check interrupted or timed out) and deletes its
-    // entry; the audit then looks with a fresh locker.
+    // entry, and waits for the releases and withdrawals of the leases and requests a check cut
+    // short dropped; the audit then looks with a fresh locker.
     close_all(&ctx.main, &ctx.clients).await;
-    if interrupted.is_some() || rows.iter().any(Row::is_fail) {
-        // A check cut short dropped its leases and requests: their releases and withdrawals
-        // run in the background, on this runtime, which must outlive them.
-        tokio::time::sleep(WITHDRAW_DRAIN).await;
-    }
     if let Some(sig) = interrupted {
         return Ok(signal_code(sig));
     }
