@@ -117,6 +117,28 @@ fn wait_for_text(path: &Path, needle: &str) {
     }
 }
 
+/// `dlock status NAME --json` while NAME is held.
+fn status_json(url: &str, name: &str) -> serde_json::Value {
+    let mut c = dlock(url);
+    c.args(["status", name, "--json"]);
+    let o = output(c);
+    assert_eq!(o.status.code(), Some(0), "held: {}", stderr(&o));
+    serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON")
+}
+
+/// Polls `dlock status` until `n` wait for NAME (within `BOUND`); the last report.
+fn until_waiting(url: &str, name: &str, n: u64) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let report = status_json(url, name);
+        if report["waiting"] == n {
+            return report;
+        }
+        assert!(start.elapsed() < BOUND, "never {n} waiting: {report}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Sends one command to the Redis server (RESP) and returns its raw reply.
 fn redis_command(addr: SocketAddr, args: &[&str]) -> String {
     dlock_conformance::redis_command(addr, args).expect("redis answers")
@@ -381,20 +403,7 @@ fn status_shows_the_holder_its_token_and_the_queue() {
         .args(["run", "--name", "shown", "--", "true"])
         .spawn()
         .expect("spawn waiter");
-    let start = Instant::now();
-    let report = loop {
-        let mut c = dlock(&url);
-        c.args(["status", "shown", "--json"]);
-        let o = output(c);
-        assert_eq!(o.status.code(), Some(0), "held: {}", stderr(&o));
-        let report: serde_json::Value =
-            serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON");
-        if report["waiting"] == 1 {
-            break report;
-        }
-        assert!(start.elapsed() < BOUND, "the waiter never showed: {report}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let report = until_waiting(&url, "shown", 1);
     assert_eq!(report["held"], true, "{report}");
     assert_eq!(report["holder"]["token"], token, "{report}");
     let left = report["holder"]["expires_within_ms"]
@@ -445,14 +454,19 @@ fn a_signal_while_waiting_withdraws_the_request() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn waiter");
-    // Give it time to queue; whether or not it has, the outcome below must hold.
-    std::thread::sleep(Duration::from_millis(300));
+    until_waiting(&url, "queue", 1);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(waiter.id()).expect("pid")),
         nix::sys::signal::Signal::SIGINT,
     )
     .expect("signal the waiter");
     assert_eq!(wait_bounded(&mut waiter).code(), Some(128 + 2));
+    // Its queue entry is gone when it has exited: its locker's close withdrew it.
+    let left = status_json(&url, "queue");
+    assert_eq!(
+        left["waiting"], 0,
+        "the interrupted waiter is still queued: {left}"
+    );
     std::fs::write(&go, "go").expect("let the holder finish");
     assert_eq!(wait_bounded(&mut holder).code(), Some(0));
     // No queue entry of the interrupted waiter is left to be served first: one attempt wins.
