@@ -2,16 +2,14 @@
 //! conformance harness, directly (fit) and behind the harness's fault proxy delaying every
 //! reply (unfit), and against `memory:`. Time limits here are safety bounds only.
 
-use std::io::Read;
-use std::net::SocketAddr;
+mod support;
+
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
-use dlock_conformance::servers::{Cluster, ServerKind};
 use serde_json::Value;
+use support::{addr, dlock, output};
 
 /// The documented exit code of a failed check (dlock-cli's README).
 const UNFIT: i32 = 1;
@@ -19,63 +17,16 @@ const UNFIT: i32 = 1;
 /// How long one `dlock check` may take before the test fails rather than hangs.
 const BOUND: Duration = Duration::from_secs(90);
 
-fn redis() -> Arc<Cluster> {
-    Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
-}
-
-fn addr() -> SocketAddr {
-    redis().addrs()[0]
-}
-
-/// A namespace unique to this process and call, so tests never share keys.
+/// A namespace unique to this process and call.
 fn namespace() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "dlock-check-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    support::namespace("dlock-check-test")
 }
 
 /// Runs `dlock --json check ARGS` against `url` to completion within `BOUND`.
 fn check(url: &str, args: &[&str]) -> (Output, Value) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .env("DLOCK_URL", url)
-        .args(["--json", "check"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if start.elapsed() > BOUND {
-            let _ = child.kill();
-            panic!("dlock check did not finish within {BOUND:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let _ = child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_end(&mut stdout);
-    let _ = child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_end(&mut stderr);
-    let out = Output {
-        status,
-        stdout,
-        stderr,
-    };
+    let mut cmd = dlock(url);
+    cmd.args(["--json", "check"]).args(args);
+    let out = output(cmd, BOUND);
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "one JSON object on stdout ({e}): {}\nstderr: {}",

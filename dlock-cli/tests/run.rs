@@ -2,15 +2,15 @@
 //! conformance harness. Time limits here are safety bounds only (a hung test fails instead of
 //! hanging); no test depends on how fast something happens.
 
+mod support;
+
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use support::{addr, dlock, stderr};
 
 /// The documented exit codes (dlock-cli's README).
 const USAGE: i32 = 64;
@@ -21,23 +21,19 @@ const LOST: i32 = 79;
 /// How long any one step may take before the test fails rather than hangs.
 const BOUND: Duration = Duration::from_secs(60);
 
-fn redis() -> Arc<Cluster> {
-    Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
-}
-
-fn addr() -> SocketAddr {
-    redis().addrs()[0]
-}
-
-/// A namespace unique to this process and call, so tests never share keys.
+/// A namespace unique to this process and call.
 fn namespace() -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "dlock-cli-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    support::namespace("dlock-cli")
+}
+
+/// Waits for `child` at most `BOUND`.
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    support::wait_bounded(child, BOUND)
+}
+
+/// Runs `cmd` to completion within `BOUND`.
+fn output(cmd: Command) -> Output {
+    support::output(cmd, BOUND)
 }
 
 /// A private scratch directory.
@@ -45,60 +41,6 @@ fn scratch() -> PathBuf {
     let dir = std::env::temp_dir().join(namespace());
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
-}
-
-fn dlock(url: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dlock"));
-    c.env("DLOCK_URL", url).stdin(Stdio::null());
-    c
-}
-
-/// Waits for `child` at most `BOUND`, then kills it and fails.
-fn wait_bounded(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if start.elapsed() > BOUND {
-            let _ = child.kill();
-            panic!("dlock did not finish within {BOUND:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs to completion within `BOUND`, capturing output.
-fn output(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock");
-    let status = wait_bounded(&mut child);
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_end(&mut stdout)
-        .expect("read stdout");
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_end(&mut stderr)
-        .expect("read stderr");
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Waits until `path` holds `needle` (within `BOUND`).
