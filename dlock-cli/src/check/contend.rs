@@ -263,16 +263,11 @@ async fn cancel_while_held(
     };
     // The request to drop.
     let mut dropped = spawn_waiter(ctx.client(0));
-    match base {
-        Some(b) => {
-            if !queued(&*ctx.main, name, b + 1, queue_bound(ctx)).await? {
-                return Ok((
-                    row.failed("the request never showed in inspect's queue"),
-                    None,
-                ));
-            }
-        }
-        None => tokio::time::sleep((ctx.rtt() * 4).max(Duration::from_millis(200))).await,
+    if !in_queue(ctx, name, base).await? {
+        return Ok((
+            row.failed("the request never showed in inspect's queue"),
+            None,
+        ));
     }
     let t = Instant::now();
     dropped.abort_all();
@@ -295,16 +290,24 @@ async fn cancel_while_held(
         row = row.note("the server counts no waiters: only the handoff is checked");
     }
     let next = spawn_waiter(ctx.client(1));
-    match base {
-        Some(b) => {
-            if !queued(&*ctx.main, name, b + 1, queue_bound(ctx)).await? {
-                return Ok((
-                    row.failed("the next waiter never showed in inspect's queue"),
-                    None,
-                ));
-            }
-        }
-        None => tokio::time::sleep((ctx.rtt() * 4).max(Duration::from_millis(200))).await,
+    if !in_queue(ctx, name, base).await? {
+        return Ok((
+            row.failed("the next waiter never showed in inspect's queue"),
+            None,
+        ));
     }
     Ok((row, Some(next)))
+}
+
+/// After a waiter was started: whether it shows in inspect's queue (one more than `base`)
+/// within the queue bound. Where the server counts no waiters (`base` is `None`), it is given
+/// four round trips (at least 200 ms) to queue, and counts as queued.
+async fn in_queue(ctx: &Ctx, name: &LockName, base: Option<usize>) -> Result<bool, String> {
+    match base {
+        Some(b) => queued(&*ctx.main, name, b + 1, queue_bound(ctx)).await,
+        None => {
+            tokio::time::sleep((ctx.rtt() * 4).max(Duration::from_millis(200))).await;
+            Ok(true)
+        }
+    }
 }
