@@ -54,6 +54,8 @@ pub struct EtcdLockerBuilder {
     root_pem: Option<Vec<u8>>,
     /// PEM certificate chain and private key ([`EtcdLockerBuilder::tls_client_identity`]).
     identity_pem: Option<(Vec<u8>, Vec<u8>)>,
+    /// The application's own client ([`EtcdLockerBuilder::client`]).
+    client: Option<etcd_client::Client>,
 }
 
 impl std::fmt::Debug for EtcdLockerBuilder {
@@ -72,6 +74,7 @@ impl std::fmt::Debug for EtcdLockerBuilder {
                 &self.root_pem.as_ref().map(Vec::len),
             )
             .field("tls_client_identity", &self.identity_pem.is_some())
+            .field("client", &self.client.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -91,6 +94,7 @@ impl Default for EtcdLockerBuilder {
             tls: None,
             root_pem: None,
             identity_pem: None,
+            client: None,
         }
     }
 }
@@ -118,6 +122,20 @@ impl EtcdLockerBuilder {
         S: Into<String>,
     {
         self.endpoints = endpoints.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Use the application's own etcd client instead of connecting: its endpoints,
+    /// credentials and TLS as they are. Then give no [`endpoints`](Self::endpoints),
+    /// [`user`](Self::user) or TLS option ([`build`](Self::build) refuses them).
+    ///
+    /// Every request of the locker goes through this client, where its own balancing sends it:
+    /// the locker cannot skip a hung member and hedge onto another, as it does over its own
+    /// per-member connections (built from endpoints), so a member that hangs without closing
+    /// its connection costs a request its timeout. A stale auth token is refreshed with the
+    /// client's credentials.
+    pub fn client(mut self, client: etcd_client::Client) -> Self {
+        self.client = Some(client);
         self
     }
 
@@ -237,7 +255,8 @@ impl EtcdLockerBuilder {
     /// Checks every option without connecting.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] naming the bad option: no endpoints, a malformed endpoint, a TTL
+    /// [`Error::InvalidOption`] naming the bad option: no endpoints (and no
+    /// [`client`](Self::client)), endpoints, a user or TLS given beside a client, a malformed endpoint, a TTL
     /// outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
     /// prefix, an empty user name, a zero or absurd timeout, an `https://` endpoint without
     /// the `tls` feature, root certificates or a client identity that cannot be parsed (or
@@ -247,7 +266,26 @@ impl EtcdLockerBuilder {
     }
 
     pub(crate) fn config(&self) -> Result<Config, Error> {
-        if self.endpoints.is_empty() {
+        if self.client.is_some() {
+            #[cfg(feature = "tls")]
+            let tls = self.tls.is_some();
+            #[cfg(not(feature = "tls"))]
+            let tls = false;
+            for (option, given) in [
+                ("endpoints", !self.endpoints.is_empty()),
+                ("user", self.user.is_some()),
+                ("tls", tls),
+                ("tls_root_certificates", self.root_pem.is_some()),
+                ("tls_client_identity", self.identity_pem.is_some()),
+            ] {
+                if given {
+                    return Err(Error::invalid_option(
+                        option,
+                        "the locker uses the given client: its endpoints, credentials and TLS are the client's",
+                    ));
+                }
+            }
+        } else if self.endpoints.is_empty() {
             return Err(Error::invalid_option(
                 "endpoints",
                 "at least one etcd endpoint is required",
@@ -425,7 +463,8 @@ impl EtcdLockerBuilder {
     /// Validates the options, then connects.
     ///
     /// Connecting is lazy for plain endpoints (the first request opens the connection); with
-    /// [`EtcdLockerBuilder::user`] it authenticates at once.
+    /// [`EtcdLockerBuilder::user`] it authenticates at once. With a
+    /// [`client`](Self::client) there is no I/O.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] (see [`EtcdLockerBuilder::validate`]) before any I/O;
@@ -436,6 +475,9 @@ impl EtcdLockerBuilder {
     /// Cancel-safe: nothing is created at the server before the locker's first acquire.
     pub async fn build(self) -> Result<EtcdLocker, Error> {
         let cfg = self.config()?;
+        if let Some(client) = self.client.clone() {
+            return Ok(EtcdLocker::with_client(cfg, client));
+        }
         let opts = self.connect_options(&cfg);
         EtcdLocker::connect(cfg, opts, self.user.is_some()).await
     }

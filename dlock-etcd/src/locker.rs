@@ -75,15 +75,7 @@ impl EtcdLocker {
         authenticates: bool,
     ) -> Result<Self, Error> {
         let started = Instant::now();
-        let members = Arc::new(Members::new(&cfg.endpoints, opts.clone()));
-        // One attempt of a request: a third of the request timeout; with several members also at
-        // most a sixth of the TTL, so that a keep-alive round can try two other members after
-        // one that hangs.
-        let mut attempt_cap = cfg.request_timeout / 3;
-        if members.len() > 1 {
-            attempt_cap = attempt_cap.min(cfg.ttl / 6);
-        }
-        let attempt_cap = attempt_cap.max(Duration::from_millis(100));
+        let members = Members::new(&cfg.endpoints, opts.clone());
         let client = match tokio::time::timeout(
             cfg.request_timeout,
             Client::connect(&cfg.endpoints, Some(opts)),
@@ -94,6 +86,25 @@ impl EtcdLocker {
             Ok(Err(e)) => return Err(errors::map("connect", e)),
             Err(_) => return Err(errors::no_reply("connect", started.elapsed())),
         };
+        Ok(Self::start(cfg, members, client, authenticates))
+    }
+
+    /// A locker over the application's own client (no I/O): every request goes through it.
+    /// Its credentials are its own; a stale auth token is refreshed with them.
+    pub(crate) fn with_client(cfg: Config, client: Client) -> Self {
+        Self::start(cfg, Members::from_client(client.clone()), client, true)
+    }
+
+    fn start(cfg: Config, members: Members, client: Client, authenticates: bool) -> Self {
+        let members = Arc::new(members);
+        // One attempt of a request: a third of the request timeout; with several members also at
+        // most a sixth of the TTL, so that a keep-alive round can try two other members after
+        // one that hangs.
+        let mut attempt_cap = cfg.request_timeout / 3;
+        if members.len() > 1 {
+            attempt_cap = attempt_cap.min(cfg.ttl / 6);
+        }
+        let attempt_cap = attempt_cap.max(Duration::from_millis(100));
         let counters = Arc::new(Counters::default());
         let driver_counters = Arc::new(Counters::default());
         let etcd = Etcd {
@@ -113,7 +124,7 @@ impl EtcdLocker {
             prefix: cfg.prefix.clone(),
         });
         let driver = RenewalDriver::new(backend, cfg.ttl, Arc::clone(&driver_counters));
-        Ok(EtcdLocker {
+        EtcdLocker {
             inner: Arc::new(Inner {
                 etcd,
                 cfg,
@@ -123,7 +134,7 @@ impl EtcdLocker {
                 slots,
                 granted_ttl_secs: AtomicU64::new(asked_secs),
             }),
-        })
+        }
     }
 
     /// The name to give `etcdctl lock` (or etcd's `concurrency.NewMutex`) so that it contends

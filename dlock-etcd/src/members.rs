@@ -11,6 +11,10 @@ use etcd_client::{Client, ConnectOptions};
 use tokio::sync::OnceCell;
 
 /// The members' clients, each connected on first use.
+/// How a locker built from the application's client names its one "member" in logs and
+/// `Debug` output.
+pub(crate) const APPLICATION_CLIENT: &str = "(the application's etcd client)";
+
 pub(crate) struct Members {
     endpoints: Vec<String>,
     opts: ConnectOptions,
@@ -28,6 +32,17 @@ impl Members {
             opts,
             clients: endpoints.iter().map(|_| OnceCell::new()).collect(),
             preferred: AtomicUsize::new(rand::random_range(0..n)),
+        }
+    }
+
+    /// The application's own client as the one "member": requests go where that client sends
+    /// them (its own balancing over its endpoints), with no hedging onto another member.
+    pub(crate) fn from_client(client: Client) -> Self {
+        Members {
+            endpoints: vec![APPLICATION_CLIENT.to_owned()],
+            opts: ConnectOptions::new(),
+            clients: vec![OnceCell::new_with(Some(client))],
+            preferred: AtomicUsize::new(0),
         }
     }
 
