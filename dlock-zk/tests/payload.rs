@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Lease, LockName, Locker};
+use dlock_zk::ZkLocker;
 use support::{contenders, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
@@ -16,6 +17,22 @@ fn fields(data: &str) -> Vec<(&str, &str)> {
     data.split(' ').filter_map(|f| f.split_once('=')).collect()
 }
 
+/// `l` takes `name` (free): its lease, its node's full path, and what the node stores, read
+/// with a plain client.
+async fn hold(connect: &str, l: &ZkLocker, name: &LockName) -> (Lease, String, Vec<u8>) {
+    let parent = l.lock_path(name);
+    let lease = l
+        .acquire(name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let z = raw(connect).await;
+    let kids = contenders(&z, &parent).await;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    let node = format!("{parent}/{}", kids[0]);
+    let (data, _) = z.get_data(&node).await.unwrap();
+    (lease, node, data)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_node_names_host_pid_and_locker() {
     let Some(c) = shared(1) else { return };
@@ -23,15 +40,7 @@ async fn lock_node_names_host_pid_and_locker() {
     let ns = namespace("payload");
     let l = locker(connect, &ns, TTL).await;
     let name = LockName::new("who").unwrap();
-    let parent = l.lock_path(&name);
-    let lease = l
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    let z = raw(connect).await;
-    let kids = contenders(&z, &parent).await;
-    assert_eq!(kids.len(), 1, "{kids:?}");
-    let (data, _) = z.get_data(&format!("{parent}/{}", kids[0])).await.unwrap();
+    let (lease, _, data) = hold(connect, &l, &name).await;
     let text = String::from_utf8(data).expect("the payload is text");
     let f = fields(&text);
     let keys: Vec<&str> = f.iter().map(|(k, _)| *k).collect();
@@ -54,16 +63,7 @@ async fn inspect_shows_the_holder_node_and_its_payload() {
         locker(connect, &ns, TTL).await,
     );
     let name = LockName::new("shown").unwrap();
-    let parent = l.lock_path(&name);
-    let lease = l
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    let z = raw(connect).await;
-    let kids = contenders(&z, &parent).await;
-    assert_eq!(kids.len(), 1, "{kids:?}");
-    let node = format!("{parent}/{}", kids[0]);
-    let (data, _) = z.get_data(&node).await.unwrap();
+    let (lease, node, data) = hold(connect, &l, &name).await;
     let state = eye.inspect(&name).await.unwrap();
     let holder = state.holder.expect("a holder");
     assert_eq!(holder.entry, node);
