@@ -275,10 +275,11 @@ pub(crate) fn launches(
                     _ => 20,
                 };
                 let mut cfg = format!(
-                    "tickTime=100\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
+                    "tickTime={}\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
                      maxClientCnxns=0\nminSessionTimeout=200\n\
                      maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
                      forceSync={}\n",
+                    super::ZK_LAB_TICK.as_millis(),
                     path_str(&data),
                     if fsync() { "yes" } else { "no" }
                 );

@@ -159,7 +159,44 @@ pub struct TlsMode {
     pub client_auth: bool,
 }
 
+/// The `tickTime` of the harness's ZooKeeper servers unless their options set another
+/// (fast, so sessions of a 2 s TTL are allowed and expire promptly).
+pub const ZK_LAB_TICK: Duration = Duration::from_millis(100);
+
 impl ServerOptions {
+    /// ZooKeeper at its defaults where the lab settings differ: `tickTime=2000` with the
+    /// session bounds that follow from it (`minSessionTimeout` 2 ticks, `maxSessionTimeout`
+    /// 20 ticks) and transaction logs synced to disk (`forceSync=yes`).
+    pub fn zk_production() -> Self {
+        ServerOptions::default().with_args([
+            "tickTime=2000",
+            "minSessionTimeout=4000",
+            "maxSessionTimeout=40000",
+            "forceSync=yes",
+        ])
+    }
+
+    /// etcd at its defaults where the lab settings differ: heartbeat 100 ms, election timeout
+    /// 1000 ms, and fsync on.
+    pub fn etcd_production() -> Self {
+        ServerOptions::default().with_args([
+            "--heartbeat-interval=100",
+            "--election-timeout=1000",
+            "--unsafe-no-fsync=false",
+        ])
+    }
+
+    /// The `tickTime` these options give a local ZooKeeper server: the last `tickTime=` line
+    /// of [`ServerOptions::args`], else [`ZK_LAB_TICK`].
+    pub fn zk_tick(&self) -> Duration {
+        self.args
+            .iter()
+            .rev()
+            .find_map(|line| line.trim().strip_prefix("tickTime="))
+            .and_then(|ms| ms.trim().parse::<u64>().ok())
+            .map_or(ZK_LAB_TICK, Duration::from_millis)
+    }
+
     /// Serve clients over TLS only; with `client_auth`, only to clients presenting a
     /// certificate of the cluster's CA ([`TlsFiles::client_identity`] is one).
     pub fn with_tls(mut self, client_auth: bool) -> Self {
