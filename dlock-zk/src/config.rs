@@ -59,6 +59,9 @@ pub(crate) struct Config {
     /// How sessions authenticate (digest, TLS).
     pub(crate) access: Access,
     pub(crate) acl: ZkAcl,
+    /// The ensemble's `tickTime` as the user declared it (`None`: ZooKeeper's default assumed;
+    /// see [`proof_ttl`](crate::session::proof_ttl)).
+    pub(crate) server_tick: Option<Duration>,
 }
 
 impl fmt::Debug for Config {
@@ -186,6 +189,7 @@ pub struct ZkLockerBuilder {
     acl: ZkAcl,
     tls_roots: Option<Vec<u8>>,
     tls_identity: Option<(Vec<u8>, Vec<u8>)>,
+    server_tick: Option<Duration>,
 }
 
 impl fmt::Debug for ZkLockerBuilder {
@@ -199,6 +203,7 @@ impl fmt::Debug for ZkLockerBuilder {
             .field("acl", &self.acl)
             .field("tls", &self.tls_roots.is_some())
             .field("tls_client_identity", &self.tls_identity.is_some())
+            .field("server_tick_time", &self.server_tick)
             .finish()
     }
 }
@@ -214,6 +219,7 @@ impl Default for ZkLockerBuilder {
             acl: ZkAcl::Open,
             tls_roots: None,
             tls_identity: None,
+            server_tick: None,
         }
     }
 }
@@ -233,6 +239,21 @@ impl ZkLockerBuilder {
     /// [`ZkLocker::negotiated_timeout`].
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self
+    }
+
+    /// The ensemble's `tickTime`, when it is known to be shorter than ZooKeeper's default
+    /// 2 s (default: 2 s assumed, and no more than half the negotiated timeout, which
+    /// ZooKeeper's default `minSessionTimeout` of 2 × `tickTime` implies).
+    ///
+    /// Only the leader expires sessions, and it hears of a client's requests to a follower
+    /// only when that follower answers its next ping (every half tick), so every deadline
+    /// keeps half a tick in reserve (see the crate's README, "Deadlines"). A shorter tick
+    /// declared here gives longer deadlines; **declaring one shorter than the servers' real
+    /// `tickTime` makes deadlines outlast the leader's session expiry**: set it only from the
+    /// servers' own configuration. Checked by [`build`](Self::build): 1 ms to 60 s.
+    pub fn server_tick_time(mut self, tick: Duration) -> Self {
+        self.server_tick = Some(tick);
         self
     }
 
@@ -296,7 +317,8 @@ impl ZkLockerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] naming the bad option: an empty or malformed connect string,
-    /// a TTL outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
+    /// a TTL outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a
+    /// server tick time outside 1 ms..=60 s, a bad
     /// root or namespace path, an empty digest user or password (or a user holding `:`), a
     /// creator ACL without digest authentication, root certificates or a client identity that
     /// are not PEM (or a key that does not go with its certificate), a client identity without
@@ -331,6 +353,14 @@ impl ZkLockerBuilder {
             None => self.connect.clone(),
         };
         let ttl = validate_ttl(self.ttl)?;
+        if let Some(tick) = self.server_tick {
+            if tick < Duration::from_millis(1) || tick > Duration::from_secs(60) {
+                return Err(Error::invalid_option(
+                    "server_tick_time",
+                    format!("{tick:?} is outside 1 ms..=60 s"),
+                ));
+            }
+        }
         validate_root(&self.root)?;
         if let Some(ns) = &self.namespace {
             validate_namespace(ns)?;
@@ -367,6 +397,7 @@ impl ZkLockerBuilder {
                 tls,
             },
             acl: self.acl,
+            server_tick: self.server_tick,
         })
     }
 
@@ -437,6 +468,14 @@ mod tests {
         assert_eq!(err_option(b().digest_auth("u:x", "p")), "digest_auth");
         assert_eq!(err_option(b().digest_auth("u", "")), "digest_auth");
         assert_eq!(err_option(b().acl(ZkAcl::CreatorAll)), "acl");
+        assert_eq!(
+            err_option(b().server_tick_time(Duration::ZERO)),
+            "server_tick_time"
+        );
+        assert_eq!(
+            err_option(b().server_tick_time(Duration::from_secs(61))),
+            "server_tick_time"
+        );
     }
 
     #[test]

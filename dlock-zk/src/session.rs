@@ -62,7 +62,11 @@ impl Session {
             ended: Arc::clone(&ended),
             timeout,
         });
-        let driver = RenewalDriver::new(backend, proof_ttl(timeout), Arc::clone(&counters));
+        let driver = RenewalDriver::new(
+            backend,
+            proof_ttl(timeout, cfg.ttl, cfg.server_tick),
+            Arc::clone(&counters),
+        );
         let watcher = client.state_watcher();
         let down_since = Arc::new(Mutex::new(None));
         let session = Arc::new(Session {
@@ -156,22 +160,79 @@ fn connection_timeout(ttl: Duration) -> Duration {
     (ttl * 2 / 5).max(Duration::from_millis(500))
 }
 
-/// ZooKeeper's default `tickTime`: the largest server tick assumed when the timeout allows it.
+/// ZooKeeper's default `tickTime`: the server tick assumed unless the user declared one.
 const DEFAULT_TICK: Duration = Duration::from_secs(2);
 
+/// The client library's tick (zookeeper-client 0.11, `Session::calc_tick_timeout`): an eighth
+/// of the connection timeout the locker configures, or a twentieth of the negotiated session
+/// timeout when the connection timeout exceeds 3/5 of it. Every tick it checks the
+/// connection and, after [`client_ping_after`] of sending nothing, sends a ping.
+fn client_tick(negotiated: Duration, connection_timeout: Duration) -> Duration {
+    let tick = if connection_timeout.is_zero() || connection_timeout > negotiated * 3 / 5 {
+        negotiated / 20
+    } else {
+        connection_timeout / 8
+    };
+    tick.max(Duration::from_millis(1))
+}
+
+/// How long the client library stays silent before it pings (zookeeper-client 0.11,
+/// `Session::reset_timeout`): three of its ticks, at most 10 s.
+fn client_ping_after(tick: Duration) -> Duration {
+    (tick * 3).min(Duration::from_secs(10))
+}
+
 /// How long a proof (grant or renewal) may count on after its send time: the negotiated
-/// timeout less a server-tick margin.
+/// timeout less what the leader may not have seen.
 ///
-/// A client connected to a follower is touched on the leader — which alone expires sessions —
-/// only when the follower reports its touched sessions in its reply to the leader's next ping
-/// (every half tick). So the leader's last touch of the session may lag the proof's send time
-/// by up to half a server tick plus the client's ping interval. The server tick is not visible
-/// to clients; it is at most half the negotiated timeout under ZooKeeper's default clamping
-/// (`minSessionTimeout` = 2 × `tickTime`), and assumed no larger than the default 2 s.
-pub(crate) fn proof_ttl(timeout: Duration) -> Duration {
-    let tick = (timeout / 2).min(DEFAULT_TICK);
-    let client_ping = connection_timeout(timeout) / 8;
-    timeout.saturating_sub(tick / 2 + client_ping)
+/// # Derivation (ZooKeeper 3.5–3.9 server; zookeeper-client 0.11 client)
+///
+/// - Only the leader expires sessions. Its `SessionTrackerImpl` files a touched session under
+///   `ExpiryQueue.roundToNextInterval(now + timeout)`, rounded UP to the next tick, so a touch
+///   at leader time `T` keeps the session until at least `T + timeout`.
+/// - A member touches a session for every packet its client sends, pings included
+///   (`ZooKeeperServer.submitRequestNow` calls `touch(cnxn)`). On a follower that touch only
+///   goes into the follower's touch table (`LearnerSessionTracker.touchSession`).
+/// - The leader pings every follower every `tickTime / 2` (`Leader.lead`); the follower
+///   answers with its touch table, emptied as it is read (`Learner.ping`,
+///   `LearnerSessionTracker.snapshot`), and only then does the leader touch those sessions
+///   (`LearnerHandler`, case `PING`). Requests a follower forwards to the leader, our `sync`
+///   among them, do NOT touch the session there (`LeaderZooKeeperServer.submitLearnerRequest`
+///   skips `submitRequest`); they only check it (`PrepRequestProcessor`, `checkSession`).
+///
+/// So the renewal's own `sync`, sent at `t`, proves only that the session was alive at the
+/// leader; what keeps it alive is the touch of an EARLIER packet. A follower forwards the
+/// `sync` on the same connection as its ping answers, so when the `sync` reached the leader
+/// (it did: it was answered), so did the answer to the leader's ping of up to
+/// `tickTime / 2` + latency before it, and that answer carried every packet the follower had
+/// received by then. If the follower is cut from the leader right after the `sync`, the
+/// leader's last touch is therefore that of the client's last packet received before
+/// `t − tickTime / 2 − latency`; and the client sends a packet (a request, or else a ping)
+/// at least every `client_ping_after + client_tick`. The leader thus keeps the session until at
+/// least `t + timeout − tickTime / 2 − (client_ping_after + client_tick) − latency`. The
+/// latency allowance is one more client tick (the leader's ping to the follower, the
+/// follower's queue, our scheduling). A client connected to the leader itself is touched at
+/// once; the bound covers it too.
+///
+/// The tick is not visible to clients: it is the one the user declared
+/// ([`ZkLockerBuilder::server_tick_time`](crate::ZkLockerBuilder::server_tick_time)), else
+/// ZooKeeper's default 2 s, but no more than half the negotiated timeout (the default
+/// `minSessionTimeout` of 2 × `tickTime` keeps negotiated timeouts at least two ticks long).
+///
+/// At the default 2 s tick and a 10 s TTL: 10 − 1 − (1.5 + 0.5) − 0.5 = 6.5 s (then less the
+/// core's drift); at 30 s: 30 − 1 − (4.5 + 1.5) − 1.5 = 21.5 s. Measured from outside before
+/// this bound (3 nodes, tick 2 s, holder on a follower cut right after a renewal): the
+/// leader expired a 30 s session about 24 s after the renewal's send time.
+pub(crate) fn proof_ttl(
+    negotiated: Duration,
+    requested: Duration,
+    server_tick: Option<Duration>,
+) -> Duration {
+    let tick = server_tick.unwrap_or_else(|| DEFAULT_TICK.min(negotiated / 2));
+    let client = client_tick(negotiated, connection_timeout(requested));
+    let silence = client_ping_after(client) + client;
+    let latency = client;
+    negotiated.saturating_sub(tick / 2 + silence + latency)
 }
 
 /// Follows the session's state: Expired / Closed / AuthFailed loses every lease at once;
@@ -228,14 +289,25 @@ async fn watch_state(
     }
 }
 
+/// What the session-timeout probes after a reconnect showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probed {
+    /// A member grants less than the session's timeout.
+    Lowered(Duration),
+    /// Every member that answered grants the session's timeout (at least one answered).
+    Kept,
+    /// No member answered: nothing shows the timeout was kept.
+    Unknown,
+}
+
+/// How many rounds of probes [`Retire::check_after_reconnect`] makes before it takes an
+/// unanswered check for a lowered timeout.
+const PROBE_ROUNDS: u32 = 3;
+
 /// Probes the session timeout each member of `hosts` grants when asked for `timeout` (what the
 /// client asks for when it reconnects). Returns the first grant below `timeout` as soon as it
-/// arrives (`None` when every member that answered grants `timeout`).
-async fn probe_lower_timeout(
-    hosts: &[String],
-    access: &Access,
-    timeout: Duration,
-) -> Option<Duration> {
+/// arrives.
+async fn probe_timeout(hosts: &[String], access: &Access, timeout: Duration) -> Probed {
     let mut probes = tokio::task::JoinSet::new();
     for host in hosts {
         let host = host.clone();
@@ -254,15 +326,38 @@ async fn probe_lower_timeout(
             }
         });
     }
+    let mut answered = false;
     while let Some(done) = probes.join_next().await {
-        if let Ok(Some(granted)) = done {
-            if granted < timeout {
-                // Dropping the set aborts the other probes.
-                return Some(granted);
-            }
+        let granted = done.ok().flatten();
+        answered |= granted.is_some();
+        if let verdict @ Probed::Lowered(_) = judge_probes([granted], timeout, false) {
+            // Dropping the set aborts the other probes.
+            return verdict;
         }
     }
-    None
+    judge_probes([], timeout, answered)
+}
+
+/// The verdict on probe answers (`None`: a probe that failed); `answered_before` says an
+/// earlier answer granted the full timeout. Fails closed: no answer at all is
+/// [`Probed::Unknown`], never [`Probed::Kept`].
+fn judge_probes(
+    answers: impl IntoIterator<Item = Option<Duration>>,
+    timeout: Duration,
+    answered_before: bool,
+) -> Probed {
+    let mut answered = answered_before;
+    for granted in answers.into_iter().flatten() {
+        if granted < timeout {
+            return Probed::Lowered(granted);
+        }
+        answered = true;
+    }
+    if answered {
+        Probed::Kept
+    } else {
+        Probed::Unknown
+    }
 }
 
 /// What a session needs to retire itself when the server lowered its timeout.
@@ -287,21 +382,36 @@ impl Retire {
     /// larger timeout) are no longer safe: they are lost at once, their nodes deleted, and the
     /// session is retired (the next acquire opens a new one with the smaller timeout).
     async fn check_after_reconnect(self: Arc<Self>, driver: RenewalDriver<SessionBackend>) {
-        self.counters
-            .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
-        let Some(granted) = probe_lower_timeout(&self.hosts, &self.access, self.timeout).await
-        else {
-            return;
+        let mut round = 0;
+        let why = loop {
+            round += 1;
+            self.counters
+                .add_requests(u64::try_from(self.hosts.len()).unwrap_or(u64::MAX));
+            match probe_timeout(&self.hosts, &self.access, self.timeout).await {
+                Probed::Kept => return,
+                Probed::Lowered(granted) => {
+                    break format!(
+                        "ZooKeeper session {:#x}: a member lowered its timeout from {:?} to {granted:?}",
+                        self.id, self.timeout
+                    );
+                }
+                // Fail closed: leases whose deadlines rest on a timeout nobody confirmed are
+                // not kept on the hope that it was not lowered.
+                Probed::Unknown if round >= PROBE_ROUNDS => {
+                    break format!(
+                        "ZooKeeper session {:#x}: no member answered {PROBE_ROUNDS} rounds of session-timeout probes after a reconnect",
+                        self.id
+                    );
+                }
+                Probed::Unknown => {
+                    tracing::debug!(session = %format_args!("{:#x}", self.id), round, "no member answered the session-timeout probes; probing again");
+                    tokio::time::sleep(connection_timeout(self.timeout) / 4).await;
+                }
+            }
         };
-        tracing::warn!(session = %format_args!("{:#x}", self.id), was = ?self.timeout, now = ?granted, leases = driver.len(), "a member lowered the session timeout; the session's leases are lost");
+        tracing::warn!(session = %format_args!("{:#x}", self.id), leases = driver.len(), %why, "the session's timeout is not confirmed; its leases are lost");
         self.ended.store(true, Ordering::Release);
-        self.lose_and_delete(
-            &driver,
-            &format!(
-                "ZooKeeper session {:#x}: a member lowered its timeout from {:?} to {granted:?}",
-                self.id, self.timeout
-            ),
-        );
+        self.lose_and_delete(&driver, &why);
     }
 
     /// Loses every lease of the driver and deletes their nodes (the session itself lives on at
@@ -595,18 +705,62 @@ mod tests {
         assert_eq!(connection_timeout(ms(10_000)), ms(4000));
     }
 
-    /// The margin: half a server tick (tick = min(timeout/2, 2 s)) plus the client's ping
-    /// interval (connection timeout / 8).
+    /// A reconnect whose probes all failed does not count as a kept timeout (it did before:
+    /// every failed probe read as "not lowered").
     #[test]
-    fn proofs_count_on_the_timeout_less_a_server_tick_margin() {
+    fn unanswered_probes_fail_closed() {
         let ms = Duration::from_millis;
-        // 2 s: tick ≤ 1 s, margin 500 ms + 800/8 ms.
-        assert_eq!(proof_ttl(ms(2000)), ms(2000) - ms(500) - ms(100));
-        // 10 s: tick ≤ 2 s (the default), margin 1 s + 4000/8 ms.
-        assert_eq!(proof_ttl(ms(10_000)), ms(10_000) - ms(1000) - ms(500));
+        let t = ms(10_000);
+        assert_eq!(judge_probes([None, None, None], t, false), Probed::Unknown);
+        assert_eq!(judge_probes([], t, false), Probed::Unknown);
+        assert_eq!(judge_probes([None, Some(t), None], t, false), Probed::Kept);
+        assert_eq!(judge_probes([], t, true), Probed::Kept);
+        assert_eq!(
+            judge_probes([Some(t), Some(ms(6000))], t, false),
+            Probed::Lowered(ms(6000))
+        );
+        // A member granting MORE than asked does not endanger the deadlines.
+        assert_eq!(judge_probes([Some(ms(20_000))], t, false), Probed::Kept);
+    }
+
+    /// The margin: half a server tick, the client's longest silence (its ping delay plus one
+    /// of its ticks) and one client tick of latency.
+    #[test]
+    fn proofs_keep_what_the_leader_may_not_have_seen() {
+        let ms = Duration::from_millis;
+        // The client library's numbers at dlock's connection timeout (2/5 of the TTL).
+        assert_eq!(
+            client_tick(ms(10_000), connection_timeout(ms(10_000))),
+            ms(500)
+        );
+        assert_eq!(client_ping_after(ms(500)), ms(1500));
+        // 10 s at ZooKeeper's default 2 s tick: 1 s + (1.5 s + 0.5 s) + 0.5 s.
+        assert_eq!(proof_ttl(ms(10_000), ms(10_000), None), ms(6500));
+        // 30 s: client tick 1.5 s, ping after 4.5 s.
+        assert_eq!(proof_ttl(ms(30_000), ms(30_000), None), ms(21_500));
+        // The measurement: the leader expired a 30 s session 24 s after the renewal
+        // was sent; a 10 s one was computed to expire 8.0 s after it. Both beyond the proof.
+        assert!(proof_ttl(ms(30_000), ms(30_000), None) < ms(24_000));
+        assert!(proof_ttl(ms(10_000), ms(10_000), None) < ms(8_000));
+        // 2 s: the tick is at most 1 s (half the timeout); client tick 100 ms, ping 300 ms.
+        assert_eq!(
+            proof_ttl(ms(2000), ms(2000), None),
+            ms(2000 - 500 - 400 - 100)
+        );
+        // A declared 100 ms tick (the test servers) keeps only 50 ms for it.
+        assert_eq!(
+            proof_ttl(ms(2000), ms(2000), Some(ms(100))),
+            ms(2000 - 50 - 400 - 100)
+        );
+        // A server that clamped a 2 s request up to 4 s: the client's tick follows the
+        // connection timeout of the request (800 ms / 8).
+        assert_eq!(
+            proof_ttl(ms(4000), ms(2000), None),
+            ms(4000 - 1000 - 400 - 100)
+        );
         // Never more than the timeout, never negative.
         for t in [0, 1, 200, 4000, 40_000] {
-            assert!(proof_ttl(ms(t)) <= ms(t));
+            assert!(proof_ttl(ms(t), ms(t), None) <= ms(t));
         }
     }
 }

@@ -85,6 +85,12 @@ impl ZkBackend {
     /// A builder for `connect` with this row's TLS and digest settings.
     pub fn builder(&self, connect: &str) -> ZkLockerBuilder {
         let mut b = ZkLocker::builder().connect_string(connect);
+        if !self.cluster.is_external() {
+            // The harness's servers run the tick their options give (the lab's 100 ms unless
+            // a row sets ZooKeeper's default); external servers' tick is unknown, and the
+            // locker then assumes ZooKeeper's default.
+            b = b.server_tick_time(self.options.zk_tick());
+        }
         if let Some(files) = self.cluster.tls() {
             let (roots, identity) = tls_pem(&files);
             b = b.tls_root_certificates(roots);
