@@ -84,6 +84,18 @@ pub fn __run(
     factory: fn() -> Arc<dyn TestBackend>,
     declared: Declared,
 ) {
+    __run_scaled(module, scenario, factory, declared, 1);
+}
+
+/// [`__run`] at `ttl_scale` times every scenario's TTL ([`scenarios::run_scaled`]).
+#[doc(hidden)]
+pub fn __run_scaled(
+    module: &str,
+    scenario: Scenario,
+    factory: fn() -> Arc<dyn TestBackend>,
+    declared: Declared,
+    ttl_scale: u32,
+) {
     init_log();
     let report_name = module.replace('_', "-");
     let backend = match std::panic::catch_unwind(factory) {
@@ -117,12 +129,13 @@ pub fn __run(
         .topology()
         .filter(|&(_, nodes)| nodes > 1)
         .map(|_| gate::enter(module, gate::CLUSTER_PARALLEL));
-    let mut row = scenarios::run_with(
+    let mut row = scenarios::run_scaled(
         Arc::clone(&backend),
         module,
         scenario,
         scenarios::Fencing::On,
         Some(declared),
+        ttl_scale,
     );
     row.enforce_allowlist();
     finish(&row, Some(&*backend));

@@ -39,6 +39,47 @@ macro_rules! conformance_tests {
             }
         }
     };
+    // A row at production settings: the listed scenarios only, each at `ttl_scale` times its
+    // TTL (see `scenarios::run_scaled`).
+    (
+        $module:ident, $factory:expr, declared = $declared:expr, ttl_scale = $scale:expr,
+        only = [$($test:ident => $variant:ident),* $(,)?] $(,)?
+    ) => {
+        #[allow(non_snake_case)]
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
+                $factory
+            }
+
+            $(
+                #[test]
+                fn $test() {
+                    $crate::__run_scaled(
+                        stringify!($module),
+                        $crate::Scenario::$variant,
+                        __factory,
+                        $declared,
+                        $scale,
+                    );
+                }
+            )*
+
+            #[test]
+            #[ignore = "the crash-release scenario runs this in a child process"]
+            fn __crash_holder() {
+                $crate::scenarios::crash_holder_main(__factory);
+            }
+
+            #[test]
+            #[ignore = "the soak: cargo xtask conform --soak <duration>"]
+            fn __soak() {
+                $crate::soak::soak_main(stringify!($module), __factory);
+            }
+        }
+    };
     (@tests $module:ident; $($test:ident => $variant:ident),* $(,)?) => {
         $(
             #[test]

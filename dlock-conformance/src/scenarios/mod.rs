@@ -83,6 +83,8 @@ pub struct Ctx {
     scenario: Scenario,
     pub(crate) namespace: String,
     fencing: Fencing,
+    /// The row's TTL multiplier (1 at the harness's fast settings; see [`run_scaled`]).
+    ttl_scale: u32,
     figures: Mutex<Map<String, Value>>,
 }
 
@@ -109,6 +111,7 @@ impl Ctx {
             scenario,
             namespace,
             fencing: Fencing::On,
+            ttl_scale: 1,
             figures: Mutex::new(Map::new()),
         }
     }
@@ -129,9 +132,9 @@ impl Ctx {
         self.fencing
     }
 
-    /// The scenario's lease TTL.
+    /// The scenario's lease TTL: [`Scenario::ttl`] times the row's TTL scale.
     pub fn ttl(&self) -> Duration {
-        self.scenario.ttl()
+        self.scenario.ttl() * self.ttl_scale
     }
 
     /// Records a measured figure.
@@ -250,9 +253,26 @@ pub fn run_with(
     fencing: Fencing,
     declared: Option<Declared>,
 ) -> Row {
+    run_scaled(backend, module, scenario, fencing, declared, 1)
+}
+
+/// [`run_with`] at `ttl_scale` times every scenario's TTL (and its time limit): the rows that
+/// prove the timing claims at the servers' default settings (a 2 s ZooKeeper tick, etcd's
+/// 1 s election timeout) run with leases of production length. The scale is the enrolment's,
+/// committed with the row; every bound a scenario judges by stays the scenario's own.
+pub fn run_scaled(
+    backend: Arc<dyn TestBackend>,
+    module: &str,
+    scenario: Scenario,
+    fencing: Fencing,
+    declared: Option<Declared>,
+    ttl_scale: u32,
+) -> Row {
     let name = backend.name().to_string();
     let mut ctx = Ctx::new(backend, module, scenario);
     ctx.fencing = fencing;
+    ctx.ttl_scale = ttl_scale.max(1);
+    let time_limit = SCENARIO_TIMEOUT * ctx.ttl_scale;
     let ctx = Arc::new(ctx);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -283,14 +303,14 @@ pub fn run_with(
                 result
             }
         });
-        match tokio::time::timeout(SCENARIO_TIMEOUT, task).await {
+        match tokio::time::timeout(time_limit, task).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => Err(Verdict::Fail(format!(
                 "panicked: {}",
                 panic_message(join.into_panic())
             ))),
             Err(_) => Err(Verdict::Fail(format!(
-                "did not finish within {SCENARIO_TIMEOUT:?}"
+                "did not finish within {time_limit:?}"
             ))),
         }
     });
