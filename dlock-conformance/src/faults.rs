@@ -55,7 +55,31 @@ struct State {
     connections: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+    /// When bytes were forwarded upstream, the latest [`UPSTREAM_LOG`] times.
+    up_log: std::sync::Mutex<VecDeque<Instant>>,
     upstream: SocketAddr,
+}
+
+/// How many upstream forwarding times a proxy keeps ([`Proxy::upstream_log`]).
+const UPSTREAM_LOG: usize = 512;
+
+/// One direction's byte count (and upstream, its log of forwarding times).
+struct Tally<'a> {
+    bytes: &'a AtomicU64,
+    log: Option<&'a std::sync::Mutex<VecDeque<Instant>>>,
+}
+
+impl Tally<'_> {
+    fn forwarded(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(log) = self.log {
+            let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+            if log.len() == UPSTREAM_LOG {
+                log.pop_front();
+            }
+            log.push_back(Instant::now());
+        }
+    }
 }
 
 /// A TCP proxy in front of one server address, running on a runtime thread of its own so it
@@ -94,6 +118,7 @@ impl Proxy {
             connections: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
+            up_log: std::sync::Mutex::new(VecDeque::with_capacity(UPSTREAM_LOG)),
             upstream,
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -172,6 +197,18 @@ impl Proxy {
             Direction::Downstream => self.state.bytes_down.load(Ordering::Relaxed),
         }
     }
+
+    /// When bytes were forwarded upstream (client to server), oldest first: the latest
+    /// 512 times. Shows when a client talked to its server and how long it was silent.
+    pub fn upstream_log(&self) -> Vec<Instant> {
+        self.state
+            .up_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
 }
 
 impl Drop for Proxy {
@@ -236,14 +273,20 @@ async fn link(client: TcpStream, server: TcpStream, st: Arc<State>) {
             &mut sw,
             st.up.subscribe(),
             st.down.subscribe(),
-            &st.bytes_up
+            Tally {
+                bytes: &st.bytes_up,
+                log: Some(&st.up_log),
+            },
         ),
         pump(
             &mut sr,
             &mut cw,
             st.down.subscribe(),
             st.up.subscribe(),
-            &st.bytes_down
+            Tally {
+                bytes: &st.bytes_down,
+                log: None,
+            },
         ),
     );
     if a == End::Reset || b == End::Reset {
@@ -275,7 +318,7 @@ async fn pump(
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
     mut other: watch::Receiver<Mode>,
-    count: &AtomicU64,
+    tally: Tally<'_>,
 ) -> End {
     let mut buf = vec![0u8; 16 * 1024];
     let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
@@ -295,7 +338,7 @@ async fn pump(
                     return End::Closed;
                 }
                 queued -= bytes.len();
-                count.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                tally.forwarded(bytes.len());
             }
         }
         if eof && queue.is_empty() {

@@ -10,6 +10,7 @@ use super::private::{Private, blocking, private_partitionable};
 use super::util::{name, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
+use crate::faults::Proxy;
 use crate::history::{Event, History, Kind};
 use crate::servers::{READY_TIMEOUT, ServerKind, local};
 
@@ -152,8 +153,12 @@ async fn attempt_cut(
     let before = Leadership::read(p).await?;
     let follower = (leader + 1) % n;
     let addrs = p.cluster.addrs();
+    // Through a proxy that only watches: it shows when the holder's client talked to its
+    // server, so the cut can come after the client's longest silence.
+    let link = Proxy::start(addrs[follower])
+        .map_err(|e| Verdict::Fail(format!("cannot start the holder's proxy: {e}")))?;
     let holder = p
-        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[follower]]))
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![link.addr()]))
         .await?;
     let contender = p
         .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![addrs[leader]]))
@@ -184,6 +189,14 @@ async fn attempt_cut(
     ctx.figure("leader", leader);
     ctx.figure("holder_server", follower);
     let slack = contender.capabilities().crash_release_slack;
+    // The cut comes right after a renewal that ended one of the client's longest silences:
+    // the hardest moment for the promise. The renewal's reply moved the deadline, but the
+    // holder's server may not have told the leader of anything the client sent since its last
+    // report (a ZooKeeper follower reports its clients' packets only when the leader pings
+    // it, every half tick), and before the renewal the client sent nothing for that long.
+    let (silence, longest) = after_long_silence(&lease, &link, ttl).await?;
+    ctx.figure_ms("silence_before_cut_renewal_ms", silence);
+    ctx.figure_ms("longest_client_silence_ms", longest);
     let history = History::new();
     history.grant_until(0, lease.token(), lease.deadline().into_std());
     history.promise(0, lease.token(), lease.deadline().into_std());
@@ -298,12 +311,91 @@ async fn attempt_cut(
     Ok(Attempt::Passed)
 }
 
+/// Upstream forwards closer together than this are one request (a pipelined burst).
+const BURST: Duration = Duration::from_millis(20);
+
+/// The bursts of an upstream log: (when each began, the silence before it).
+fn bursts(log: &[Instant]) -> Vec<(Instant, Duration)> {
+    let mut out: Vec<(Instant, Duration)> = Vec::new();
+    let mut last: Option<Instant> = None;
+    for &t in log {
+        match last {
+            Some(prev) if t.saturating_duration_since(prev) < BURST => {}
+            Some(prev) => out.push((t, t.saturating_duration_since(prev))),
+            None => {}
+        }
+        last = Some(t);
+    }
+    out
+}
+
+/// Waits for a renewal that ended a silence of the client at least 4/5 of the longest it kept
+/// so far (its steady state since the grant), at most 3 TTLs, and returns at once after it with
+/// (the silence before that renewal, the longest silence). A renewal is a moved `deadline()`;
+/// its request is the last burst the client sent before the move was seen.
+///
+/// # Errors
+/// A failed verdict when no renewal moves the deadline within a TTL (a healthy cluster).
+async fn after_long_silence(
+    lease: &dlock_core::Lease,
+    link: &Proxy,
+    ttl: Duration,
+) -> Result<(Duration, Duration), Verdict> {
+    let longest = bursts(&link.upstream_log())
+        .iter()
+        .map(|&(_, gap)| gap)
+        .max()
+        .unwrap_or_default();
+    let goal = longest * 4 / 5;
+    let began = Instant::now();
+    loop {
+        let before = lease.deadline();
+        let waited = Instant::now();
+        while lease.deadline() == before {
+            if waited.elapsed() >= ttl {
+                return Err(Verdict::Fail(format!(
+                    "no renewal moved the holder's deadline within a TTL ({ttl:?}) on a healthy cluster"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let seen = Instant::now();
+        let silence = bursts(&link.upstream_log())
+            .iter()
+            .rev()
+            .find(|&&(start, _)| start <= seen)
+            .map_or(Duration::ZERO, |&(_, gap)| gap);
+        if silence >= goal || began.elapsed() >= ttl * 3 {
+            return Ok((silence, longest));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn at(leader: Option<usize>, changes: Option<u64>) -> Leadership {
         Leadership { leader, changes }
+    }
+
+    #[test]
+    fn bursts_split_an_upstream_log_at_silences() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let log = [
+            t0,
+            t0 + ms(5),
+            t0 + ms(10),
+            t0 + ms(1000),
+            t0 + ms(1001),
+            t0 + ms(1500),
+        ];
+        assert_eq!(
+            bursts(&log),
+            vec![(t0 + ms(1000), ms(990)), (t0 + ms(1500), ms(499))]
+        );
+        assert!(bursts(&[]).is_empty());
     }
 
     #[test]
