@@ -179,3 +179,55 @@ impl Model {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(czxid: i64) -> zk::Stat {
+        zk::Stat {
+            czxid,
+            mzxid: czxid,
+            pzxid: czxid,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 1,
+            data_length: 1,
+            num_children: 0,
+        }
+    }
+
+    /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
+    fn seq(cversion: i32) -> String {
+        format!("{cversion:010}")
+    }
+
+    /// The observer's leader is the node created first, also when the parent's cversion wrapped
+    /// between it and later campaigns.
+    #[test]
+    fn the_leader_is_the_node_created_before_the_wrap() {
+        let mut model = Model::default();
+        let first = format!("_c_b-latch-{}", seq(i32::MAX));
+        let second = format!("_c_a-latch-{}", seq(i32::MIN));
+        let third = format!("_c_c-latch-{}", seq(i32::MIN + 1));
+        for (name, czxid) in [(&third, 30), (&second, 20), (&first, 10)] {
+            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).unwrap();
+            model.nodes.insert(key(name), known);
+        }
+        let mut out = VecDeque::new();
+        model.settle(&mut out).unwrap();
+        let leader = out.pop_front().unwrap();
+        assert_eq!(leader.term, FencingToken(10));
+        assert_eq!(leader.value, first.as_bytes());
+        assert!(out.is_empty());
+        model.nodes.remove(&key(&first));
+        model.settle(&mut out).unwrap();
+        assert_eq!(out.pop_front().unwrap().term, FencingToken(20));
+        model.nodes.remove(&key(&second));
+        model.settle(&mut out).unwrap();
+        assert_eq!(out.pop_front().unwrap().term, FencingToken(30));
+    }
+}

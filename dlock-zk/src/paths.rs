@@ -286,28 +286,76 @@ mod tests {
         );
     }
 
-    /// The names ZooKeeper gives after the parent's cversion wrapped (`%010d` of a negative
-    /// int), ordered as Curator's `LockInternals.getSortedChildren` orders them: by the text
-    /// after the last `lock-` (the whole name when there is none), compared as strings.
+    /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
+    pub(crate) fn suffix(cversion: i32) -> String {
+        format!("{cversion:010}")
+    }
+
     #[test]
-    fn contenders_sort_as_curator_sorts_them_across_a_cversion_wrap() {
-        let children = vec![
-            "_c_a-lock-2147483647".to_owned(),
-            "_c_b-lock--2147483648".to_owned(),
-            "_c_c-lock--2147483647".to_owned(),
-            "_c_d-lock-0000000001".to_owned(),
-            "_c_e-lock--000000001".to_owned(),
-        ];
+    fn suffixes_are_formatted_as_zookeeper_formats_them() {
+        assert_eq!(suffix(7), "0000000007");
+        assert_eq!(suffix(i32::MAX), "2147483647");
+        assert_eq!(suffix(i32::MAX.wrapping_add(1)), "-2147483648");
+        assert_eq!(suffix(-5), "-000000005");
+    }
+
+    /// Nodes created in this order as the parent's cversion passes 2^31 - 1 (the wrap) and then
+    /// -1 (back to 0): each must sort after every node created before it.
+    #[test]
+    fn contenders_keep_creation_order_across_a_cversion_wrap() {
+        for start in [i32::MAX - 3, -3, i32::MAX - 7, 0, i32::MIN] {
+            let created: Vec<String> = (0..8)
+                .map(|i| format!("_c_{i:02}-lock-{}", suffix(start.wrapping_add(i))))
+                .collect();
+            let mut listed = created.clone();
+            listed.reverse();
+            listed.swap(1, 5);
+            assert_eq!(
+                sorted_contenders(listed, LOCK_MARKER),
+                created,
+                "created from cversion {start}"
+            );
+        }
+    }
+
+    /// Gaps in the sequence (nodes deleted, changes by others) do not change the order as long
+    /// as the live sequences span less than 2^31.
+    #[test]
+    fn order_is_by_serial_arithmetic_within_half_the_sequence_space() {
+        let oldest = suffix(i32::MAX - 1_000_000_000);
+        let middle = suffix(i32::MAX);
+        let newest = suffix(i32::MAX.wrapping_add(1_000_000_000));
+        let sorted = sorted_contenders(
+            vec![
+                format!("_c_n-lock-{newest}"),
+                "junk".into(),
+                format!("_c_m-lock-{middle}"),
+                format!("_c_o-lock-{oldest}"),
+            ],
+            LOCK_MARKER,
+        );
         assert_eq!(
-            sorted_contenders(children, LOCK_MARKER),
+            sorted,
             [
-                "_c_e-lock--000000001",
-                "_c_c-lock--2147483647",
-                "_c_b-lock--2147483648",
-                "_c_d-lock-0000000001",
-                "_c_a-lock-2147483647",
+                format!("_c_o-lock-{oldest}"),
+                format!("_c_m-lock-{middle}"),
+                format!("_c_n-lock-{newest}"),
+                "junk".into(),
             ]
         );
+    }
+
+    /// Before any wrap (every suffix non-negative, ten digits) the order is Curator's: the
+    /// suffixes compared as text.
+    #[test]
+    fn without_a_wrap_the_order_is_curators_text_order() {
+        let names: Vec<String> = [5, 0, 1_999_999_999, 10, 2_147_483_647, 9]
+            .iter()
+            .map(|s| format!("_c_x{s}-latch-{}", suffix(*s)))
+            .collect();
+        let mut by_text = names.clone();
+        by_text.sort_by(|a, b| sort_key(a, LATCH_MARKER).cmp(sort_key(b, LATCH_MARKER)));
+        assert_eq!(sorted_contenders(names, LATCH_MARKER), by_text);
     }
 
     #[test]
