@@ -7,7 +7,7 @@ use dlock_core::{FencingToken, Leader};
 use zookeeper_client as zk;
 
 use crate::errors::map;
-use crate::paths::{LATCH_MARKER, sort_key};
+use crate::paths::{CreationOrder, LATCH_MARKER, sort_key};
 use crate::record::{Record, decode};
 
 /// A node's read: its data and stat, or why it could not be read.
@@ -46,8 +46,8 @@ pub(crate) struct Parent {
 /// The queue as the events describe it.
 #[derive(Debug, Default)]
 pub(crate) struct Model {
-    /// Every queued node by (Curator's sort key, name): the first leads. `None`: its data
-    /// could not be read before it was deleted.
+    /// Every queued node by (its sequence suffix, name): the first in [`CreationOrder`] leads.
+    /// `None`: its data could not be read before it was deleted.
     pub(crate) nodes: BTreeMap<(String, String), Option<Known>>,
     pub(crate) leader: Option<Current>,
     pub(crate) parent: Option<Parent>,
@@ -56,7 +56,7 @@ pub(crate) struct Model {
     pub(crate) record: Option<Record>,
 }
 
-/// A node's place in the queue: Curator's sort key, then the name.
+/// A node's entry in [`Model::nodes`]: its sequence suffix, then the name.
 pub(crate) fn key(name: &str) -> (String, String) {
     (sort_key(name, LATCH_MARKER).to_owned(), name.to_owned())
 }
@@ -82,7 +82,11 @@ impl Model {
 
     /// Recomputes the leader after a change; a new leader is reported into `out`.
     pub(crate) fn settle(&mut self, out: &mut VecDeque<Leader>) -> Result<(), String> {
-        let Some(((_, name), known)) = self.nodes.iter().next() else {
+        let order = CreationOrder::of(self.nodes.keys().map(|(suffix, _)| suffix.as_str()));
+        let first = self.nodes.iter().min_by(|((a, an), _), ((b, bn), _)| {
+            order.rank(a).cmp(&order.rank(b)).then_with(|| an.cmp(bn))
+        });
+        let Some(((_, name), known)) = first else {
             self.leader = None;
             return Ok(());
         };

@@ -8,9 +8,10 @@
 //! ([`READ_MARKER`], [`WRITE_MARKER`], as `InterProcessReadWriteLock`). A semaphore uses two
 //! children of the parent, as `InterProcessSemaphoreV2`: [`SEMAPHORE_LOCKS`] (a mutex of
 //! `lock-` nodes guarding acquisition) and [`SEMAPHORE_LEASES`] (`lease-` nodes,
-//! [`LEASE_MARKER`]). Contenders are ordered as Curator orders them: by the text after the
-//! last marker, so the protection prefix never changes the order ([`sorted_contenders`]; the
-//! per-primitive order and grant rule are in `rule`).
+//! [`LEASE_MARKER`]). Contenders are ordered by the sequence after the last marker, so the
+//! protection prefix never changes the order, in creation order also after the parent's
+//! cversion wrapped ([`sorted_contenders`], [`CreationOrder`]; the per-primitive order and grant
+//! rule are in `rule`).
 
 use std::fmt::Write as _;
 
@@ -66,23 +67,105 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// The children of a lock's parent in the order Curator's `InterProcessMutex` (marker `lock-`)
-/// or `LeaderLatch` (marker `latch-`) gives them: every child, by [`sort_key`] compared as text
-/// (ties, which sequential nodes never have, by name).
-///
-/// Text, not numbers: ZooKeeper names sequential nodes with `%010d` of the parent's cversion,
-/// which goes negative once it wraps (`lock--2147483648`), and Curator then sorts those
-/// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
-/// order keeps a dlock contender and a Curator one from each believing it is first. (Java
-/// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
+/// The children of a lock's parent in creation order: by the sequence after the last `marker`
+/// (`lock-` for a mutex, `latch-` for an election), in [`CreationOrder`].
 pub(crate) fn sorted_contenders(children: Vec<String>, marker: &str) -> Vec<String> {
     sorted_by(children, |c| sort_key(c, marker))
 }
 
-/// `children` ordered by `key` compared as text (ties by name).
+/// `children` in [`CreationOrder`] of the sequences `key` gives (ties, which sequential nodes
+/// never have, by name).
 pub(crate) fn sorted_by(mut children: Vec<String>, key: impl Fn(&str) -> &str) -> Vec<String> {
-    children.sort_by(|a, b| key(a).cmp(key(b)).then_with(|| a.cmp(b)));
+    let order = CreationOrder::of(children.iter().map(|c| key(c)));
+    children.sort_by(|a, b| {
+        order
+            .rank(key(a))
+            .cmp(&order.rank(key(b)))
+            .then_with(|| a.cmp(b))
+    });
     children
+}
+
+/// The sequence a sequential node's suffix encodes: ZooKeeper appends `%010d` of the parent's
+/// cversion, a signed 32-bit int (`0000000007`, after 2^31 - 1 changes `-2147483648`, later
+/// `-000000005`). `None` for any other text (a child created by name).
+pub(crate) fn sequence(suffix: &str) -> Option<i32> {
+    let digits = suffix.strip_prefix('-').unwrap_or(suffix);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    suffix.parse().ok()
+}
+
+/// The order in which the nodes of one listing were created, from their sequence suffixes.
+///
+/// The parent's cversion counts every child create and delete and wraps past 2^31 - 1 to
+/// -2^31 (and past -1 to 0), so neither the suffix text (Curator's order, in which every node
+/// created after the wrap sorts first) nor its numeric value orders nodes from both sides of
+/// a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
+/// circle): the oldest live node is the one after the largest gap between live sequences,
+/// and each node ranks by its distance from it. That is creation order whenever the live
+/// nodes' sequences span less than 2^31 — 2^31 child changes while the oldest node lives.
+/// Before any wrap (every sequence non-negative) it is the text order Curator uses, so dlock
+/// and Curator contenders agree; after a wrap, Curator's text order is wrong and theirs no
+/// longer agrees with ours.
+///
+/// Children whose suffix is no sequence rank after every sequential node, by text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CreationOrder {
+    /// The sequence (as an unsigned value on the circle) of the oldest live node.
+    oldest: u32,
+}
+
+/// A sequence's place on the 2^32 circle (its two's-complement bits).
+fn unsigned(seq: i32) -> u32 {
+    u32::from_ne_bytes(seq.to_ne_bytes())
+}
+
+impl CreationOrder {
+    /// The order of the nodes with these suffixes.
+    pub(crate) fn of<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> Self {
+        // Two's complement: -2^31 follows 2^31 - 1, as on the server.
+        let mut seqs: Vec<u32> = suffixes
+            .into_iter()
+            .filter_map(sequence)
+            .map(unsigned)
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
+            return CreationOrder { oldest: 0 };
+        };
+        // The gap from the highest value around the circle to the lowest first: without a
+        // wrap among the live nodes it is the largest, and the oldest is the lowest.
+        let mut oldest = first;
+        let mut widest = first.wrapping_sub(last);
+        for pair in seqs.windows(2) {
+            if let [a, b] = *pair {
+                let gap = b.wrapping_sub(a);
+                if gap > widest {
+                    widest = gap;
+                    oldest = b;
+                }
+            }
+        }
+        if seqs.len() > 1 && widest <= 1 << 31 {
+            tracing::warn!(
+                oldest = i32::from_ne_bytes(oldest.to_ne_bytes()),
+                "the live sequential nodes span half the sequence space or more: their creation order is ambiguous"
+            );
+        }
+        CreationOrder { oldest }
+    }
+
+    /// The place of the node with this suffix: sequential nodes by their distance from the
+    /// oldest, then the others by text.
+    pub(crate) fn rank<'a>(&self, suffix: &'a str) -> (bool, u32, &'a str) {
+        match sequence(suffix) {
+            Some(seq) => (false, unsigned(seq).wrapping_sub(self.oldest), ""),
+            None => (true, 0, suffix),
+        }
+    }
 }
 
 /// The parent of a node's path (`/` for a top-level node).

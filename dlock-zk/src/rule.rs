@@ -58,7 +58,8 @@ impl Rule {
         }
     }
 
-    /// The children of the parent in the order the matching Curator recipe gives them.
+    /// The children of the parent in creation order (`paths::CreationOrder` of the suffix the
+    /// matching Curator recipe sorts by; Curator's own order until the parent's cversion wraps).
     pub(crate) fn sort(self, children: Vec<String>) -> Vec<String> {
         match self {
             Rule::Read | Rule::Write => sorted_by(children, rw_sort_key),
