@@ -344,3 +344,29 @@ impl Election for ZkLocker {
         Locker::close(self).await
     }
 }
+
+#[cfg(feature = "testing")]
+impl ZkLocker {
+    /// Observes `name` as [`Election::observe`] does, running `after_listing` with the
+    /// observer's client once, right after the first snapshot's listing of the queue is
+    /// answered (to make a change land between the listing and what follows it). Only with the
+    /// `testing` feature; not a stable API.
+    ///
+    /// # Errors
+    /// As [`Election::observe`].
+    pub async fn observe_with_hook_for_test<F, Fut>(
+        &self,
+        name: &LockName,
+        after_listing: F,
+    ) -> Result<Box<dyn LeaderChanges>, Error>
+    where
+        F: FnOnce(zk::Client) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let sess = self.session().await?;
+        let hook: crate::observe::AfterListing =
+            Box::new(move |client| Box::pin(after_listing(client)));
+        let changes = ZkChanges::start_with_hook(sess, self.lock_path(name), hook).await?;
+        Ok(Box::new(changes))
+    }
+}

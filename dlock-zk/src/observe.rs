@@ -41,6 +41,12 @@ use crate::session::Session;
 /// How many times a snapshot is taken again while the queue keeps moving.
 const SNAPSHOT_TRIES: usize = 16;
 
+/// A test hook run once, right after the first snapshot's listing is answered, with the
+/// observer's client (see `ZkLocker::observe_with_hook_for_test`).
+#[cfg(feature = "testing")]
+pub(crate) type AfterListing =
+    Box<dyn FnOnce(zk::Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
 /// What applying an event needs read first.
 enum Need {
     Nothing,
@@ -252,6 +258,30 @@ impl ZkChanges {
     /// # Cancel safety
     /// Dropping the future drops the watch.
     pub(crate) async fn start(sess: Arc<Session>, parent: String) -> Result<Self, Error> {
+        Self::start_hooked(
+            sess,
+            parent,
+            #[cfg(feature = "testing")]
+            None,
+        )
+        .await
+    }
+
+    /// As [`ZkChanges::start`], running `after_listing` once after a snapshot's listing.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn start_with_hook(
+        sess: Arc<Session>,
+        parent: String,
+        after_listing: AfterListing,
+    ) -> Result<Self, Error> {
+        Self::start_hooked(sess, parent, Some(after_listing)).await
+    }
+
+    async fn start_hooked(
+        sess: Arc<Session>,
+        parent: String,
+        #[cfg(feature = "testing")] mut after_listing: Option<AfterListing>,
+    ) -> Result<Self, Error> {
         let client = sess.client.clone();
         sess.counters.add_requests(1);
         let mut watcher = client
@@ -259,7 +289,15 @@ impl ZkChanges {
             .await
             .map_err(|e| map("observe (adding the watch)", e))?;
         for _ in 0..SNAPSHOT_TRIES {
-            let Some(model) = snapshot(&sess, &parent, &mut watcher).await? else {
+            let Some(model) = snapshot(
+                &sess,
+                &parent,
+                &mut watcher,
+                #[cfg(feature = "testing")]
+                &mut after_listing,
+            )
+            .await?
+            else {
                 tracing::debug!(%parent, "the queue moved while it was read; taking the snapshot again");
                 continue;
             };
@@ -301,6 +339,7 @@ async fn snapshot(
     sess: &Session,
     parent: &str,
     watcher: &mut zk::PersistentWatcher,
+    #[cfg(feature = "testing")] after_listing: &mut Option<AfterListing>,
 ) -> Result<Option<Model>, Error> {
     let client = &sess.client;
     sess.counters.add_requests(2);
@@ -316,6 +355,10 @@ async fn snapshot(
         Err(zk::Error::NoNode) => (Vec::new(), None),
         Err(e) => return Err(map("observe (listing the queue)", e)),
     };
+    #[cfg(feature = "testing")]
+    if let Some(hook) = after_listing.take() {
+        hook(client.clone()).await;
+    }
     // Everything delivered so far is reflected in the listing.
     while let Some(event) = delivered(watcher) {
         if let Some(why) = session_break(&event) {
