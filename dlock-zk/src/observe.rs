@@ -2,14 +2,15 @@
 //! parent, a snapshot of the queue aligned with the watch's event stream, and a model of the
 //! queue that the events then keep up to date.
 //!
-//! ZooKeeper delivers a session's watch events and replies in the order the server made the
-//! changes and answered the requests, and the client library hands each event to the watcher
-//! before it completes any later reply. So once the snapshot's listing is answered, every
-//! event already queued at the watcher is reflected in it (and dropped), and every later one
-//! is a change after it. The snapshot also reads every queued node's data (a waiter's value is
-//! needed the moment it leads, when it may already have resigned) and the parent's (the
-//! leader's latest proclamation); an event arriving before those reads are answered means the
-//! queue moved meanwhile, and the snapshot is taken again.
+//! Every event delivered before the snapshot's listing is sent reports a change the server made
+//! before the listing, so the snapshot drops those events (the listing reflects them). An event
+//! delivered after the listing was sent cannot be placed: the listing's reply is answered on
+//! the client's own task, which may already have delivered events of later changes by the time
+//! this task sees the reply. So the snapshot also reads every queued node's data (a waiter's
+//! value is needed the moment it leads, when it may already have resigned) and the parent's
+//! (the leader's latest proclamation), and any event delivered between sending the listing and
+//! the last of those replies means the queue moved meanwhile: the snapshot is taken again.
+//! Every event after a snapshot that was kept is a change after it.
 //!
 //! From then on the model applies every event in order: node created (its value is read at
 //! once), node deleted, the parent's proclamation record written (see `record`; a proclamation
@@ -342,6 +343,15 @@ async fn snapshot(
     #[cfg(feature = "testing")] after_listing: &mut Option<AfterListing>,
 ) -> Result<Option<Model>, Error> {
     let client = &sess.client;
+    // Every event delivered before the listing is sent reports a change the server made before
+    // it received the listing: the listing reflects it. An event delivered later may report a
+    // change made after the listing (its reply and the event can reach us in either order as
+    // far as this task can tell), so any such event means the queue moved: take it again.
+    while let Some(event) = delivered(watcher) {
+        if let Some(why) = session_break(&event) {
+            return Err(Error::unavailable(why, None));
+        }
+    }
     sess.counters.add_requests(2);
     let synced = client.sync(parent);
     let listed = client.get_children(parent);
@@ -358,12 +368,6 @@ async fn snapshot(
     #[cfg(feature = "testing")]
     if let Some(hook) = after_listing.take() {
         hook(client.clone()).await;
-    }
-    // Everything delivered so far is reflected in the listing.
-    while let Some(event) = delivered(watcher) {
-        if let Some(why) = session_break(&event) {
-            return Err(Error::unavailable(why, None));
-        }
     }
     sess.counters
         .add_requests(u64::try_from(children.len()).unwrap_or(u64::MAX));
@@ -388,13 +392,16 @@ async fn snapshot(
         },
         None => None,
     };
+    // An event since the listing was sent: the queue or the parent may have changed after the
+    // listing (or between it and the reads).
     if let Some(event) = delivered(watcher) {
         if let Some(why) = session_break(&event) {
             return Err(Error::unavailable(why, None));
         }
         return Ok(None);
     }
-    // No event arrived: the parent's data is as the listing found it.
+    // No event arrived since the listing was sent: the parent's data is as the listing found
+    // it.
     let mut model = Model {
         parent: parent_stat.map(|s| Parent {
             czxid: Some(s.czxid),
