@@ -218,20 +218,26 @@ mod tests {
         let second = format!("_c_a-latch-{}", seq(i32::MIN));
         let third = format!("_c_c-latch-{}", seq(i32::MIN + 1));
         for (name, czxid) in [(&third, 30), (&second, 20), (&first, 10)] {
-            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).unwrap();
+            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).expect("read");
             model.nodes.insert(key(name), known);
         }
         let mut out = VecDeque::new();
-        model.settle(&mut out).unwrap();
-        let leader = out.pop_front().unwrap();
+        model.settle(&mut out).expect("settles");
+        let leader = out.pop_front().expect("a new leader");
         assert_eq!(leader.term, FencingToken(10));
         assert_eq!(leader.value, first.as_bytes());
         assert!(out.is_empty());
         model.nodes.remove(&key(&first));
-        model.settle(&mut out).unwrap();
-        assert_eq!(out.pop_front().unwrap().term, FencingToken(20));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(
+            out.pop_front().expect("a new leader").term,
+            FencingToken(20)
+        );
         model.nodes.remove(&key(&second));
-        model.settle(&mut out).unwrap();
-        assert_eq!(out.pop_front().unwrap().term, FencingToken(30));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(
+            out.pop_front().expect("a new leader").term,
+            FencingToken(30)
+        );
     }
 }

@@ -154,7 +154,10 @@ mod tests {
         let mut listed = created.to_vec();
         listed.reverse();
         let sorted = rule.sort(listed);
-        let at = sorted.iter().position(|n| *n == created[index]).unwrap();
+        let at = sorted
+            .iter()
+            .position(|n| *n == created[index])
+            .expect("the node is listed");
         rule.turn(&sorted, at)
     }
 
