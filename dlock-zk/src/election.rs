@@ -19,10 +19,11 @@ use dlock_core::{
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
+use crate::contend::in_creation_order;
 use crate::errors::{map, session_ended, transient};
 use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
-use crate::paths::{LATCH_MARKER, parent_of, sorted_contenders};
+use crate::paths::{LATCH_MARKER, parent_of};
 use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;
@@ -282,7 +283,10 @@ impl Election for ZkLocker {
                 Err(zk::Error::NoNode) => return Ok(None),
                 Err(e) => return Err(map("leader (listing the queue)", e)),
             };
-            let Some(first) = sorted_contenders(children, LATCH_MARKER).into_iter().next() else {
+            let sorted = in_creation_order(&sess, &parent, Rule::First(LATCH_MARKER), children)
+                .await
+                .map_err(|e| map("leader (ordering the queue)", e))?;
+            let Some(first) = sorted.into_iter().next() else {
                 return Ok(None);
             };
             // The node (its czxid, the value it campaigned with), then the parent's record

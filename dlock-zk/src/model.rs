@@ -7,7 +7,7 @@ use dlock_core::{FencingToken, Leader};
 use zookeeper_client as zk;
 
 use crate::errors::map;
-use crate::paths::{CreationOrder, LATCH_MARKER, sort_key};
+use crate::paths::{CreationOrder, LATCH_MARKER, ambiguous, sort_key};
 use crate::record::{Record, decode};
 
 /// A node's read: its data and stat, or why it could not be read.
@@ -82,10 +82,24 @@ impl Model {
 
     /// Recomputes the leader after a change; a new leader is reported into `out`.
     pub(crate) fn settle(&mut self, out: &mut VecDeque<Leader>) -> Result<(), String> {
-        let order = CreationOrder::of(self.nodes.keys().map(|(suffix, _)| suffix.as_str()));
-        let first = self.nodes.iter().min_by(|((a, an), _), ((b, bn), _)| {
-            order.rank(a).cmp(&order.rank(b)).then_with(|| an.cmp(bn))
-        });
+        let suffixes = || self.nodes.keys().map(|(suffix, _)| suffix.as_str());
+        let first = if ambiguous(suffixes()) {
+            // The suffixes no longer tell the order (see `paths::ambiguous`): the czxids read
+            // do, but only if every node was read.
+            if let Some(((_, name), _)) = self.nodes.iter().find(|(_, k)| k.is_none()) {
+                return Err(format!(
+                    "{name} went before the observer could read it, and the queue's sequence numbers no longer tell whether it led"
+                ));
+            }
+            self.nodes
+                .iter()
+                .min_by_key(|(_, known)| known.as_ref().map(|k| k.czxid))
+        } else {
+            let order = CreationOrder::of(suffixes());
+            self.nodes.iter().min_by(|((a, an), _), ((b, bn), _)| {
+                order.rank(a).cmp(&order.rank(b)).then_with(|| an.cmp(bn))
+            })
+        };
         let Some(((_, name), known)) = first else {
             self.leader = None;
             return Ok(());
@@ -207,6 +221,29 @@ mod tests {
     /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
     fn seq(cversion: i32) -> String {
         format!("{cversion:010}")
+    }
+
+    /// Once the parent's cversion stopped at 2^31 - 1, nodes share the suffix `2147483647`:
+    /// the leader is the one with the lowest czxid, whatever its name.
+    #[test]
+    fn the_leader_is_the_oldest_node_when_suffixes_tie() {
+        let mut model = Model::default();
+        let older = format!("_c_f-latch-{}", seq(i32::MAX));
+        let newer = format!("_c_0-latch-{}", seq(i32::MAX));
+        let pending = format!("_c_1-latch-{}", seq(i32::MIN));
+        for (name, czxid) in [(&newer, 20), (&pending, 15), (&older, 10)] {
+            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).expect("read");
+            model.nodes.insert(key(name), known);
+        }
+        let mut out = VecDeque::new();
+        model.settle(&mut out).expect("settles");
+        assert_eq!(out.pop_front().expect("a leader").term, FencingToken(10));
+        model.nodes.remove(&key(&older));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(out.pop_front().expect("a leader").term, FencingToken(15));
+        // A node deleted before it was read cannot be placed: the observation fails.
+        model.nodes.insert(key(&older), None);
+        assert!(model.settle(&mut out).is_err());
     }
 
     /// The observer's leader is the node created first, also when the parent's cversion wrapped

@@ -67,8 +67,9 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// The children of a lock's parent in creation order: by the sequence after the last `marker`
-/// (`lock-` for a mutex, `latch-` for an election), in [`CreationOrder`].
+/// The children of a lock's parent by the sequence after the last `marker` (`lock-` for a
+/// mutex, `latch-` for an election), in [`CreationOrder`].
+#[cfg(test)]
 pub(crate) fn sorted_contenders(children: Vec<String>, marker: &str) -> Vec<String> {
     sorted_by(children, |c| sort_key(c, marker))
 }
@@ -95,6 +96,23 @@ pub(crate) fn sequence(suffix: &str) -> Option<i32> {
         return None;
     }
     suffix.parse().ok()
+}
+
+/// Whether the sequence suffixes of a listing may not be in creation order: some suffix is
+/// `2147483647` or negative.
+///
+/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.5 and later: a create names its node
+/// with the cversion and raises it by one, but the server's tree keeps a new cversion only
+/// when it is larger, and one past 2^31 - 1 is -2^31. So every child created afterwards is
+/// named `…2147483647` (ties, in no order), except a create made while another one on the
+/// same parent is still pending, which gets `-2147483648`, `-2147483647`, … from the pending
+/// change. A server whose cversion does wrap names later nodes with negative sequences. Either
+/// way only the nodes' czxids order them: callers that decide grants read those instead.
+pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool {
+    suffixes
+        .into_iter()
+        .filter_map(sequence)
+        .any(|seq| seq == i32::MAX || seq < 0)
 }
 
 /// The order in which the nodes of one listing were created, from their sequence suffixes.
@@ -439,6 +457,16 @@ mod tests {
         let mut by_text = names.clone();
         by_text.sort_by(|a, b| sort_key(a, LATCH_MARKER).cmp(sort_key(b, LATCH_MARKER)));
         assert_eq!(sorted_contenders(names, LATCH_MARKER), by_text);
+    }
+
+    #[test]
+    fn suffixes_from_the_end_of_the_sequence_space_are_ambiguous() {
+        let key = |c: &'static str| sort_key(c, LOCK_MARKER);
+        assert!(!ambiguous(["0000000001", "2147483646", "junk"]));
+        assert!(ambiguous(["0000000001", "2147483647"]));
+        assert!(ambiguous([key("_c_a-lock--2147483648")]));
+        assert!(ambiguous([key("_c_a-lock--000000005")]));
+        assert!(!ambiguous([key("_c_a-lock-0000000005")]));
     }
 
     #[test]

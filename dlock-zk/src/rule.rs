@@ -61,12 +61,14 @@ impl Rule {
     /// The children of the parent in creation order (`paths::CreationOrder` of the suffix the
     /// matching Curator recipe sorts by; Curator's own order until the parent's cversion wraps).
     pub(crate) fn sort(self, children: Vec<String>) -> Vec<String> {
+        sorted_by(children, |c| self.key(c))
+    }
+
+    /// The text after the marker the matching Curator recipe sorts by: the node's sequence.
+    pub(crate) fn key(self, child: &str) -> &str {
         match self {
-            Rule::Read | Rule::Write => sorted_by(children, rw_sort_key),
-            other => {
-                let marker = other.marker();
-                sorted_by(children, |c| sort_key(c, marker))
-            }
+            Rule::Read | Rule::Write => rw_sort_key(child),
+            other => sort_key(child, other.marker()),
         }
     }
 
