@@ -9,9 +9,10 @@
 //! children of the parent, as `InterProcessSemaphoreV2`: [`SEMAPHORE_LOCKS`] (a mutex of
 //! `lock-` nodes guarding acquisition) and [`SEMAPHORE_LEASES`] (`lease-` nodes,
 //! [`LEASE_MARKER`]). Contenders are ordered by the sequence after the last marker, so the
-//! protection prefix never changes the order, in creation order also after the parent's
-//! cversion wrapped ([`sorted_contenders`], [`CreationOrder`]; the per-primitive order and grant
-//! rule are in `rule`).
+//! protection prefix never changes the order ([`CreationOrder`]; the per-primitive order and
+//! grant rule are in `rule`). Once the parent's cversion reaches 2^31 - 1 the sequences no
+//! longer tell creation order ([`ambiguous`]) and the grant paths order by czxid instead
+//! (`contend::in_creation_order`).
 
 use std::fmt::Write as _;
 
@@ -122,11 +123,12 @@ pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool
 /// created after the wrap sorts first) nor its numeric value orders nodes from both sides of
 /// a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
 /// circle): the oldest live node is the one after the largest gap between live sequences,
-/// and each node ranks by its distance from it. That is creation order whenever the live
-/// nodes' sequences span less than 2^31 — 2^31 child changes while the oldest node lives.
-/// Before any wrap (every sequence non-negative) it is the text order Curator uses, so dlock
-/// and Curator contenders agree; after a wrap, Curator's text order is wrong and theirs no
-/// longer agrees with ours.
+/// and each node ranks by its distance from it. That is creation order on a server whose
+/// cversion wraps, whenever the live nodes' sequences span less than 2^31 — 2^31 child changes
+/// while the oldest node lives. ZooKeeper 3.5 and later do not wrap but stop (see
+/// [`ambiguous`]), where only czxids tell the order: the grant paths check [`ambiguous`]
+/// first. Before the end of the sequence space (every sequence in 0..2^31 - 1) it is the text
+/// order Curator uses, so dlock and Curator contenders agree.
 ///
 /// Children whose suffix is no sequence rank after every sequential node, by text.
 #[derive(Debug, Clone, Copy)]
