@@ -102,9 +102,9 @@ pub(crate) fn sequence(suffix: &str) -> Option<i32> {
 /// Whether the sequence suffixes of a listing may not be in creation order: some suffix is
 /// `2147483647` or negative.
 ///
-/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.5 and later: a create names its node
-/// with the cversion and raises it by one, but the server's tree keeps a new cversion only
-/// when it is larger, and one past 2^31 - 1 is -2^31. So every child created afterwards is
+/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.8 (measured in `tests/sequences.rs`):
+/// a create names its node with the cversion and raises it by one, but the server's tree keeps
+/// a new cversion only when it is larger, and one past 2^31 - 1 is -2^31. So every child created afterwards is
 /// named `…2147483647` (ties, in no order), except a create made while another one on the
 /// same parent is still pending, which gets `-2147483648`, `-2147483647`, … from the pending
 /// change. A server whose cversion does wrap names later nodes with negative sequences. Either
@@ -118,16 +118,14 @@ pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool
 
 /// The order in which the nodes of one listing were created, from their sequence suffixes.
 ///
-/// The parent's cversion counts every child create and delete and wraps past 2^31 - 1 to
-/// -2^31 (and past -1 to 0), so neither the suffix text (Curator's order, in which every node
+/// Where the parent's cversion wraps past 2^31 - 1 to -2^31 (and past -1 to 0), neither the suffix text (Curator's order, in which every node
 /// created after the wrap sorts first) nor its numeric value orders nodes from both sides of
 /// a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
 /// circle): the oldest live node is the one after the largest gap between live sequences,
 /// and each node ranks by its distance from it. That is creation order on a server whose
 /// cversion wraps, whenever the live nodes' sequences span less than 2^31 — 2^31 child changes
-/// while the oldest node lives. ZooKeeper 3.5 and later do not wrap but stop (see
-/// [`ambiguous`]), where only czxids tell the order: the grant paths check [`ambiguous`]
-/// first. Before the end of the sequence space (every sequence in 0..2^31 - 1) it is the text
+/// while the oldest node lives. ZooKeeper 3.8 does not wrap but stops (see [`ambiguous`]),
+/// and then only czxids tell the order: the grant paths check [`ambiguous`] first. Before the end of the sequence space (every sequence in 0..2^31 - 1) it is the text
 /// order Curator uses, so dlock and Curator contenders agree.
 ///
 /// Children whose suffix is no sequence rank after every sequential node, by text.

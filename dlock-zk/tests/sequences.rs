@@ -247,7 +247,7 @@ async fn suffixes(z: &zookeeper_client::Client, parent: &str, marker: &str) -> V
 }
 
 /// Whether every suffix is one ZooKeeper gives once the parent's cversion reached 2^31 - 1:
-/// `2147483647` again (3.5 and later keep the cversion there), or negative (a server that
+/// `2147483647` again (ZooKeeper 3.8 keeps the cversion there), or negative (a server that
 /// wraps, or a create made while another was pending).
 fn past_the_end(suffixes: &[String]) -> bool {
     suffixes
