@@ -118,9 +118,9 @@ pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool
 
 /// The order in which the nodes of one listing were created, from their sequence suffixes.
 ///
-/// Where the parent's cversion wraps past 2^31 - 1 to -2^31 (and past -1 to 0), neither the suffix text (Curator's order, in which every node
-/// created after the wrap sorts first) nor its numeric value orders nodes from both sides of
-/// a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
+/// Where the parent's cversion wraps past 2^31 - 1 to -2^31 (and past -1 to 0), neither the
+/// suffix text (Curator's order, in which every node created after the wrap sorts first) nor
+/// its numeric value orders nodes from both sides of a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
 /// circle): the oldest live node is the one after the largest gap between live sequences,
 /// and each node ranks by its distance from it. That is creation order on a server whose
 /// cversion wraps, whenever the live nodes' sequences span less than 2^31 — 2^31 child changes
