@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::errors::{map, session_ended, transient};
-use crate::paths::{create_prefix, is_ours, node_name};
+use crate::paths::{ambiguous, create_prefix, is_ours, node_name};
 use crate::rule::{Rule, Turn};
 use crate::semaphore::check_permits;
 use crate::session::{DeleteTarget, Session, delete_target};
@@ -173,7 +173,15 @@ impl Contender {
                     }
                 }
             };
-            let sorted = self.rule.sort(children);
+            let sorted =
+                match in_creation_order(&self.sess, &self.parent, self.rule, children).await {
+                    Ok(sorted) => sorted,
+                    Err(e) => {
+                        self.classify(e)?;
+                        pause().await;
+                        continue;
+                    }
+                };
             let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
@@ -220,9 +228,16 @@ impl Contender {
                 None => {
                     tracing::trace!(node = %me, parent = %self.parent, "waiting for a change of the queue");
                     match client.list_and_watch_children(&self.parent).await {
-                        // Our turn came before the watch was set: list again behind a sync.
-                        Ok((now, _)) if self.holds_in(&now, &me) => continue,
-                        Ok((_, watcher)) => watcher,
+                        Ok((now, watcher)) => match self.holds_in(now, &me).await {
+                            // Our turn came before the watch was set: list again behind a sync.
+                            Ok(true) => continue,
+                            Ok(false) => watcher,
+                            Err(e) => {
+                                self.classify(e)?;
+                                pause().await;
+                                continue;
+                            }
+                        },
                         Err(zk::Error::NoNode) => return Err(self.vanished()),
                         Err(e) => {
                             self.classify(e)?;
@@ -242,12 +257,12 @@ impl Contender {
 
     /// Whether our node `me` holds (or is gone) in the listing `children`: either way the
     /// caller lists again behind a sync rather than waiting.
-    fn holds_in(&self, children: &[String], me: &str) -> bool {
-        let sorted = self.rule.sort(children.to_vec());
-        sorted
+    async fn holds_in(&self, children: Vec<String>, me: &str) -> Result<bool, zk::Error> {
+        let sorted = in_creation_order(&self.sess, &self.parent, self.rule, children).await?;
+        Ok(sorted
             .iter()
             .position(|n| n == me)
-            .is_none_or(|i| self.rule.turn(&sorted, i) == Turn::Granted)
+            .is_none_or(|i| self.rule.turn(&sorted, i) == Turn::Granted))
     }
 
     /// Our node was not found: because the session ended, or because someone deleted it. The
@@ -426,6 +441,44 @@ impl Contender {
             }
         }
     }
+}
+
+/// `children` (of `parent`, as listed) in creation order: by their sequence suffixes in
+/// `rule`'s order (see `rule`), unless the suffixes cannot tell (see `paths::ambiguous`: the
+/// parent's cversion reached 2^31 - 1), then by czxid, read for every child (sent at once; a
+/// child gone meanwhile is left out, and one created since the listing is younger than every
+/// listed node).
+///
+/// # Errors
+/// The server's error when a child's stat cannot be read.
+pub(crate) async fn in_creation_order(
+    sess: &Session,
+    parent: &str,
+    rule: Rule,
+    children: Vec<String>,
+) -> Result<Vec<String>, zk::Error> {
+    if !ambiguous(children.iter().map(|c| rule.key(c))) {
+        return Ok(rule.sort(children));
+    }
+    tracing::debug!(
+        %parent,
+        children = children.len(),
+        "sequence suffixes at the end of the sequence space: ordering the queue by czxid"
+    );
+    sess.counters
+        .add_requests(u64::try_from(children.len()).unwrap_or(u64::MAX));
+    let sent: Vec<_> = children
+        .iter()
+        .map(|c| sess.client.check_stat(&format!("{parent}/{c}")))
+        .collect();
+    let mut created = Vec::with_capacity(children.len());
+    for (child, reply) in children.into_iter().zip(sent) {
+        if let Some(stat) = reply.await? {
+            created.push((stat.czxid, child));
+        }
+    }
+    created.sort();
+    Ok(created.into_iter().map(|(_, child)| child).collect())
 }
 
 /// A short pause before retrying after a transient error (requests issued while disconnected

@@ -19,10 +19,11 @@ use dlock_core::{
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
+use crate::contend::in_creation_order;
 use crate::errors::{map, session_ended, transient};
 use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
-use crate::paths::{LATCH_MARKER, parent_of, sorted_contenders};
+use crate::paths::{LATCH_MARKER, parent_of};
 use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;
@@ -282,7 +283,10 @@ impl Election for ZkLocker {
                 Err(zk::Error::NoNode) => return Ok(None),
                 Err(e) => return Err(map("leader (listing the queue)", e)),
             };
-            let Some(first) = sorted_contenders(children, LATCH_MARKER).into_iter().next() else {
+            let sorted = in_creation_order(&sess, &parent, Rule::First(LATCH_MARKER), children)
+                .await
+                .map_err(|e| map("leader (ordering the queue)", e))?;
+            let Some(first) = sorted.into_iter().next() else {
                 return Ok(None);
             };
             // The node (its czxid, the value it campaigned with), then the parent's record
@@ -342,5 +346,31 @@ impl Election for ZkLocker {
 
     async fn close(&self) -> Result<(), Error> {
         Locker::close(self).await
+    }
+}
+
+#[cfg(feature = "testing")]
+impl ZkLocker {
+    /// Observes `name` as [`Election::observe`] does, running `after_listing` with the
+    /// observer's client once, right after the first snapshot's listing of the queue is
+    /// answered (to make a change land between the listing and what follows it). Only with the
+    /// `testing` feature; not a stable API.
+    ///
+    /// # Errors
+    /// As [`Election::observe`].
+    pub async fn observe_with_hook_for_test<F, Fut>(
+        &self,
+        name: &LockName,
+        after_listing: F,
+    ) -> Result<Box<dyn LeaderChanges>, Error>
+    where
+        F: FnOnce(zk::Client) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let sess = self.session().await?;
+        let hook: crate::observe::AfterListing =
+            Box::new(move |client| Box::pin(after_listing(client)));
+        let changes = ZkChanges::start_with_hook(sess, self.lock_path(name), hook).await?;
+        Ok(Box::new(changes))
     }
 }

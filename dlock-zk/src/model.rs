@@ -7,7 +7,7 @@ use dlock_core::{FencingToken, Leader};
 use zookeeper_client as zk;
 
 use crate::errors::map;
-use crate::paths::{LATCH_MARKER, sort_key};
+use crate::paths::{CreationOrder, LATCH_MARKER, ambiguous, sort_key};
 use crate::record::{Record, decode};
 
 /// A node's read: its data and stat, or why it could not be read.
@@ -46,8 +46,8 @@ pub(crate) struct Parent {
 /// The queue as the events describe it.
 #[derive(Debug, Default)]
 pub(crate) struct Model {
-    /// Every queued node by (Curator's sort key, name): the first leads. `None`: its data
-    /// could not be read before it was deleted.
+    /// Every queued node by (its sequence suffix, name): the first in [`CreationOrder`] leads.
+    /// `None`: its data could not be read before it was deleted.
     pub(crate) nodes: BTreeMap<(String, String), Option<Known>>,
     pub(crate) leader: Option<Current>,
     pub(crate) parent: Option<Parent>,
@@ -56,7 +56,7 @@ pub(crate) struct Model {
     pub(crate) record: Option<Record>,
 }
 
-/// A node's place in the queue: Curator's sort key, then the name.
+/// A node's entry in [`Model::nodes`]: its sequence suffix, then the name.
 pub(crate) fn key(name: &str) -> (String, String) {
     (sort_key(name, LATCH_MARKER).to_owned(), name.to_owned())
 }
@@ -82,7 +82,25 @@ impl Model {
 
     /// Recomputes the leader after a change; a new leader is reported into `out`.
     pub(crate) fn settle(&mut self, out: &mut VecDeque<Leader>) -> Result<(), String> {
-        let Some(((_, name), known)) = self.nodes.iter().next() else {
+        let suffixes = || self.nodes.keys().map(|(suffix, _)| suffix.as_str());
+        let first = if ambiguous(suffixes()) {
+            // The suffixes no longer tell the order (see `paths::ambiguous`): the czxids read
+            // do, but only if every node was read.
+            if let Some(((_, name), _)) = self.nodes.iter().find(|(_, k)| k.is_none()) {
+                return Err(format!(
+                    "{name} went before the observer could read it, and the queue's sequence numbers no longer tell whether it led"
+                ));
+            }
+            self.nodes
+                .iter()
+                .min_by_key(|(_, known)| known.as_ref().map(|k| k.czxid))
+        } else {
+            let order = CreationOrder::of(suffixes());
+            self.nodes.iter().min_by(|((a, an), _), ((b, bn), _)| {
+                order.rank(a).cmp(&order.rank(b)).then_with(|| an.cmp(bn))
+            })
+        };
+        let Some(((_, name), known)) = first else {
             self.leader = None;
             return Ok(());
         };
@@ -177,5 +195,86 @@ impl Model {
         });
         self.record = Some(record);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(czxid: i64) -> zk::Stat {
+        zk::Stat {
+            czxid,
+            mzxid: czxid,
+            pzxid: czxid,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 1,
+            data_length: 1,
+            num_children: 0,
+        }
+    }
+
+    /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
+    fn seq(cversion: i32) -> String {
+        format!("{cversion:010}")
+    }
+
+    /// Once the parent's cversion stopped at 2^31 - 1, nodes share the suffix `2147483647`:
+    /// the leader is the one with the lowest czxid, whatever its name.
+    #[test]
+    fn the_leader_is_the_oldest_node_when_suffixes_tie() {
+        let mut model = Model::default();
+        let older = format!("_c_f-latch-{}", seq(i32::MAX));
+        let newer = format!("_c_0-latch-{}", seq(i32::MAX));
+        let pending = format!("_c_1-latch-{}", seq(i32::MIN));
+        for (name, czxid) in [(&newer, 20), (&pending, 15), (&older, 10)] {
+            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).expect("read");
+            model.nodes.insert(key(name), known);
+        }
+        let mut out = VecDeque::new();
+        model.settle(&mut out).expect("settles");
+        assert_eq!(out.pop_front().expect("a leader").term, FencingToken(10));
+        model.nodes.remove(&key(&older));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(out.pop_front().expect("a leader").term, FencingToken(15));
+        // A node deleted before it was read cannot be placed: the observation fails.
+        model.nodes.insert(key(&older), None);
+        assert!(model.settle(&mut out).is_err());
+    }
+
+    /// The observer's leader is the node created first, also when the parent's cversion wrapped
+    /// between it and later campaigns.
+    #[test]
+    fn the_leader_is_the_node_created_before_the_wrap() {
+        let mut model = Model::default();
+        let first = format!("_c_b-latch-{}", seq(i32::MAX));
+        let second = format!("_c_a-latch-{}", seq(i32::MIN));
+        let third = format!("_c_c-latch-{}", seq(i32::MIN + 1));
+        for (name, czxid) in [(&third, 30), (&second, 20), (&first, 10)] {
+            let known = Model::known(Ok((name.as_bytes().to_vec(), stat(czxid))), 0).expect("read");
+            model.nodes.insert(key(name), known);
+        }
+        let mut out = VecDeque::new();
+        model.settle(&mut out).expect("settles");
+        let leader = out.pop_front().expect("a new leader");
+        assert_eq!(leader.term, FencingToken(10));
+        assert_eq!(leader.value, first.as_bytes());
+        assert!(out.is_empty());
+        model.nodes.remove(&key(&first));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(
+            out.pop_front().expect("a new leader").term,
+            FencingToken(20)
+        );
+        model.nodes.remove(&key(&second));
+        model.settle(&mut out).expect("settles");
+        assert_eq!(
+            out.pop_front().expect("a new leader").term,
+            FencingToken(30)
+        );
     }
 }

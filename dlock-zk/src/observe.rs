@@ -2,14 +2,15 @@
 //! parent, a snapshot of the queue aligned with the watch's event stream, and a model of the
 //! queue that the events then keep up to date.
 //!
-//! ZooKeeper delivers a session's watch events and replies in the order the server made the
-//! changes and answered the requests, and the client library hands each event to the watcher
-//! before it completes any later reply. So once the snapshot's listing is answered, every
-//! event already queued at the watcher is reflected in it (and dropped), and every later one
-//! is a change after it. The snapshot also reads every queued node's data (a waiter's value is
-//! needed the moment it leads, when it may already have resigned) and the parent's (the
-//! leader's latest proclamation); an event arriving before those reads are answered means the
-//! queue moved meanwhile, and the snapshot is taken again.
+//! Every event delivered before the snapshot's listing is sent reports a change the server made
+//! before the listing, so the snapshot drops those events (the listing reflects them). An event
+//! delivered after the listing was sent cannot be placed: the listing's reply is answered on
+//! the client's own task, which may already have delivered events of later changes by the time
+//! this task sees the reply. So the snapshot also reads every queued node's data (a waiter's
+//! value is needed the moment it leads, when it may already have resigned) and the parent's
+//! (the leader's latest proclamation), and any event delivered between sending the listing and
+//! the last of those replies means the queue moved meanwhile: the snapshot is taken again.
+//! Every event after a snapshot that was kept is a change after it.
 //!
 //! From then on the model applies every event in order: node created (its value is read at
 //! once), node deleted, the parent's proclamation record written (see `record`; a proclamation
@@ -40,6 +41,12 @@ use crate::session::Session;
 
 /// How many times a snapshot is taken again while the queue keeps moving.
 const SNAPSHOT_TRIES: usize = 16;
+
+/// A test hook run once, right after the first snapshot's listing is answered, with the
+/// observer's client (see `ZkLocker::observe_with_hook_for_test`).
+#[cfg(feature = "testing")]
+pub(crate) type AfterListing =
+    Box<dyn FnOnce(zk::Client) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// What applying an event needs read first.
 enum Need {
@@ -252,6 +259,30 @@ impl ZkChanges {
     /// # Cancel safety
     /// Dropping the future drops the watch.
     pub(crate) async fn start(sess: Arc<Session>, parent: String) -> Result<Self, Error> {
+        Self::start_hooked(
+            sess,
+            parent,
+            #[cfg(feature = "testing")]
+            None,
+        )
+        .await
+    }
+
+    /// As [`ZkChanges::start`], running `after_listing` once after a snapshot's listing.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn start_with_hook(
+        sess: Arc<Session>,
+        parent: String,
+        after_listing: AfterListing,
+    ) -> Result<Self, Error> {
+        Self::start_hooked(sess, parent, Some(after_listing)).await
+    }
+
+    async fn start_hooked(
+        sess: Arc<Session>,
+        parent: String,
+        #[cfg(feature = "testing")] mut after_listing: Option<AfterListing>,
+    ) -> Result<Self, Error> {
         let client = sess.client.clone();
         sess.counters.add_requests(1);
         let mut watcher = client
@@ -259,7 +290,15 @@ impl ZkChanges {
             .await
             .map_err(|e| map("observe (adding the watch)", e))?;
         for _ in 0..SNAPSHOT_TRIES {
-            let Some(model) = snapshot(&sess, &parent, &mut watcher).await? else {
+            let Some(model) = snapshot(
+                &sess,
+                &parent,
+                &mut watcher,
+                #[cfg(feature = "testing")]
+                &mut after_listing,
+            )
+            .await?
+            else {
                 tracing::debug!(%parent, "the queue moved while it was read; taking the snapshot again");
                 continue;
             };
@@ -301,8 +340,18 @@ async fn snapshot(
     sess: &Session,
     parent: &str,
     watcher: &mut zk::PersistentWatcher,
+    #[cfg(feature = "testing")] after_listing: &mut Option<AfterListing>,
 ) -> Result<Option<Model>, Error> {
     let client = &sess.client;
+    // Every event delivered before the listing is sent reports a change the server made before
+    // it received the listing: the listing reflects it. An event delivered later may report a
+    // change made after the listing (its reply and the event can reach us in either order as
+    // far as this task can tell), so any such event means the queue moved: take it again.
+    while let Some(event) = delivered(watcher) {
+        if let Some(why) = session_break(&event) {
+            return Err(Error::unavailable(why, None));
+        }
+    }
     sess.counters.add_requests(2);
     let synced = client.sync(parent);
     let listed = client.get_children(parent);
@@ -316,11 +365,9 @@ async fn snapshot(
         Err(zk::Error::NoNode) => (Vec::new(), None),
         Err(e) => return Err(map("observe (listing the queue)", e)),
     };
-    // Everything delivered so far is reflected in the listing.
-    while let Some(event) = delivered(watcher) {
-        if let Some(why) = session_break(&event) {
-            return Err(Error::unavailable(why, None));
-        }
+    #[cfg(feature = "testing")]
+    if let Some(hook) = after_listing.take() {
+        hook(client.clone()).await;
     }
     sess.counters
         .add_requests(u64::try_from(children.len()).unwrap_or(u64::MAX));
@@ -345,13 +392,16 @@ async fn snapshot(
         },
         None => None,
     };
+    // An event since the listing was sent: the queue or the parent may have changed after the
+    // listing (or between it and the reads).
     if let Some(event) = delivered(watcher) {
         if let Some(why) = session_break(&event) {
             return Err(Error::unavailable(why, None));
         }
         return Ok(None);
     }
-    // No event arrived: the parent's data is as the listing found it.
+    // No event arrived since the listing was sent: the parent's data is as the listing found
+    // it.
     let mut model = Model {
         parent: parent_stat.map(|s| Parent {
             czxid: Some(s.czxid),

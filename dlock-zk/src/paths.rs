@@ -8,9 +8,11 @@
 //! ([`READ_MARKER`], [`WRITE_MARKER`], as `InterProcessReadWriteLock`). A semaphore uses two
 //! children of the parent, as `InterProcessSemaphoreV2`: [`SEMAPHORE_LOCKS`] (a mutex of
 //! `lock-` nodes guarding acquisition) and [`SEMAPHORE_LEASES`] (`lease-` nodes,
-//! [`LEASE_MARKER`]). Contenders are ordered as Curator orders them: by the text after the
-//! last marker, so the protection prefix never changes the order ([`sorted_contenders`]; the
-//! per-primitive order and grant rule are in `rule`).
+//! [`LEASE_MARKER`]). Contenders are ordered by the sequence after the last marker, so the
+//! protection prefix never changes the order ([`CreationOrder`]; the per-primitive order and
+//! grant rule are in `rule`). Once the parent's cversion reaches 2^31 - 1 the sequences no
+//! longer tell creation order ([`ambiguous`]) and the grant paths order by czxid instead
+//! (`contend::in_creation_order`).
 
 use std::fmt::Write as _;
 
@@ -66,23 +68,122 @@ pub(crate) fn is_ours(child: &str, uuid: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('-'))
 }
 
-/// The children of a lock's parent in the order Curator's `InterProcessMutex` (marker `lock-`)
-/// or `LeaderLatch` (marker `latch-`) gives them: every child, by [`sort_key`] compared as text
-/// (ties, which sequential nodes never have, by name).
-///
-/// Text, not numbers: ZooKeeper names sequential nodes with `%010d` of the parent's cversion,
-/// which goes negative once it wraps (`lock--2147483648`), and Curator then sorts those
-/// nodes first (`-` sorts before digits) and among themselves as text. Using the very same
-/// order keeps a dlock contender and a Curator one from each believing it is first. (Java
-/// compares UTF-16 units, Rust bytes: the same order on the ASCII names ZooKeeper produces.)
+/// The children of a lock's parent by the sequence after the last `marker` (`lock-` for a
+/// mutex, `latch-` for an election), in [`CreationOrder`].
+#[cfg(test)]
 pub(crate) fn sorted_contenders(children: Vec<String>, marker: &str) -> Vec<String> {
     sorted_by(children, |c| sort_key(c, marker))
 }
 
-/// `children` ordered by `key` compared as text (ties by name).
+/// `children` in [`CreationOrder`] of the sequences `key` gives (ties, which sequential nodes
+/// never have, by name).
 pub(crate) fn sorted_by(mut children: Vec<String>, key: impl Fn(&str) -> &str) -> Vec<String> {
-    children.sort_by(|a, b| key(a).cmp(key(b)).then_with(|| a.cmp(b)));
+    let order = CreationOrder::of(children.iter().map(|c| key(c)));
+    children.sort_by(|a, b| {
+        order
+            .rank(key(a))
+            .cmp(&order.rank(key(b)))
+            .then_with(|| a.cmp(b))
+    });
     children
+}
+
+/// The sequence a sequential node's suffix encodes: ZooKeeper appends `%010d` of the parent's
+/// cversion, a signed 32-bit int (`0000000007`, after 2^31 - 1 changes `-2147483648`, later
+/// `-000000005`). `None` for any other text (a child created by name).
+pub(crate) fn sequence(suffix: &str) -> Option<i32> {
+    let digits = suffix.strip_prefix('-').unwrap_or(suffix);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    suffix.parse().ok()
+}
+
+/// Whether the sequence suffixes of a listing may not be in creation order: some suffix is
+/// `2147483647` or negative.
+///
+/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.8 (measured in `tests/sequences.rs`):
+/// a create names its node with the cversion and raises it by one, but the server's tree keeps
+/// a new cversion only when it is larger, and one past 2^31 - 1 is -2^31. So every child created afterwards is
+/// named `…2147483647` (ties, in no order), except a create made while another one on the
+/// same parent is still pending, which gets `-2147483648`, `-2147483647`, … from the pending
+/// change. A server whose cversion does wrap names later nodes with negative sequences. Either
+/// way only the nodes' czxids order them: callers that decide grants read those instead.
+pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool {
+    suffixes
+        .into_iter()
+        .filter_map(sequence)
+        .any(|seq| seq == i32::MAX || seq < 0)
+}
+
+/// The order in which the nodes of one listing were created, from their sequence suffixes.
+///
+/// Where the parent's cversion wraps past 2^31 - 1 to -2^31 (and past -1 to 0), neither the
+/// suffix text (Curator's order, in which every node created after the wrap sorts first) nor
+/// its numeric value orders nodes from both sides of a wrap. Sequences are compared in serial-number arithmetic instead (RFC 1982, on the 2^32
+/// circle): the oldest live node is the one after the largest gap between live sequences,
+/// and each node ranks by its distance from it. That is creation order on a server whose
+/// cversion wraps, whenever the live nodes' sequences span less than 2^31 — 2^31 child changes
+/// while the oldest node lives. ZooKeeper 3.8 does not wrap but stops (see [`ambiguous`]),
+/// and then only czxids tell the order: the grant paths check [`ambiguous`] first. Before the end of the sequence space (every sequence in 0..2^31 - 1) it is the text
+/// order Curator uses, so dlock and Curator contenders agree.
+///
+/// Children whose suffix is no sequence rank after every sequential node, by text.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CreationOrder {
+    /// The sequence (as an unsigned value on the circle) of the oldest live node.
+    oldest: u32,
+}
+
+/// A sequence's place on the 2^32 circle (its two's-complement bits).
+fn unsigned(seq: i32) -> u32 {
+    u32::from_ne_bytes(seq.to_ne_bytes())
+}
+
+impl CreationOrder {
+    /// The order of the nodes with these suffixes.
+    pub(crate) fn of<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> Self {
+        // Two's complement: -2^31 follows 2^31 - 1, as on the server.
+        let mut seqs: Vec<u32> = suffixes
+            .into_iter()
+            .filter_map(sequence)
+            .map(unsigned)
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
+            return CreationOrder { oldest: 0 };
+        };
+        // The gap from the highest value around the circle to the lowest first: without a
+        // wrap among the live nodes it is the largest, and the oldest is the lowest.
+        let mut oldest = first;
+        let mut widest = first.wrapping_sub(last);
+        for pair in seqs.windows(2) {
+            if let [a, b] = *pair {
+                let gap = b.wrapping_sub(a);
+                if gap > widest {
+                    widest = gap;
+                    oldest = b;
+                }
+            }
+        }
+        if seqs.len() > 1 && widest <= 1 << 31 {
+            tracing::warn!(
+                oldest = i32::from_ne_bytes(oldest.to_ne_bytes()),
+                "the live sequential nodes span half the sequence space or more: their creation order is ambiguous"
+            );
+        }
+        CreationOrder { oldest }
+    }
+
+    /// The place of the node with this suffix: sequential nodes by their distance from the
+    /// oldest, then the others by text.
+    pub(crate) fn rank<'a>(&self, suffix: &'a str) -> (bool, u32, &'a str) {
+        match sequence(suffix) {
+            Some(seq) => (false, unsigned(seq).wrapping_sub(self.oldest), ""),
+            None => (true, 0, suffix),
+        }
+    }
 }
 
 /// The parent of a node's path (`/` for a top-level node).
@@ -286,28 +387,86 @@ mod tests {
         );
     }
 
-    /// The names ZooKeeper gives after the parent's cversion wrapped (`%010d` of a negative
-    /// int), ordered as Curator's `LockInternals.getSortedChildren` orders them: by the text
-    /// after the last `lock-` (the whole name when there is none), compared as strings.
+    /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
+    pub(crate) fn suffix(cversion: i32) -> String {
+        format!("{cversion:010}")
+    }
+
     #[test]
-    fn contenders_sort_as_curator_sorts_them_across_a_cversion_wrap() {
-        let children = vec![
-            "_c_a-lock-2147483647".to_owned(),
-            "_c_b-lock--2147483648".to_owned(),
-            "_c_c-lock--2147483647".to_owned(),
-            "_c_d-lock-0000000001".to_owned(),
-            "_c_e-lock--000000001".to_owned(),
-        ];
+    fn suffixes_are_formatted_as_zookeeper_formats_them() {
+        assert_eq!(suffix(7), "0000000007");
+        assert_eq!(suffix(i32::MAX), "2147483647");
+        assert_eq!(suffix(i32::MAX.wrapping_add(1)), "-2147483648");
+        assert_eq!(suffix(-5), "-000000005");
+    }
+
+    /// Nodes created in this order as the parent's cversion passes 2^31 - 1 (the wrap) and then
+    /// -1 (back to 0): each must sort after every node created before it.
+    #[test]
+    fn contenders_keep_creation_order_across_a_cversion_wrap() {
+        for start in [i32::MAX - 3, -3, i32::MAX - 7, 0, i32::MIN] {
+            let created: Vec<String> = (0..8)
+                .map(|i| format!("_c_{i:02}-lock-{}", suffix(start.wrapping_add(i))))
+                .collect();
+            let mut listed = created.clone();
+            listed.reverse();
+            listed.swap(1, 5);
+            assert_eq!(
+                sorted_contenders(listed, LOCK_MARKER),
+                created,
+                "created from cversion {start}"
+            );
+        }
+    }
+
+    /// Gaps in the sequence (nodes deleted, changes by others) do not change the order as long
+    /// as the live sequences span less than 2^31.
+    #[test]
+    fn order_is_by_serial_arithmetic_within_half_the_sequence_space() {
+        let oldest = suffix(i32::MAX - 1_000_000_000);
+        let middle = suffix(i32::MAX);
+        let newest = suffix(i32::MAX.wrapping_add(1_000_000_000));
+        let sorted = sorted_contenders(
+            vec![
+                format!("_c_n-lock-{newest}"),
+                "junk".into(),
+                format!("_c_m-lock-{middle}"),
+                format!("_c_o-lock-{oldest}"),
+            ],
+            LOCK_MARKER,
+        );
         assert_eq!(
-            sorted_contenders(children, LOCK_MARKER),
+            sorted,
             [
-                "_c_e-lock--000000001",
-                "_c_c-lock--2147483647",
-                "_c_b-lock--2147483648",
-                "_c_d-lock-0000000001",
-                "_c_a-lock-2147483647",
+                format!("_c_o-lock-{oldest}"),
+                format!("_c_m-lock-{middle}"),
+                format!("_c_n-lock-{newest}"),
+                "junk".into(),
             ]
         );
+    }
+
+    /// Before any wrap (every suffix non-negative, ten digits) the order is Curator's: the
+    /// suffixes compared as text.
+    #[test]
+    fn without_a_wrap_the_order_is_curators_text_order() {
+        let names: Vec<String> = [5, 0, 1_999_999_999, 10, 2_147_483_647, 9]
+            .iter()
+            .map(|s| format!("_c_x{s}-latch-{}", suffix(*s)))
+            .collect();
+        let mut by_text = names.clone();
+        by_text.sort_by(|a, b| sort_key(a, LATCH_MARKER).cmp(sort_key(b, LATCH_MARKER)));
+        assert_eq!(sorted_contenders(names, LATCH_MARKER), by_text);
+    }
+
+    #[test]
+    fn suffixes_from_the_end_of_the_sequence_space_are_ambiguous() {
+        let key = |c: &'static str| sort_key(c, LOCK_MARKER);
+        assert!(!ambiguous(["0000000001", "2147483646", "junk"]));
+        assert!(ambiguous(["0000000001", "2147483647"]));
+        assert!(ambiguous([key("_c_a-lock--2147483648")]));
+        assert!(ambiguous([key("_c_a-lock--000000005")]));
+        assert!(!ambiguous([key("_c_a-lock-0000000005")]));
     }
 
     #[test]

@@ -58,14 +58,17 @@ impl Rule {
         }
     }
 
-    /// The children of the parent in the order the matching Curator recipe gives them.
+    /// The children of the parent in creation order (`paths::CreationOrder` of the suffix the
+    /// matching Curator recipe sorts by; Curator's own order until the parent's cversion wraps).
     pub(crate) fn sort(self, children: Vec<String>) -> Vec<String> {
+        sorted_by(children, |c| self.key(c))
+    }
+
+    /// The text after the marker the matching Curator recipe sorts by: the node's sequence.
+    pub(crate) fn key(self, child: &str) -> &str {
         match self {
-            Rule::Read | Rule::Write => sorted_by(children, rw_sort_key),
-            other => {
-                let marker = other.marker();
-                sorted_by(children, |c| sort_key(c, marker))
-            }
+            Rule::Read | Rule::Write => rw_sort_key(child),
+            other => sort_key(child, other.marker()),
         }
     }
 
@@ -140,6 +143,87 @@ mod tests {
             Rule::First(LOCK_MARKER).turn(&q, 1),
             Turn::Node("r1".into())
         );
+    }
+
+    /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
+    fn seq(cversion: i32) -> String {
+        format!("{cversion:010}")
+    }
+
+    /// The grant each rule makes to the node of `index` (in creation order) after sorting a
+    /// listing in which the nodes appear in reverse.
+    fn turn_of(rule: Rule, created: &[String], index: usize) -> Turn {
+        let mut listed = created.to_vec();
+        listed.reverse();
+        let sorted = rule.sort(listed);
+        let at = sorted
+            .iter()
+            .position(|n| *n == created[index])
+            .expect("the node is listed");
+        rule.turn(&sorted, at)
+    }
+
+    /// The last node created before the parent's cversion wrapped holds; the first one created
+    /// after it must wait for it (mutex, election and semaphore guard alike).
+    #[test]
+    fn a_node_created_after_the_wrap_waits_for_the_holder_from_before_it() {
+        for marker in [LOCK_MARKER, crate::paths::LATCH_MARKER] {
+            let rule = Rule::First(marker);
+            let created = names(&[
+                &format!("_c_b-{marker}{}", seq(i32::MAX)),
+                &format!("_c_a-{marker}{}", seq(i32::MIN)),
+                &format!("_c_c-{marker}{}", seq(i32::MIN + 1)),
+            ]);
+            assert_eq!(turn_of(rule, &created, 0), Turn::Granted, "{marker}");
+            assert_eq!(
+                turn_of(rule, &created, 1),
+                Turn::Node(created[0].clone()),
+                "{marker}"
+            );
+            assert_eq!(
+                turn_of(rule, &created, 2),
+                Turn::Node(created[1].clone()),
+                "{marker}"
+            );
+        }
+    }
+
+    #[test]
+    fn readers_and_writers_keep_their_order_across_the_wrap() {
+        let created = names(&[
+            &format!("_c_r1-__READ__{}", seq(i32::MAX - 1)),
+            &format!("_c_w2-__WRIT__{}", seq(i32::MAX)),
+            &format!("_c_r3-__READ__{}", seq(i32::MIN)),
+            &format!("_c_w4-__WRIT__{}", seq(i32::MIN + 1)),
+        ]);
+        assert_eq!(turn_of(Rule::Read, &created, 0), Turn::Granted);
+        assert_eq!(
+            turn_of(Rule::Write, &created, 1),
+            Turn::Node(created[0].clone())
+        );
+        assert_eq!(
+            turn_of(Rule::Read, &created, 2),
+            Turn::Node(created[1].clone())
+        );
+        assert_eq!(
+            turn_of(Rule::Write, &created, 3),
+            Turn::Node(created[2].clone())
+        );
+    }
+
+    #[test]
+    fn permits_beyond_n_wait_across_the_wrap() {
+        let created = names(&[
+            &format!("_c_a-lease-{}", seq(i32::MAX - 1)),
+            &format!("_c_b-lease-{}", seq(i32::MAX)),
+            &format!("_c_c-lease-{}", seq(i32::MIN)),
+            &format!("_c_d-lease-{}", seq(i32::MIN + 5)),
+        ]);
+        let rule = Rule::Lease { permits: 2 };
+        assert_eq!(turn_of(rule, &created, 0), Turn::Granted);
+        assert_eq!(turn_of(rule, &created, 1), Turn::Granted);
+        assert_eq!(turn_of(rule, &created, 2), Turn::Children);
+        assert_eq!(turn_of(rule, &created, 3), Turn::Children);
     }
 
     #[test]

@@ -362,3 +362,57 @@ async fn an_observer_sharing_its_session_with_a_campaign_sees_every_change() {
     assert!(seen[2].term > seen[1].term, "{seen:?}");
     lb.resign().await.unwrap();
 }
+
+/// A campaign that lands right after the observer's snapshot listed the queue (its event
+/// reaches the observer after the listing's reply) is still followed: when the leader resigns,
+/// the observer reports it as the next leader. The hook creates the node through the
+/// observer's own session and waits for the reply, so its event is already delivered when the
+/// snapshot goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_a_campaign_made_right_after_its_listing() {
+    let Some(c) = shared(1) else { return };
+    let connect = &c.endpoints()[0];
+    let ns = namespace("election-observe-after-listing");
+    let (a, o) = (
+        locker(connect, &ns, TTL).await,
+        locker(connect, &ns, TTL).await,
+    );
+    let name = LockName::new("after-listing").unwrap();
+    let parent = o.lock_path(&name);
+    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let prefix = format!("{parent}/_c_6f1d2a3e-0c4b-4e8f-9a1b-2c3d4e5f6a7b-latch-");
+    let mut changes = o
+        .observe_with_hook_for_test(&name, move |client| async move {
+            let created = client
+                .create(
+                    &prefix,
+                    b"b1",
+                    &zookeeper_client::CreateMode::EphemeralSequential
+                        .with_acls(zookeeper_client::Acls::anyone_all()),
+                )
+                .await
+                .map(|(stat, seq)| (stat.czxid, format!("{prefix}{seq}")));
+            let _ = tx.send(created);
+        })
+        .await
+        .unwrap();
+    let (czxid_b, node_b) = rx.await.unwrap().unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Leader {
+            term: la.term(),
+            value: b"a1".to_vec()
+        }
+    );
+    la.resign().await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        Leader {
+            term: dlock_core::FencingToken(u64::try_from(czxid_b).unwrap()),
+            value: b"b1".to_vec()
+        },
+        "the campaign made right after the listing ({node_b}) leads now"
+    );
+    raw(connect).await.delete(&node_b, None).await.unwrap();
+}
