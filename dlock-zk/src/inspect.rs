@@ -4,6 +4,7 @@
 use dlock_core::{Error, FencingToken, HolderState, LockName, LockState};
 use zookeeper_client as zk;
 
+use crate::contend::in_creation_order;
 use crate::errors::map;
 use crate::locker::ZkLocker;
 use crate::paths::LOCK_MARKER;
@@ -39,11 +40,16 @@ impl ZkLocker {
                 Ok(()) | Err(zk::Error::NoNode) => listed,
                 Err(e) => Err(e),
             };
-            let sorted = match children {
-                Ok(c) => rule.sort(c),
+            let children = match children {
+                Ok(c) => c,
                 // A name never used (or whose container the server removed): nobody.
                 Err(zk::Error::NoNode) => return Ok(LockState::new(None, Some(0))),
                 Err(e) => return Err(self.inspect_error("listing the queue", e)),
+            };
+            // The order contenders use, by czxid past the end of the sequence range.
+            let sorted = match in_creation_order(&sess, &parent, rule, children).await {
+                Ok(sorted) => sorted,
+                Err(e) => return Err(self.inspect_error("ordering the queue", e)),
             };
             let Some(holder) = (0..sorted.len())
                 .find(|&i| rule.turn(&sorted, i) == Turn::Granted)

@@ -330,7 +330,7 @@ fn bursts(log: &[Instant]) -> Vec<(Instant, Duration)> {
 }
 
 /// Waits for a renewal that ended a silence of the client at least 4/5 of the longest it kept
-/// so far (its steady state since the grant), at most 3 TTLs, and returns at once after it with
+/// so far (its steady state since the grant), at most 2 TTLs, and returns at once after it with
 /// (the silence before that renewal, the longest silence). A renewal is a moved `deadline()`;
 /// its request is the last burst the client sent before the move was seen.
 ///
@@ -365,7 +365,7 @@ async fn after_long_silence(
             .rev()
             .find(|&&(start, _)| start <= seen)
             .map_or(Duration::ZERO, |&(_, gap)| gap);
-        if silence >= goal || began.elapsed() >= ttl * 3 {
+        if silence >= goal || began.elapsed() >= ttl * 2 {
             return Ok((silence, longest));
         }
     }
