@@ -868,7 +868,28 @@ mod soak {
             .ok_or_else(|| format!("no test executable for {krate} --test {target}"))
     }
 
-    /// Runs the soak; fails when any backend's soak failed or did not report.
+    /// One backend's soak from its `DLOCK_SOAK` lines and exit status: `Ok` with the line to
+    /// show for a result (or, with `ci` false, a skip), `Err` with why it failed. A run
+    /// without a result line fails, and so does any skip under `ci`: the soak cannot pass
+    /// with nothing tested there.
+    pub fn judge_one(lines: &[String], success: bool, ci: bool) -> Result<String, String> {
+        let result = lines.iter().find(|l| l.starts_with("DLOCK_SOAK result"));
+        let last = lines
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "no soak report".into());
+        match result {
+            Some(line) if success => Ok(line.clone()),
+            _ if success && last.starts_with("DLOCK_SOAK skipped") && !ci => Ok(last),
+            _ if last.starts_with("DLOCK_SOAK skipped") => {
+                Err(format!("{last} (under CI a skip is a failure)"))
+            }
+            _ => Err(last),
+        }
+    }
+
+    /// Runs the soak; fails when any backend's soak failed, did not report, or (under `CI`)
+    /// skipped.
     pub fn run(
         root: &Path,
         backends: &[Backend],
@@ -939,28 +960,15 @@ mod soak {
         }
         let mut failures = Vec::new();
         let mut table = Vec::new();
+        let ci = std::env::var_os("CI").is_some();
         for (name, mut child, reader) in running {
             let status = child
                 .wait()
                 .map_err(|e| format!("waiting for {name}: {e}"))?;
             let lines = reader.join().unwrap_or_default();
-            let result = lines
-                .iter()
-                .find(|l| l.starts_with("DLOCK_SOAK result"))
-                .cloned();
-            match (&result, status.success()) {
-                (Some(line), true) => table.push(format!("{name:<18} {line}")),
-                _ => {
-                    let why = lines
-                        .last()
-                        .cloned()
-                        .unwrap_or_else(|| "no soak report".into());
-                    if why.starts_with("DLOCK_SOAK skipped") && status.success() {
-                        table.push(format!("{name:<18} {why}"));
-                    } else {
-                        failures.push(format!("{name}: {why} (exit {status})"));
-                    }
-                }
+            match judge_one(&lines, status.success(), ci) {
+                Ok(line) => table.push(format!("{name:<18} {line}")),
+                Err(why) => failures.push(format!("{name}: {why} (exit {status})")),
             }
         }
         println!(
@@ -985,6 +993,35 @@ mod soak {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        fn lines(v: &[&str]) -> Vec<String> {
+            v.iter().map(|x| x.to_string()).collect()
+        }
+
+        /// A skip passes only outside CI; a run without a result line never passes.
+        #[test]
+        fn a_soak_passes_only_with_a_result_and_skips_only_outside_ci() {
+            let result = lines(&["DLOCK_SOAK result backend=memory seed=1 secs=60 grants=90"]);
+            assert!(judge_one(&result, true, true).is_ok());
+            assert!(
+                judge_one(&result, false, true).is_err(),
+                "a failed exit fails"
+            );
+            let skipped = lines(&["DLOCK_SOAK skipped backend=zk reason=\"no zkServer\""]);
+            assert!(
+                judge_one(&skipped, true, false).is_ok(),
+                "a skip outside CI"
+            );
+            let err = judge_one(&skipped, true, true).expect_err("a skip under CI fails");
+            assert!(err.contains("under CI a skip is a failure"), "{err}");
+            let failed = lines(&["DLOCK_SOAK failed backend=redis reason=\"too little\""]);
+            assert!(judge_one(&failed, false, false).is_err());
+            assert_eq!(
+                judge_one(&[], true, false),
+                Err("no soak report".to_string()),
+                "a run that printed nothing fails"
+            );
+        }
 
         #[test]
         fn durations_parse() {
