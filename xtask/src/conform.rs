@@ -396,7 +396,7 @@ pub fn render(backends: &[&'static str], not_enrolled: &[&'static str], report: 
     }
     if !not_enrolled.is_empty() {
         out.push_str(&format!(
-            "\nnot enrolled (no conformance_tests! in its crate yet): {}\n",
+            "\nNOT ENROLLED (no test binary runs them; this fails the run): {}\n",
             not_enrolled.join(", ")
         ));
     }
@@ -491,7 +491,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         opts.backends.iter().partition(|b| listing.enrolled(b));
     let expected = listing.scenarios(&enrolled_backends);
     if let Some(duration) = opts.soak {
-        return soak::run(&root, &enrolled_backends, duration, opts.seed);
+        let soaked = soak::run(&root, &enrolled_backends, duration, opts.seed);
+        let dropped = enrolment_failures(&not_enrolled);
+        if !dropped.is_empty() {
+            let mut all = dropped;
+            all.extend(soaked.err());
+            return Err(format!("soak failed:\n  {}", all.join("\n  ")));
+        }
+        return soaked;
     }
     if let Some(dir) = &opts.from {
         return judge(
@@ -547,8 +554,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
     judged
 }
 
+/// One failure for each backend of xtask's table that no test binary enrols: it would never be
+/// run or judged, so it fails the run instead of dropping out of the table in silence.
+pub fn enrolment_failures(not_enrolled: &[Backend]) -> Vec<String> {
+    not_enrolled
+        .iter()
+        .map(|b| {
+            format!(
+                "{}: in xtask's backend table, but no test binary enrols it (no \
+                 conformance_tests! module `{}` in {} --test {})",
+                b.name, b.module, b.krate, b.target
+            )
+        })
+        .collect()
+}
+
 /// Judges the rows the suite wrote to `dir` for `backends`: builds the report (failed and
-/// missing rows fail), applies the committed skip allowlist, prints the table, writes the JSON
+/// missing rows fail, and so does every backend of `not_enrolled`: see
+/// [`enrolment_failures`]), applies the committed skip allowlist, prints the table, writes the JSON
 /// rows to `json` when given. `cargo xtask conform` and `cargo xtask test` both end here, so CI
 /// sees the same table.
 ///
@@ -570,6 +593,7 @@ pub fn judge(
     let skipped_names: Vec<&'static str> = not_enrolled.iter().map(|b| b.name).collect();
     let mut report = build_report_with(&names, rows, expected);
     report.failures.extend(bad);
+    report.failures.extend(enrolment_failures(not_enrolled));
     match crate::allowlist::load(root) {
         Ok(allowed) => {
             report
@@ -730,7 +754,48 @@ mod tests {
         assert!(text.contains("memory::fifo: because"));
         assert!(text.contains("redis::herd: because"));
         assert!(text.contains("x_ms=1.5"));
-        assert!(text.contains("not enrolled") && text.contains("zk"));
+        assert!(text.contains("NOT ENROLLED") && text.contains("zk"));
+    }
+
+    /// A backend of the table that no test binary enrols fails the judgement, even when every
+    /// row of the enrolled ones passed; without it the same rows pass.
+    #[test]
+    fn a_backend_nobody_enrols_fails_the_run() {
+        let dir = std::env::temp_dir().join(format!("conform-enrol-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let only = Backend {
+            name: "judge-test-only",
+            krate: "none",
+            target: "none",
+            module: "judge_test_only",
+        };
+        std::fs::write(
+            dir.join("only__a.json"),
+            json!({"backend": only.name, "scenario": "a", "status": "pass", "reason": "", "figures": {}})
+                .to_string(),
+        )
+        .expect("write");
+        let expected: BTreeSet<String> = ["a".to_string()].into();
+        let root = workspace_root();
+        let zk = BACKENDS
+            .iter()
+            .find(|b| b.name == "zk")
+            .copied()
+            .expect("zk is in the table");
+        let clean = judge(&root, &dir, &[only], &[], &expected, None, Vec::new());
+        let dropped = judge(&root, &dir, &[only], &[zk], &expected, None, Vec::new());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            clean,
+            Ok(()),
+            "the control passes with every backend enrolled"
+        );
+        let err = dropped.expect_err("a backend nobody enrols fails the run");
+        assert!(
+            err.contains("zk: in xtask's backend table, but no test binary enrols it"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -803,7 +868,28 @@ mod soak {
             .ok_or_else(|| format!("no test executable for {krate} --test {target}"))
     }
 
-    /// Runs the soak; fails when any backend's soak failed or did not report.
+    /// One backend's soak from its `DLOCK_SOAK` lines and exit status: `Ok` with the line to
+    /// show for a result (or, with `ci` false, a skip), `Err` with why it failed. A run
+    /// without a result line fails, and so does any skip under `ci`: the soak cannot pass
+    /// with nothing tested there.
+    pub fn judge_one(lines: &[String], success: bool, ci: bool) -> Result<String, String> {
+        let result = lines.iter().find(|l| l.starts_with("DLOCK_SOAK result"));
+        let last = lines
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "no soak report".into());
+        match result {
+            Some(line) if success => Ok(line.clone()),
+            _ if success && last.starts_with("DLOCK_SOAK skipped") && !ci => Ok(last),
+            _ if last.starts_with("DLOCK_SOAK skipped") => {
+                Err(format!("{last} (under CI a skip is a failure)"))
+            }
+            _ => Err(last),
+        }
+    }
+
+    /// Runs the soak; fails when any backend's soak failed, did not report, or (under `CI`)
+    /// skipped.
     pub fn run(
         root: &Path,
         backends: &[Backend],
@@ -874,28 +960,15 @@ mod soak {
         }
         let mut failures = Vec::new();
         let mut table = Vec::new();
+        let ci = std::env::var_os("CI").is_some();
         for (name, mut child, reader) in running {
             let status = child
                 .wait()
                 .map_err(|e| format!("waiting for {name}: {e}"))?;
             let lines = reader.join().unwrap_or_default();
-            let result = lines
-                .iter()
-                .find(|l| l.starts_with("DLOCK_SOAK result"))
-                .cloned();
-            match (&result, status.success()) {
-                (Some(line), true) => table.push(format!("{name:<18} {line}")),
-                _ => {
-                    let why = lines
-                        .last()
-                        .cloned()
-                        .unwrap_or_else(|| "no soak report".into());
-                    if why.starts_with("DLOCK_SOAK skipped") && status.success() {
-                        table.push(format!("{name:<18} {why}"));
-                    } else {
-                        failures.push(format!("{name}: {why} (exit {status})"));
-                    }
-                }
+            match judge_one(&lines, status.success(), ci) {
+                Ok(line) => table.push(format!("{name:<18} {line}")),
+                Err(why) => failures.push(format!("{name}: {why} (exit {status})")),
             }
         }
         println!(
@@ -920,6 +993,35 @@ mod soak {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        fn lines(v: &[&str]) -> Vec<String> {
+            v.iter().map(|x| x.to_string()).collect()
+        }
+
+        /// A skip passes only outside CI; a run without a result line never passes.
+        #[test]
+        fn a_soak_passes_only_with_a_result_and_skips_only_outside_ci() {
+            let result = lines(&["DLOCK_SOAK result backend=memory seed=1 secs=60 grants=90"]);
+            assert!(judge_one(&result, true, true).is_ok());
+            assert!(
+                judge_one(&result, false, true).is_err(),
+                "a failed exit fails"
+            );
+            let skipped = lines(&["DLOCK_SOAK skipped backend=zk reason=\"no zkServer\""]);
+            assert!(
+                judge_one(&skipped, true, false).is_ok(),
+                "a skip outside CI"
+            );
+            let err = judge_one(&skipped, true, true).expect_err("a skip under CI fails");
+            assert!(err.contains("under CI a skip is a failure"), "{err}");
+            let failed = lines(&["DLOCK_SOAK failed backend=redis reason=\"too little\""]);
+            assert!(judge_one(&failed, false, false).is_err());
+            assert_eq!(
+                judge_one(&[], true, false),
+                Err("no soak report".to_string()),
+                "a run that printed nothing fails"
+            );
+        }
 
         #[test]
         fn durations_parse() {

@@ -67,12 +67,14 @@ fn main() -> ExitCode {
 fn enrolled() -> Result<(), String> {
     let listing = listing::Listing::ask_workspace(&conform::workspace_root())?;
     let all = listing.scenarios(&conform::BACKENDS);
+    let mut dropped = Vec::new();
     for b in &conform::BACKENDS {
         if listing.enrolled(b) {
             let n = listing.scenarios(std::slice::from_ref(b)).len();
             println!("{:18} {n} scenarios", b.name);
         } else {
-            println!("{:18} not enrolled", b.name);
+            println!("{:18} NOT ENROLLED", b.name);
+            dropped.push(*b);
         }
     }
     println!(
@@ -80,7 +82,12 @@ fn enrolled() -> Result<(), String> {
         all.len(),
         all.into_iter().collect::<Vec<_>>().join(" ")
     );
-    Ok(())
+    let failures = conform::enrolment_failures(&dropped);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
 }
 
 /// Runs one step; fails with the step's name.

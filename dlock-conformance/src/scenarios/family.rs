@@ -73,14 +73,23 @@ pub(crate) async fn rw_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
                 )));
             }
         };
+        let readers_only = ctx.leftovers().await?;
         let intruder = w
             .write(&lock, AcquireOptions::wait(Duration::from_secs(1)))
             .await;
+        // Not granted: the wait ended (with a request still unanswered on a slow server, a
+        // bounded wait may end `Unavailable`); what the server holds is judged while the
+        // readers still hold.
+        let judged = match &intruder {
+            Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) => {
+                judge_extra_at_server(ctx, &readers_only, "the writer", "two readers", e).await
+            }
+            _ => Ok(()),
+        };
         ra.release().await?;
         rb.release().await?;
+        judged?;
         match intruder {
-            // Not granted: the wait ended (with a request still unanswered on a slow server,
-            // a bounded wait may end `Unavailable`).
             Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) => {}
             Err(e) => return Err(Verdict::Fail(format!("the writer failed: {e}"))),
             Ok(lease) => {
@@ -268,15 +277,25 @@ pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
             }
         }
         let extra = semaphore(ctx, opts.clone()).await?;
+        let holders_only = ctx.leftovers().await?;
         let intruder = extra
             .acquire_permit(&lock, PERMITS, AcquireOptions::wait(Duration::from_secs(1)))
             .await;
+        // Not granted: the wait ended (with a request still unanswered on a slow server, a
+        // bounded wait may end `Unavailable`); what the server holds is judged while the
+        // permits are still held.
+        let judged = match &intruder {
+            Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) => {
+                let holders = format!("the {PERMITS} permit holders");
+                judge_extra_at_server(ctx, &holders_only, "the extra acquire", &holders, e).await
+            }
+            _ => Ok(()),
+        };
         for p in permits {
             p.release().await?;
         }
+        judged?;
         match intruder {
-            // Not granted: the wait ended (with a request still unanswered on a slow server,
-            // a bounded wait may end `Unavailable`).
             Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) => {}
             Err(e) => return Err(Verdict::Fail(format!("the extra acquire failed: {e}"))),
             Ok(p) => {
@@ -424,6 +443,46 @@ pub(crate) async fn rw_lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
 
 fn lease_token(lease: &Lease) -> u64 {
     lease.token().get()
+}
+
+/// How long an extra request that ended without a grant may keep entries at the server
+/// (withdrawing a timed-out request is a delete the locker may finish in the background).
+fn withdraw_bound(ctx: &Ctx) -> Duration {
+    ctx.ttl() * 2
+}
+
+/// Judged at the server: the extra request `what` of a primitive held by `holders` ended
+/// without a grant (`Timeout`, or `Unavailable` when the reply was lost), so the server must
+/// hold no more than before it: within [`withdraw_bound`] the namespace's entries must be back
+/// to `before` (read while only the holders held; compared as multisets, an entry gone since
+/// is fine). An entry the extra request keeps there may be a grant its client was never told
+/// of: more than `holders` holding at once. Call it while the holders still hold.
+async fn judge_extra_at_server(
+    ctx: &Ctx,
+    before: &[String],
+    what: &str,
+    holders: &str,
+    answer: &dlock_core::Error,
+) -> Result<(), Verdict> {
+    let began = Instant::now();
+    loop {
+        let now = ctx.leftovers().await?;
+        let extra = minus(&now, before);
+        if extra.is_empty() {
+            ctx.figure_ms("extra_withdrawn_ms", began.elapsed());
+            return Ok(());
+        }
+        if began.elapsed() >= withdraw_bound(ctx) {
+            return Err(Verdict::Fail(format!(
+                "{what} answered {:?} ({answer}), but the server still keeps entries of it \
+                 {:?} later while {holders} hold: {extra:?} (with the holders alone: \
+                 {before:?}); more than {holders} may hold at once",
+                answer.kind(),
+                withdraw_bound(ctx)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// What one request of a family primitive holds.
