@@ -358,6 +358,7 @@ impl ZkLocker {
     ///
     /// # Errors
     /// As [`Election::observe`].
+    #[cfg(feature = "testing")]
     pub async fn observe_with_hook_for_test<F, Fut>(
         &self,
         name: &LockName,

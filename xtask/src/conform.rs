@@ -25,7 +25,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 17] = [
+pub const BACKENDS: [Backend; 20] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -131,6 +131,26 @@ pub const BACKENDS: [Backend; 17] = [
         krate: "dlock-zk",
         target: "conformance_secure",
         module: "zk_digest",
+    },
+    // The timing scenarios at the servers' defaults ([`SUBSET_ROWS`]): their own binaries,
+    // which `cargo xtask test` runs beside the compile steps (they mostly wait on long leases).
+    Backend {
+        name: "zk-prod",
+        krate: "dlock-zk",
+        target: "conformance_prod",
+        module: "zk_prod",
+    },
+    Backend {
+        name: "zk-prod-30",
+        krate: "dlock-zk",
+        target: "conformance_prod",
+        module: "zk_prod_30",
+    },
+    Backend {
+        name: "etcd-prod",
+        krate: "dlock-etcd",
+        target: "conformance_prod",
+        module: "etcd_prod",
     },
 ];
 
@@ -273,22 +293,47 @@ pub fn read_rows(dir: &Path) -> Result<(Vec<Value>, Vec<String>), String> {
 /// missing (backend, scenario) pair is a failure. The scenario set is the union over backends.
 #[cfg(test)]
 pub fn build_report(backends: &[&'static str], rows: Vec<Value>) -> Report {
-    build_report_with(backends, rows, &BTreeSet::new())
+    build_report_with(backends, rows, &Expected::default())
 }
 
-/// Builds the report for `backends` from `rows`, where `expected` names scenarios that must have
-/// a row for every backend even if no backend wrote one (the suite's own scenario list).
+/// The rows enrolled with a list of scenarios (`conformance_tests!(…, only = […])`): the
+/// timing scenarios at the servers' default settings. Each must have a row for every scenario
+/// its binary lists; every other row, for every scenario of the suite.
+pub const SUBSET_ROWS: [&str; 3] = ["zk-prod", "zk-prod-30", "etcd-prod"];
+
+/// The scenarios that must have rows.
+#[derive(Debug, Default, Clone)]
+pub struct Expected {
+    /// Scenarios every row enrolled with the whole suite must have, even if no backend wrote
+    /// one (the suite's own scenario list).
+    pub all: BTreeSet<String>,
+    /// The scenarios of each row of [`SUBSET_ROWS`], by report name.
+    pub only: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl From<BTreeSet<String>> for Expected {
+    fn from(all: BTreeSet<String>) -> Self {
+        Expected {
+            all,
+            only: BTreeMap::new(),
+        }
+    }
+}
+
+/// Builds the report for `backends` from `rows`, where `expected` names the scenarios that must
+/// have a row (see [`Expected`]).
 pub fn build_report_with(
     backends: &[&'static str],
     rows: Vec<Value>,
-    expected: &BTreeSet<String>,
+    expected: &Expected,
 ) -> Report {
     let mut report = Report::default();
-    let mut scenarios: BTreeSet<String> = rows
+    let mut suite: BTreeSet<String> = rows
         .iter()
+        .filter(|r| !expected.only.contains_key(field(r, "backend")))
         .map(|r| field(r, "scenario").to_string())
         .collect();
-    scenarios.extend(expected.iter().cloned());
+    suite.extend(expected.all.iter().cloned());
     for b in backends {
         let mine: Vec<&Value> = rows.iter().filter(|r| field(r, "backend") == *b).collect();
         if mine.is_empty() {
@@ -296,7 +341,8 @@ pub fn build_report_with(
                 "{b}: no rows at all (its tests did not run or did not build)"
             ));
         }
-        for s in &scenarios {
+        let scenarios = expected.only.get(*b).unwrap_or(&suite);
+        for s in scenarios {
             match mine.iter().find(|r| field(r, "scenario") == s) {
                 Some(r) if field(r, "status") == "fail" => {
                     report
@@ -489,7 +535,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let listing = Listing::ask(&root, &opts.backends)?;
     let (enrolled_backends, not_enrolled): (Vec<Backend>, Vec<Backend>) =
         opts.backends.iter().partition(|b| listing.enrolled(b));
-    let expected = listing.scenarios(&enrolled_backends);
+    let expected = listing.expected(&enrolled_backends);
     if let Some(duration) = opts.soak {
         let soaked = soak::run(&root, &enrolled_backends, duration, opts.seed);
         let dropped = enrolment_failures(&not_enrolled);
@@ -584,7 +630,7 @@ pub fn judge(
     dir: &Path,
     backends: &[Backend],
     not_enrolled: &[Backend],
-    expected: &BTreeSet<String>,
+    expected: &Expected,
     json: Option<&Path>,
     run_failures: Vec<String>,
 ) -> Result<(), String> {
@@ -681,6 +727,31 @@ mod tests {
     }
 
     #[test]
+    fn a_subset_row_needs_its_own_scenarios_only() {
+        let mut expected = Expected::from(BTreeSet::from(["a".to_string(), "b".to_string()]));
+        expected
+            .only
+            .insert("zk-prod".into(), BTreeSet::from(["b".to_string()]));
+        let rows = || {
+            vec![
+                row("memory", "a", "pass"),
+                row("memory", "b", "pass"),
+                row("zk-prod", "b", "pass"),
+            ]
+        };
+        let ok = build_report_with(&["memory", "zk-prod"], rows(), &expected);
+        assert!(ok.failures.is_empty(), "{:?}", ok.failures);
+        // A scenario of its list without a row fails it; the suite's others do not.
+        expected.only.insert(
+            "zk-prod".into(),
+            BTreeSet::from(["b".to_string(), "c".to_string()]),
+        );
+        let missing = build_report_with(&["memory", "zk-prod"], rows(), &expected);
+        assert_eq!(missing.failures.len(), 1, "{:?}", missing.failures);
+        assert!(missing.failures[0].contains("zk-prod::c: no row"));
+    }
+
+    #[test]
     fn failures_and_missing_rows_fail_the_report() {
         let ok = build_report(
             &["memory", "redis"],
@@ -712,7 +783,11 @@ mod tests {
             && field(r, "status") == "fail"));
 
         let expected: BTreeSet<String> = ["a".to_string(), "never_ran".to_string()].into();
-        let unrun = build_report_with(&["memory"], vec![row("memory", "a", "pass")], &expected);
+        let unrun = build_report_with(
+            &["memory"],
+            vec![row("memory", "a", "pass")],
+            &expected.clone().into(),
+        );
         assert!(
             unrun
                 .failures
@@ -783,6 +858,7 @@ mod tests {
             .find(|b| b.name == "zk")
             .copied()
             .expect("zk is in the table");
+        let expected = Expected::from(expected);
         let clean = judge(&root, &dir, &[only], &[], &expected, None, Vec::new());
         let dropped = judge(&root, &dir, &[only], &[zk], &expected, None, Vec::new());
         let _ = std::fs::remove_dir_all(&dir);

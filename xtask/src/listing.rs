@@ -100,6 +100,22 @@ impl Listing {
         self.modules.contains_key(backend.module)
     }
 
+    /// The scenarios each of `backends` must have rows for: a row of
+    /// [`SUBSET_ROWS`](crate::conform::SUBSET_ROWS), the ones its binary lists; every other,
+    /// every scenario any of them lists.
+    pub fn expected(&self, backends: &[Backend]) -> crate::conform::Expected {
+        let mut expected = crate::conform::Expected::default();
+        for b in backends {
+            let mine = self.scenarios(std::slice::from_ref(b));
+            if crate::conform::SUBSET_ROWS.contains(&b.name) {
+                expected.only.insert(b.name.to_string(), mine);
+            } else {
+                expected.all.extend(mine);
+            }
+        }
+        expected
+    }
+
     /// Every scenario any of `backends` runs: each must have a row for every backend.
     pub fn scenarios(&self, backends: &[Backend]) -> BTreeSet<String> {
         backends
