@@ -1,0 +1,114 @@
+//! Moving the session to a lease of a new raft term (relocate.rs) with many held locks.
+//!
+//! A routine leader change (etcd's `move-leader`, nobody stopped) makes the session move every
+//! key it owns to a new lease. With 1,000 held locks the move must neither be cut short by the
+//! renewal round's budget (moved keys would sit on a lease nobody keeps alive, and the next
+//! attempt would count them lost) nor lose any of them.
+
+mod support;
+
+use std::time::Duration;
+
+use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_etcd::etcd_client::{Client, LeaseTimeToLiveOptions};
+use futures::StreamExt;
+use tokio::time::Instant;
+
+const HELD: usize = 1_000;
+
+/// Moves etcd's leadership from the current leader to another member (a routine leader change:
+/// no member stops). Returns the new leader's member id.
+async fn move_leader(cluster: &Cluster) -> u64 {
+    let leader = cluster
+        .wait_leader(Duration::from_secs(20))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut c = Client::connect([cluster.endpoints()[leader].clone()], None)
+        .await
+        .expect("connect to the leader");
+    let status = c.status().await.expect("status of the leader");
+    let me = status.header().expect("a header").member_id();
+    let members = c.member_list().await.expect("member list");
+    let target = members
+        .members()
+        .iter()
+        .map(dlock_etcd::etcd_client::Member::id)
+        .find(|&id| id != me)
+        .expect("another member");
+    c.move_leader(target).await.expect("move the leadership");
+    target
+}
+
+#[test]
+fn a_leader_change_with_a_thousand_held_locks_loses_none() {
+    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    support::runtime().block_on(async {
+        let ns = support::namespace("relocate-many");
+        let locker = support::builder(cluster.endpoints(), &ns)
+            .build()
+            .await
+            .expect("build the locker");
+        let names: Vec<LockName> = (0..HELD)
+            .map(|i| LockName::new(format!("l{i}")).expect("valid"))
+            .collect();
+        let leases: Vec<_> = futures::stream::iter(&names)
+            .map(|name| locker.acquire(name, AcquireOptions::wait(Duration::from_secs(30))))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let leases: Vec<_> = leases
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .expect("acquire every lock");
+        let first = locker.session_lease().await.expect("a live session");
+        let before = locker.stats();
+
+        move_leader(&cluster).await;
+
+        // The next keep-alive round sees the new term and moves the session.
+        let began = Instant::now();
+        let moved_to = loop {
+            match locker.session_lease().await {
+                Some(now) if now != first => break now,
+                _ => {}
+            }
+            assert!(
+                began.elapsed() < locker.ttl() * 10,
+                "the session never moved to a lease of the new raft term"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // A few more rounds on the new lease.
+        tokio::time::sleep(locker.ttl() * 2).await;
+
+        let lost: Vec<_> = leases
+            .iter()
+            .filter_map(|l| l.check().err().map(|e| (l.name().clone(), e)))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{} of {HELD} locks lost across a leader change, e.g. {:?}",
+            lost.len(),
+            lost.first()
+        );
+        assert_eq!(locker.stats().losses, before.losses, "no lease lost");
+        assert_eq!(
+            locker.session_lease().await,
+            Some(moved_to),
+            "the session moved once and stayed on its new lease"
+        );
+        let mut c = locker.client().clone();
+        let on_new = c
+            .lease_time_to_live(moved_to, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+            .expect("time to live of the new lease");
+        assert_eq!(
+            on_new.keys().len(),
+            HELD,
+            "every held key is attached to the new lease"
+        );
+        for l in leases {
+            l.release().await.expect("release");
+        }
+    });
+}
