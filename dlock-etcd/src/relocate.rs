@@ -50,6 +50,7 @@ use std::sync::atomic::Ordering;
 use dlock_core::Error;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
+use crate::ops::Etcd;
 use crate::session::KeepAlive;
 use crate::slots::Slots;
 
@@ -128,38 +129,7 @@ pub(crate) async fn relocate(
     let keys: Vec<(String, Option<i64>)> = keys.into_iter().collect();
     let mut lost = Vec::new();
     for batch in keys.chunks(BATCH) {
-        let txn = Txn::new().and_then(
-            batch
-                .iter()
-                .map(|(key, rev)| TxnOp::txn(move_one(key, *rev, old, new)))
-                .collect::<Vec<_>>(),
-        );
-        match etcd.txn("move keys to the new lease", None, txn).await {
-            Ok(resp) => {
-                let replies = resp.op_responses();
-                for (i, (key, rev)) in batch.iter().enumerate() {
-                    let verdict = match replies.get(i) {
-                        Some(TxnOpResponse::Txn(one)) => moved(one, *rev, new),
-                        _ => Moved::Unknown,
-                    };
-                    match verdict {
-                        Moved::Yes => {}
-                        Moved::Gone => {
-                            tracing::warn!(%key, lease = format_args!("{old:x}"), "the key was gone before the session could move it to a lease of the new raft term");
-                            lost.push(key.clone());
-                        }
-                        Moved::Unknown => {
-                            tracing::warn!(%key, "etcd's reply to moving the key to the new lease is malformed; counted as lost");
-                            lost.push(key.clone());
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(keys = batch.len(), error = %e, "moving keys to the new lease had no answer; counted as lost");
-                lost.extend(batch.iter().map(|(key, _)| key.clone()));
-            }
-        }
+        lost.extend(move_batch(etcd, batch, old, new).await);
     }
     let count = lost.len();
     ka.switch(new, term, lost, &owned).await;
@@ -179,6 +149,49 @@ pub(crate) async fn relocate(
         }
     });
     Ok(count)
+}
+
+/// Moves the keys of `batch` (key, create revision when known) from lease `old` to lease `new`
+/// in one transaction, one nested transaction per key. Returns the keys that did not move.
+async fn move_batch(
+    etcd: &Etcd,
+    batch: &[(String, Option<i64>)],
+    old: i64,
+    new: i64,
+) -> Vec<String> {
+    let txn = Txn::new().and_then(
+        batch
+            .iter()
+            .map(|(key, rev)| TxnOp::txn(move_one(key, *rev, old, new)))
+            .collect::<Vec<_>>(),
+    );
+    let resp = match etcd.txn("move keys to the new lease", None, txn).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(keys = batch.len(), error = %e, "moving keys to the new lease had no answer; counted as lost");
+            return batch.iter().map(|(key, _)| key.clone()).collect();
+        }
+    };
+    let replies = resp.op_responses();
+    let mut lost = Vec::new();
+    for (i, (key, rev)) in batch.iter().enumerate() {
+        let verdict = match replies.get(i) {
+            Some(TxnOpResponse::Txn(one)) => moved(one, *rev, new),
+            _ => Moved::Unknown,
+        };
+        match verdict {
+            Moved::Yes => {}
+            Moved::Gone => {
+                tracing::warn!(%key, lease = format_args!("{old:x}"), "the key was gone before the session could move it to a lease of the new raft term");
+                lost.push(key.clone());
+            }
+            Moved::Unknown => {
+                tracing::warn!(%key, "etcd's reply to moving the key to the new lease is malformed; counted as lost");
+                lost.push(key.clone());
+            }
+        }
+    }
+    lost
 }
 
 /// The nested transaction that moves `key` from lease `old` to lease `new`: guarded by the
@@ -223,5 +236,89 @@ fn moved(one: &TxnResponse, rev: Option<i64>, new: i64) -> Moved {
             Moved::Yes
         }
         _ => Moved::Gone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EtcdLocker;
+    use dlock_conformance::servers::{Cluster, ServerKind};
+    use etcd_client::{GetOptions, LeaseGrantOptions, PutOptions as Put};
+
+    /// Issue 9: a move request hedged onto a second member when the first was slow to answer
+    /// applies twice; the second application's guard fails (the key is on the new lease
+    /// already) and, if its reply comes first, the key must still count as moved. Here the first
+    /// application is the same request sent once before; `move_batch` then sees what the
+    /// hedged attempt would.
+    #[test]
+    fn a_move_applied_twice_counts_the_key_moved() {
+        let Ok(cluster) = Cluster::shared(ServerKind::Etcd, 1) else {
+            assert!(std::env::var_os("CI").is_none(), "etcd unavailable");
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let locker = EtcdLocker::builder()
+                .endpoints(cluster.endpoints())
+                .prefix(format!(
+                    "dlock-test/etcd-unit-{}/relocate",
+                    std::process::id()
+                ))
+                .build()
+                .await
+                .expect("locker");
+            let etcd = locker.inner.etcd.clone();
+            let mut c = locker.client().clone();
+            let grant = |c: &mut etcd_client::Client| {
+                let mut c = c.clone();
+                async move {
+                    c.lease_grant(10, None::<LeaseGrantOptions>)
+                        .await
+                        .expect("grant")
+                        .id()
+                }
+            };
+            let (old, new) = (grant(&mut c).await, grant(&mut c).await);
+            let prefix = format!("dlock-test/etcd-unit-{}/relocate/", std::process::id());
+            let mut batch = Vec::new();
+            for (i, known) in [(0, true), (1, false)] {
+                let key = format!("{prefix}k{i}/{old:x}");
+                c.put(key.as_str(), "v", Some(Put::new().with_lease(old)))
+                    .await
+                    .expect("put");
+                let rev = c.get(key.as_str(), None).await.expect("get").kvs()[0].create_revision();
+                batch.push((key, known.then_some(rev)));
+            }
+            // A key gone before the move is lost, whatever the repetition.
+            let gone = format!("{prefix}gone/{old:x}");
+            batch.push((gone.clone(), None));
+
+            // The first (slow) attempt applies...
+            assert_eq!(
+                move_batch(&etcd, &batch, old, new).await,
+                vec![gone.clone()]
+            );
+            // ...then the hedged attempt applies too, and its reply is the one read.
+            assert_eq!(
+                move_batch(&etcd, &batch, old, new).await,
+                vec![gone],
+                "a key moved by the first attempt is reported lost by the second"
+            );
+            let kvs = c
+                .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+                .await
+                .expect("read")
+                .kvs()
+                .to_vec();
+            assert_eq!(kvs.len(), 2);
+            assert!(kvs.iter().all(|kv| kv.lease() == new && kv.value() == b"v"));
+            for id in [old, new] {
+                let _ = c.lease_revoke(id).await;
+            }
+        });
     }
 }
