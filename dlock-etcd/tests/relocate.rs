@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Election, LockName, Locker};
 use dlock_etcd::etcd_client::{Client, LeaseTimeToLiveOptions};
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -60,6 +60,20 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
             .into_iter()
             .collect::<Result<_, _>>()
             .expect("acquire every lock");
+        // A leader of an election on the same session, and an observer of it: the move
+        // rewrites the leader's key (new lease, same value), which is no proclamation.
+        let election = LockName::new("leader").expect("valid");
+        let leading = locker
+            .campaign(
+                &election,
+                b"v1",
+                AcquireOptions::wait(Duration::from_secs(10)),
+            )
+            .await
+            .expect("lead");
+        let mut changes = locker.observe(&election).await.expect("observe");
+        let seen = changes.next().await.expect("the current leader");
+        assert_eq!(seen.value, b"v1");
         let first = locker.session_lease().await.expect("a live session");
         let before = locker.stats();
 
@@ -73,13 +87,13 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
                 _ => {}
             }
             assert!(
-                began.elapsed() < locker.ttl() * 10,
+                began.elapsed() < Locker::ttl(&locker) * 10,
                 "the session never moved to a lease of the new raft term"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         // A few more rounds on the new lease.
-        tokio::time::sleep(locker.ttl() * 2).await;
+        tokio::time::sleep(Locker::ttl(&locker) * 2).await;
 
         let lost: Vec<_> = leases
             .iter()
@@ -97,6 +111,19 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
             Some(moved_to),
             "the session moved once and stayed on its new lease"
         );
+        leading
+            .proclaim(b"v2")
+            .await
+            .expect("proclaim after the move");
+        let seen = tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("a change")
+            .expect("the observation goes on");
+        assert_eq!(
+            (seen.term, seen.value.as_slice()),
+            (leading.term(), &b"v2"[..]),
+            "the move to a new lease is not reported as a proclamation"
+        );
         let mut c = locker.client().clone();
         let on_new = c
             .lease_time_to_live(moved_to, Some(LeaseTimeToLiveOptions::new().with_keys()))
@@ -104,9 +131,10 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
             .expect("time to live of the new lease");
         assert_eq!(
             on_new.keys().len(),
-            HELD,
-            "every held key is attached to the new lease"
+            HELD + 1,
+            "every held key (and the leader's) was attached to the new lease"
         );
+        leading.resign().await.expect("resign");
         for l in leases {
             l.release().await.expect("release");
         }
