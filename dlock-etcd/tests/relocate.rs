@@ -4,18 +4,44 @@
 //! key it owns to a new lease. With 1,000 held locks the move must neither be cut short by the
 //! renewal round's budget (moved keys would sit on a lease nobody keeps alive, and the next
 //! attempt would count them lost) nor lose any of them.
+//!
+//! The move raises each key's mod revision, which etcd's recipes `RWMutex` orders its waiters
+//! by: `a_recipes_reader_misses_a_moved_dlock_writer` shows the double hold the README
+//! documents.
 
 mod support;
 
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, Election, LockName, Locker};
-use dlock_etcd::etcd_client::{Client, LeaseTimeToLiveOptions};
+use dlock_core::{AcquireOptions, Election, LockName, Locker, RwLocker};
+use dlock_etcd::EtcdLocker;
+use dlock_etcd::etcd_client::{
+    Client, GetOptions, LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget,
+};
 use futures::StreamExt;
 use tokio::time::Instant;
 
 const HELD: usize = 1_000;
+
+/// One 3-member cluster at a time in this binary (2 cores are shared by every test).
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits until `locker`'s session runs on another lease than `first` (it moved).
+async fn moved_from(locker: &EtcdLocker, first: i64) -> i64 {
+    let began = Instant::now();
+    loop {
+        match locker.session_lease().await {
+            Some(now) if now != first => return now,
+            _ => {}
+        }
+        assert!(
+            began.elapsed() < Locker::ttl(locker) * 10,
+            "the session never moved to a lease of the new raft term"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// Moves etcd's leadership from the current leader to another member (a routine leader change:
 /// no member stops). Returns the new leader's member id.
@@ -41,6 +67,7 @@ async fn move_leader(cluster: &Cluster) -> u64 {
 
 #[test]
 fn a_leader_change_with_a_thousand_held_locks_loses_none() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
     support::runtime().block_on(async {
         let ns = support::namespace("relocate-many");
@@ -80,18 +107,7 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
         move_leader(&cluster).await;
 
         // The next keep-alive round sees the new term and moves the session.
-        let began = Instant::now();
-        let moved_to = loop {
-            match locker.session_lease().await {
-                Some(now) if now != first => break now,
-                _ => {}
-            }
-            assert!(
-                began.elapsed() < Locker::ttl(&locker) * 10,
-                "the session never moved to a lease of the new raft term"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let moved_to = moved_from(&locker, first).await;
         // A few more rounds on the new lease.
         tokio::time::sleep(Locker::ttl(&locker) * 2).await;
 
@@ -138,5 +154,78 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
         for l in leases {
             l.release().await.expect("release");
         }
+    });
+}
+
+/// What etcd's recipes `RWMutex` reader asks before it reads (`waitOnLastRev(pfx + "write")`):
+/// the write key with the highest mod revision at most `my_rev - 1`; `None` means it reads.
+async fn recipes_blocking_writer(c: &mut Client, range: &str, my_rev: i64) -> Option<String> {
+    let opts = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Mod, SortOrder::Descend)
+        .with_limit(1)
+        .with_max_mod_revision(my_rev - 1);
+    c.get(format!("{range}/write"), Some(opts))
+        .await
+        .expect("the recipe's read")
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+}
+
+/// Issue 7, documented rather than fixed (README, "Read-write lock and semaphore"): a dlock
+/// writer holds, a recipes `RWMutex` reader queues behind it, and the leadership moves. The
+/// session's move rewrites the writer's key (same create revision, new mod revision); the
+/// recipe filters write keys by mod revision below its own key's revision, so a reader that
+/// re-evaluates after the move finds no writer ahead and reads while dlock's writer holds: a
+/// double hold. If this test fails, the hazard is gone and the README must say so.
+#[test]
+fn a_recipes_reader_misses_a_moved_dlock_writer() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    support::runtime().block_on(async {
+        let ns = support::namespace("relocate-recipes-rw");
+        let locker = support::builder(cluster.endpoints(), &ns)
+            .build()
+            .await
+            .expect("build the locker");
+        let name = LockName::new("doc").expect("valid");
+        let range = locker.etcd_mutex_name(&name);
+        let write = locker
+            .write(&name, AcquireOptions::wait(Duration::from_secs(10)))
+            .await
+            .expect("dlock's writer holds");
+        // The recipe's reader: `newUniqueEphemeralKey(session, pfx + "read")`.
+        let mut c = locker.client().clone();
+        let lease = c.lease_grant(10, None).await.expect("grant").id();
+        let put = c
+            .put(
+                format!("{range}/read/1700000000000000000"),
+                "",
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .expect("the recipe reader's key");
+        let my_rev = put.header().expect("a header").revision();
+        assert!(
+            recipes_blocking_writer(&mut c, &range, my_rev)
+                .await
+                .is_some(),
+            "before the leader change the recipe's reader waits for dlock's writer"
+        );
+
+        let first = locker.session_lease().await.expect("a live session");
+        move_leader(&cluster).await;
+        moved_from(&locker, first).await;
+
+        let blocking = recipes_blocking_writer(&mut c, &range, my_rev).await;
+        write.check().expect("dlock's writer still holds");
+        assert_eq!(
+            blocking, None,
+            "the recipe's reader now finds no writer ahead while dlock's writer holds (the \
+             documented double hold); if it finds one, update the README"
+        );
+        let _ = c.lease_revoke(lease).await;
+        write.release().await.expect("release");
     });
 }
