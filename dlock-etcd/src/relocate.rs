@@ -73,11 +73,21 @@ pub(crate) fn spawn_relocation(
     }
     let (ka, slots) = (Arc::clone(ka), slots.clone());
     tokio::spawn(async move {
+        // Cleared however the task ends (a panic too), so a later round can move again.
+        let _running = Running(&ka);
         if let Err(e) = relocate(&ka, &slots, &held, seen).await {
             tracing::warn!(lease = format_args!("{:x}", ka.lease()), error = %e, "moving the session to a lease of the new raft term failed; retried next round");
         }
-        ka.relocating.store(false, Ordering::Release);
     });
+}
+
+/// Marks a session's move as running until dropped.
+struct Running<'a>(&'a KeepAlive);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.relocating.store(false, Ordering::Release);
+    }
 }
 
 /// Moves the session of `ka` to a new lease, because raft term `seen` is newer than the one its
