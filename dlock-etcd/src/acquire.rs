@@ -365,7 +365,9 @@ impl EtcdLocker {
                 return Ok(Attempt::Requeue);
             }
             Enqueue::Refused { rev, reason } => {
-                pending.rev = Some(rev);
+                // Without a key (`None`), the delete only confirms that no earlier attempt of
+                // this enqueue created one.
+                pending.rev = rev;
                 pending.delete_now().await;
                 return Err(refused(reason));
             }

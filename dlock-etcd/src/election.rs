@@ -6,7 +6,11 @@
 //! Observing reads the whole range at one revision, then watches it from the next revision
 //! on: every event is applied in revision order to a local copy of the range, and the leader
 //! is recomputed after each revision, so every leader and every proclamation is seen, in
-//! order. A compacted or cancelled watch fails the observation (nothing is skipped silently).
+//! order — a proclamation of the value the leader already has too, as dlock-zk reports it
+//! (a put on the leader's key on the lease it has). A put that only moves the key to another
+//! lease (the session moved to a lease of a new raft term, see `relocate.rs`) is no
+//! proclamation and is not reported. A compacted or cancelled watch fails the observation
+//! (nothing is skipped silently).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -60,9 +64,12 @@ impl Proclaim for EtcdProclaim {
     }
 }
 
+/// One key of an election's range: the key, its value and its lease.
+type Entry = (String, Vec<u8>, i64);
+
 /// The first key (lowest create revision) of `kvs`, as a leader.
-fn first(range: &BTreeMap<i64, (String, Vec<u8>)>) -> Option<Leader> {
-    range.iter().next().map(|(rev, (_, value))| Leader {
+fn first(range: &BTreeMap<i64, Entry>) -> Option<Leader> {
+    range.iter().next().map(|(rev, (_, value, _))| Leader {
         term: FencingToken(rev.unsigned_abs()),
         value: value.clone(),
     })
@@ -71,8 +78,8 @@ fn first(range: &BTreeMap<i64, (String, Vec<u8>)>) -> Option<Leader> {
 /// One observation: the range as of the last applied revision, and the watch from there.
 struct EtcdChanges {
     stream: WatchStream,
-    /// Create revision → (key, value), for every key of the range.
-    range: BTreeMap<i64, (String, Vec<u8>)>,
+    /// Create revision → (key, value, lease), for every key of the range.
+    range: BTreeMap<i64, Entry>,
     /// Key → create revision.
     revs: HashMap<String, i64>,
     /// The last leader reported (or found at the start).
@@ -83,8 +90,11 @@ struct EtcdChanges {
 
 impl EtcdChanges {
     /// Applies the events of one revision; queues a change when the leader or its value
-    /// differs from the last one.
+    /// differs from the last one, or when the leader proclaimed (its key was written again on
+    /// the lease it has, whatever the value).
     fn apply(&mut self, events: &[etcd_client::Event]) {
+        // Create revisions of keys written again on their own lease in this revision.
+        let mut proclaimed = Vec::new();
         for ev in events {
             let Some(kv) = ev.kv() else { continue };
             let key = String::from_utf8_lossy(kv.key()).into_owned();
@@ -96,7 +106,15 @@ impl EtcdChanges {
                             self.range.remove(&old);
                         }
                     }
-                    self.range.insert(rev, (key, kv.value().to_vec()));
+                    if self
+                        .range
+                        .get(&rev)
+                        .is_some_and(|(_, _, lease)| *lease == kv.lease())
+                    {
+                        proclaimed.push(rev);
+                    }
+                    self.range
+                        .insert(rev, (key, kv.value().to_vec(), kv.lease()));
                 }
                 EventType::Delete => {
                     if let Some(rev) = self.revs.remove(&key) {
@@ -106,7 +124,13 @@ impl EtcdChanges {
             }
         }
         let now = first(&self.range);
-        if now.is_some() && now != self.last {
+        let leader_proclaimed = now.as_ref().is_some_and(|l| {
+            self.last.as_ref().is_some_and(|last| last.term == l.term)
+                && proclaimed
+                    .iter()
+                    .any(|&rev| rev.unsigned_abs() == l.term.get())
+        });
+        if now.is_some() && (now != self.last || leader_proclaimed) {
             self.pending.extend(now.clone());
         }
         self.last = now;
@@ -227,7 +251,7 @@ impl Election for EtcdLocker {
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             revs.insert(key.clone(), kv.create_revision());
-            changes_range.insert(kv.create_revision(), (key, kv.value().to_vec()));
+            changes_range.insert(kv.create_revision(), (key, kv.value().to_vec(), kv.lease()));
         }
         let member = etcd.members.preferred();
         let client = etcd

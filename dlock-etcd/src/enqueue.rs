@@ -4,7 +4,7 @@
 use dlock_core::Error;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    TxnOpResponse, TxnResponse,
 };
 use tokio::time::Instant;
 
@@ -45,9 +45,10 @@ pub(crate) enum Enqueue {
     /// Our key existed from an earlier request but vanished before we could read its place:
     /// queue again.
     KeyGone,
-    /// Our key (created at `rev`) asks for something the queue refuses (a semaphore's permit
-    /// count that differs from the one it is held with): delete it and fail.
-    Refused { rev: i64, reason: String },
+    /// Our key asks for something the queue refuses (a semaphore's permit count that differs
+    /// from the one it is held with): fail. `rev`: our key's create revision when it exists
+    /// (delete it first); `None` when it was never created.
+    Refused { rev: Option<i64>, reason: String },
 }
 
 /// What re-checking after a wake-up found.
@@ -108,19 +109,7 @@ impl Etcd {
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then(ops)
             .or_else([TxnOp::get(key, None)]);
-        let reply = self
-            .call(what, deadline, |c| {
-                let (mut kv, txn) = (c.kv_client(), txn.clone());
-                async move {
-                    match kv.txn(txn).await {
-                        Ok(resp) => Ok(Some(resp)),
-                        Err(e) if errors::is_lease_not_found(&e) => Ok(None),
-                        Err(e) => Err(e),
-                    }
-                }
-            })
-            .await?;
-        let Some(resp) = reply else {
+        let Some(resp) = self.txn_on_lease(what, txn, deadline).await? else {
             return Ok(Put::SessionGone);
         };
         let header_rev =
@@ -135,6 +124,30 @@ impl Etcd {
             .map(KeyValue::create_revision)
             .ok_or_else(|| errors::unexpected(what, "compare failed but our key is absent"))?;
         Ok(Put::Existed { rev, header_rev })
+    }
+
+    /// Runs a transaction that may put under a session lease: `None` when etcd no longer
+    /// knows the lease ("lease not found"; see [`Put::SessionGone`]).
+    ///
+    /// # Errors
+    /// As [`Etcd::call`].
+    pub(crate) async fn txn_on_lease(
+        &self,
+        what: &str,
+        txn: Txn,
+        deadline: Option<Instant>,
+    ) -> Result<Option<TxnResponse>, Error> {
+        self.call(what, deadline, |c| {
+            let (mut kv, txn) = (c.kv_client(), txn.clone());
+            async move {
+                match kv.txn(txn).await {
+                    Ok(resp) => Ok(Some(resp)),
+                    Err(e) if errors::is_lease_not_found(&e) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
     }
 
     /// One read-only transaction: our `key` (keys only), then `reads`. `None` when our key is

@@ -41,6 +41,11 @@ impl EtcdLocker {
 /// under `<prefix>/<name>/write/`, one key per request (`<request number>/<session lease
 /// hex>`). A reader waits for the last writer key created before its own, a writer for the
 /// last key of either kind. The fencing token is the key's create revision.
+///
+/// Do not mix it with etcd's recipes `RWMutex` on one name where etcd's leader can change:
+/// the session's move to a lease of a new raft term raises its keys' mod revisions, which the
+/// recipe's waiters filter on, so a recipe waiter can take the lock while a dlock lease holds
+/// it (a double hold; see the crate README).
 #[async_trait]
 impl RwLocker for EtcdLocker {
     async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {

@@ -67,7 +67,7 @@ impl EtcdLocker {
             tracing::info!(
                 asked_s = inner.cfg.ttl_secs,
                 granted_s = granted.ttl(),
-                "etcd raised the lease TTL to its minimum; deadlines keep the asked TTL"
+                "etcd raised the lease TTL to its minimum; deadlines count the TTL asked of etcd (the builder's, rounded up to whole seconds)"
             );
         }
         inner

@@ -48,8 +48,8 @@ pub(crate) struct Inner {
     pub(crate) driver_counters: Arc<Counters>,
     pub(crate) session: tokio::sync::Mutex<Option<Arc<Session>>>,
     pub(crate) slots: Slots,
-    /// The TTL etcd granted the last session lease, in seconds (the asked TTL until the first
-    /// grant). etcd raises short TTLs to its minimum (1.5 × the election timeout).
+    /// The TTL etcd granted the last session lease, in seconds (the asked TTL rounded up until
+    /// the first grant). etcd raises short TTLs to its minimum (1.5 × the election timeout).
     pub(crate) granted_ttl_secs: AtomicU64,
 }
 
@@ -196,8 +196,9 @@ impl Locker for EtcdLocker {
 
     /// The TTL etcd grants this locker's session lease: the asked TTL rounded up to whole
     /// seconds, or etcd's minimum TTL (1.5 × its election timeout) when that is longer. Known
-    /// from the first session grant on; before it, the asked TTL. Lease deadlines are always
-    /// computed from the asked TTL (never later than the server's).
+    /// from the first session grant on; before it, the asked TTL rounded up. Lease deadlines
+    /// are always computed from the asked TTL rounded up to whole seconds (the TTL asked of
+    /// etcd, so never later than the server's), not from a longer TTL etcd granted.
     fn ttl(&self) -> Duration {
         Duration::from_secs(self.inner.granted_ttl_secs.load(Ordering::Relaxed))
             .max(self.inner.cfg.ttl)

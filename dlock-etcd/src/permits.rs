@@ -3,12 +3,15 @@
 //! key with another count is refused when it enqueues or re-reads.
 
 use dlock_core::Error;
-use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
 use tokio::time::Instant;
 
-use crate::enqueue::{Behind, Enqueue, Enqueued, Put};
+use crate::enqueue::{Behind, Enqueue, Enqueued};
 use crate::errors;
-use crate::ops::{Etcd, get_count, get_kvs};
+use crate::ops::{Etcd, get_count, get_kvs, header_revision};
 
 /// What a read of a semaphore's queue found.
 #[derive(Debug)]
@@ -53,6 +56,22 @@ fn disagreement(range: &str, earliest: Option<&KeyValue>, permits: u32) -> Optio
     }
 }
 
+/// Follows a permit enqueue's nested transactions (each failed guard's only result is the next
+/// one) to the innermost results: whether it created our key, and its results.
+fn innermost(ops: &[TxnOpResponse]) -> Option<(bool, Vec<TxnOpResponse>)> {
+    let Some(TxnOpResponse::Txn(inner)) = ops.first() else {
+        return None;
+    };
+    let ops = inner.op_responses();
+    if inner.succeeded() {
+        return Some((true, ops));
+    }
+    match ops.first() {
+        Some(TxnOpResponse::Txn(_)) => innermost(&ops),
+        _ => Some((false, ops)),
+    }
+}
+
 /// What a semaphore waits behind, given how many keys are ahead.
 fn behind(ahead: u64, permits: u32) -> Option<Behind> {
     (ahead >= u64::from(permits)).then_some(Behind::Permits(ahead))
@@ -63,9 +82,19 @@ impl Etcd {
     /// session lease unless it exists, count the semaphore's keys and read its earliest one.
     /// Our key is the newest, so every other key counted is ahead of it.
     ///
+    /// A key with a count the semaphore refuses is never created, so nobody ever sees it (it
+    /// could otherwise become the earliest key before its owner deleted it, refusing correct
+    /// counts and admitting more of its own): the put is guarded, in the same transaction, by
+    /// "every key of the semaphore records our count, or there is none". When that guard fails
+    /// but the earliest key agrees (another key disagrees: one left by a client that does not
+    /// guard its put), a second transaction creates our key guarded by that earliest key's
+    /// create revision and count; if the earliest key changed meanwhile, the first is tried
+    /// again.
+    ///
     /// # Errors
     /// As [`Etcd::enqueue`]; a count that differs from the earliest key's is
-    /// [`Enqueue::Refused`], not an error (the caller deletes the key first).
+    /// [`Enqueue::Refused`], not an error (when our key existed already, the caller deletes it
+    /// first). [`Error::Unavailable`] when the earliest key kept changing.
     pub(crate) async fn enqueue_permits(
         &self,
         range: &str,
@@ -76,53 +105,127 @@ impl Etcd {
         permits: u32,
     ) -> Result<Enqueue, Error> {
         const WHAT: &str = "permit enqueue transaction";
-        let reads = [
-            // Without filters, etcd's count is exact (with them it is not filtered).
-            TxnOp::get(
-                range,
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-            TxnOp::get(range, Some(earliest())),
-        ];
-        match self
-            .put_unless_exists(WHAT, key, value, lease, reads, deadline)
-            .await?
-        {
-            Put::SessionGone => Ok(Enqueue::SessionGone),
-            Put::Created { header_rev, ops } => {
-                let rev = header_rev;
-                let total = get_count(&ops, 1)
+        /// How many times the earliest key may change under our guarded create.
+        const TRIES: usize = 8;
+        let reads = || {
+            [
+                // Without filters, etcd's count is exact (with them it is not filtered).
+                TxnOp::get(
+                    range,
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+                TxnOp::get(range, Some(earliest())),
+            ]
+        };
+        // Put, count, earliest when `when` holds; otherwise `otherwise`.
+        let create_if = |when: Vec<Compare>, otherwise: Vec<TxnOp>| {
+            let mut ops = vec![TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )];
+            ops.extend(reads());
+            Txn::new().when(when).and_then(ops).or_else(otherwise)
+        };
+        // Our key unless it exists (a retried request of ours): then read it.
+        let unless_ours = |inner: Txn| {
+            Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([TxnOp::txn(inner)])
+                .or_else([TxnOp::get(key, None)])
+        };
+        let none = create_if(
+            vec![Compare::version(range, CompareOp::Equal, 0).with_prefix()],
+            reads().to_vec(),
+        );
+        let all_agree = create_if(
+            vec![Compare::value(range, CompareOp::Equal, value).with_prefix()],
+            vec![TxnOp::txn(none)],
+        );
+        let mut txn = unless_ours(all_agree);
+        for _ in 0..TRIES {
+            let Some(resp) = self.txn_on_lease(WHAT, txn, deadline).await? else {
+                return Ok(Enqueue::SessionGone);
+            };
+            let header_rev =
+                header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+            let outer = resp.op_responses();
+            if !resp.succeeded() {
+                // Our key exists already (a retried request of ours): keep its place.
+                let rev = get_kvs(&outer, 0)
+                    .and_then(|kvs| kvs.first().map(KeyValue::create_revision))
+                    .ok_or_else(|| {
+                        errors::unexpected(WHAT, "compare failed but our key is absent")
+                    })?;
+                return Ok(
+                    match self
+                        .recheck_permits(range, key, rev, permits, deadline)
+                        .await?
+                    {
+                        PermitCheck::KeyGone => Enqueue::KeyGone,
+                        PermitCheck::Refused(reason) => Enqueue::Refused {
+                            rev: Some(rev),
+                            reason,
+                        },
+                        PermitCheck::Ahead { ahead, header_rev } => Enqueue::Queued(Enqueued {
+                            rev,
+                            header_rev,
+                            behind: behind(ahead, permits),
+                        }),
+                    },
+                );
+            }
+            let (created, ops) = innermost(&outer)
+                .ok_or_else(|| errors::unexpected(WHAT, "no nested transaction result"))?;
+            // Created: put, count, earliest; otherwise count, earliest.
+            let at = usize::from(created);
+            let first =
+                get_kvs(&ops, at + 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+            if created {
+                let total = get_count(&ops, at)
                     .ok_or_else(|| errors::unexpected(WHAT, "no count result"))?;
                 let ahead = u64::try_from(total.saturating_sub(1)).map_err(|_| {
                     errors::unexpected(WHAT, format!("count {total} without our key"))
                 })?;
-                let first =
-                    get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
                 if let Some(reason) = disagreement(range, first.first(), permits) {
-                    return Ok(Enqueue::Refused { rev, reason });
+                    // The guards make this impossible; kept as a check (the caller deletes it).
+                    return Ok(Enqueue::Refused {
+                        rev: Some(header_rev),
+                        reason,
+                    });
                 }
-                Ok(Enqueue::Queued(Enqueued {
-                    rev,
+                return Ok(Enqueue::Queued(Enqueued {
+                    rev: header_rev,
                     header_rev,
                     behind: behind(ahead, permits),
-                }))
+                }));
             }
-            // Our key exists already (a retried request of ours): keep its place.
-            Put::Existed { rev, .. } => Ok(
-                match self
-                    .recheck_permits(range, key, rev, permits, deadline)
-                    .await?
-                {
-                    PermitCheck::KeyGone => Enqueue::KeyGone,
-                    PermitCheck::Refused(reason) => Enqueue::Refused { rev, reason },
-                    PermitCheck::Ahead { ahead, header_rev } => Enqueue::Queued(Enqueued {
-                        rev,
-                        header_rev,
-                        behind: behind(ahead, permits),
-                    }),
-                },
-            ),
+            if let Some(reason) = disagreement(range, first.first(), permits) {
+                return Ok(Enqueue::Refused { rev: None, reason });
+            }
+            // The earliest key agrees, another does not: create ours while the earliest key
+            // is still the same one.
+            let Some(head) = first.first() else {
+                // The semaphore emptied meanwhile: the first transaction creates our key.
+                txn = unless_ours(create_if(
+                    vec![Compare::version(range, CompareOp::Equal, 0).with_prefix()],
+                    reads().to_vec(),
+                ));
+                continue;
+            };
+            tracing::debug!(%range, earliest = %String::from_utf8_lossy(head.key()), "a later permit key records another count; creating ours guarded by the earliest key");
+            txn = unless_ours(create_if(
+                vec![
+                    Compare::create_revision(head.key(), CompareOp::Equal, head.create_revision()),
+                    Compare::value(head.key(), CompareOp::Equal, value),
+                ],
+                reads().to_vec(),
+            ));
         }
+        Err(Error::unavailable(
+            format!("{WHAT}: the earliest key of {range} kept changing"),
+            None,
+        ))
     }
 
     /// One read-only transaction: does our key still exist with our revision, how many keys

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::errors;
 use crate::ops::Etcd;
 use crate::reconcile::{Listing, confirm_gone, delete_orphans};
-use crate::relocate::relocate;
+use crate::relocate::spawn_relocation;
 use crate::slots::{SlotGuard, Slots};
 
 /// How long a round waits for the session's key listing after the keep-alive reply (at least;
@@ -47,6 +47,8 @@ pub(crate) struct KeepAlive {
     /// Held for reading by whatever attaches a key to the current lease or grants on a key
     /// (enqueue, grant); held for writing by a move to a new lease.
     pub(crate) moving: tokio::sync::RwLock<()>,
+    /// Whether a move to a new lease is running (in a task of its own, see `relocate.rs`).
+    pub(crate) relocating: std::sync::atomic::AtomicBool,
     /// Keys a move could not take along, with the generation that lost them.
     lost_keys: Mutex<HashMap<String, u64>>,
     pub(crate) etcd: Etcd,
@@ -63,6 +65,7 @@ impl KeepAlive {
             ttl_secs,
             generation: AtomicU64::new(0),
             moving: tokio::sync::RwLock::new(()),
+            relocating: std::sync::atomic::AtomicBool::new(false),
             lost_keys: Mutex::new(HashMap::new()),
             etcd,
             stream: tokio::sync::Mutex::new(None),
@@ -385,6 +388,19 @@ impl RenewBackend for Backend {
         let several = sessions.len() > 1;
         let mut rounds: HashMap<i64, Round> = HashMap::with_capacity(sessions.len());
         for ka in sessions {
+            // No keep-alive while the session moves to a new lease: one sent to the old lease
+            // would not extend the keys already moved. The session's leases stay undecided
+            // (their deadlines, set by the round that saw the new term, hold on both leases)
+            // and are retried soon; holding `moving` for reading until the keep-alive's reply
+            // keeps a move from starting meanwhile.
+            let Ok(not_moving) = ka.moving.try_read() else {
+                tracing::debug!(
+                    lease = format_args!("{:x}", ka.lease()),
+                    "the session is moving to a new lease; renewal retried after the move"
+                );
+                rounds.insert(ka.id, Round::Undecided);
+                continue;
+            };
             // The session's keys are listed beside the keep-alive, on the same connection.
             let listing = Listing::start(&self.etcd, ka.lease());
             let started = Instant::now();
@@ -405,10 +421,9 @@ impl RenewBackend for Backend {
                             // A new raft term: a leader of an older term may still revoke
                             // our lease as expired (etcd-io/etcd#15247). Move to a lease it
                             // never knew.
-                            let held = held_keys(entries, ka.id);
-                            if let Err(e) = relocate(&ka, &self.slots, &held, term).await {
-                                tracing::warn!(lease = format_args!("{:x}", ka.lease()), error = %e, "moving the session to a lease of the new raft term failed; retried next round");
-                            }
+                            // The move runs in a task of its own, outside this round's budget.
+                            drop(not_moving);
+                            spawn_relocation(&ka, &self.slots, held_keys(entries, ka.id), term);
                             Round::Alive(None)
                         }
                         _ => Round::Alive(listed.map(|l| l.keys)),

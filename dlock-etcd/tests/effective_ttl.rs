@@ -46,3 +46,47 @@ fn ttl_reports_the_server_granted_ttl() {
         lease.release().await.expect("release");
     });
 }
+
+/// Deadlines count the TTL asked of etcd — the builder's TTL rounded up to whole seconds — not
+/// the TTL given to the builder: `ttl(1.2 s)` asks etcd for a 2 s lease, and the driver
+/// renews and times out leases on 2 s (issue 11: the docs said deadlines keep the asked
+/// 1.2 s).
+#[test]
+fn deadlines_count_the_rounded_up_ttl() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("rounded-ttl");
+        let asked = Duration::from_millis(1200);
+        let locker = support::builder(cluster.endpoints(), &ns)
+            .ttl(asked)
+            .build()
+            .await
+            .expect("locker");
+        let before = tokio::time::Instant::now();
+        let name = LockName::new("t").expect("valid");
+        let lease = locker
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("acquire");
+        let rounded = Duration::from_secs(2);
+        let drift = rounded / 100 + Duration::from_millis(2);
+        // The session lease was granted after `before`: its deadline counts 2 s from then.
+        assert!(
+            lease.deadline() >= before + (rounded - drift),
+            "the deadline counts the rounded-up TTL, {:?} after the acquire began",
+            lease.deadline() - before
+        );
+        assert!(lease.deadline() > before + asked);
+        // And never past the lease etcd granted.
+        let id = locker.session_lease().await.expect("a session");
+        let mut c = locker.client().clone();
+        let granted = c
+            .lease_time_to_live(id, None)
+            .await
+            .expect("time to live")
+            .granted_ttl();
+        assert_eq!(granted, 2, "etcd was asked for the rounded-up TTL");
+        assert!(lease.deadline() <= tokio::time::Instant::now() + rounded);
+        lease.release().await.expect("release");
+    });
+}

@@ -97,6 +97,103 @@ fn a_permit_count_other_than_the_held_one_is_invalid_input() {
     });
 }
 
+/// Issue 8: a permit key refused for its count must never be seen by others. Before the fix it
+/// was created, then deleted once its owner read the refusal: in between, with the holder
+/// gone, it was the earliest key and a correct acquire was refused with the wrong count's
+/// reason (and another client of the wrong count would have been admitted).
+#[test]
+fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
+    use dlock_conformance::faults::{Direction, Mode, Proxy};
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("sem-refused-window");
+        let holder = support::locker(&cluster, &ns).await;
+        let correct = support::locker(&cluster, &ns).await;
+        // The wrong-count client's requests reach etcd 1 s late: its refused key (if it is
+        // created) lives a second before its delete lands.
+        let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
+        let wrong = support::builder(vec![format!("http://{}", proxy.addr())], &ns)
+            .request_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("build the proxied locker");
+        let name = LockName::new("pool").expect("valid");
+        // Open the wrong client's session before the delay.
+        let warm = LockName::new("warm").expect("valid");
+        wrong
+            .acquire(&warm, wait())
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let held = holder
+            .acquire_permit(&name, 1, wait())
+            .await
+            .expect("the permit");
+        proxy.set_direction(Direction::Upstream, Mode::Delay(Duration::from_secs(1)));
+        let (w, n) = (wrong.clone(), name.clone());
+        let refused = tokio::spawn(async move { w.acquire_permit(&n, 2, wait()).await });
+        // Wait until the refused key is in the range, or the refusal came without one.
+        let permit_keys =
+            |keys: Vec<String>| keys.into_iter().filter(|k| k.contains("/permit/")).count();
+        let began = tokio::time::Instant::now();
+        while permit_keys(keys_under(&correct, &ns).await) < 2 && !refused.is_finished() {
+            assert!(
+                began.elapsed() < WAIT,
+                "the wrong count's acquire never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        held.release().await.expect("release");
+        let granted = correct.acquire_permit(&name, 1, wait()).await;
+        let refused = refused.await.expect("task");
+        proxy.set_direction(Direction::Upstream, Mode::Pass);
+        assert_eq!(
+            refused.as_ref().err().map(dlock_core::Error::kind),
+            Some(ErrorKind::InvalidInput),
+            "{refused:?}"
+        );
+        let granted = granted.expect("a correct count is served whatever a refused one did");
+        granted.release().await.expect("release");
+        assert_no_keys(&holder, &ns).await;
+    });
+}
+
+/// A later permit key with another count (one a client that does not guard its put left)
+/// does not refuse a count the earliest key agrees with: the enqueue falls back to a put
+/// guarded by the earliest key.
+#[test]
+fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
+    let cluster = support::single();
+    support::runtime().block_on(async {
+        let ns = support::namespace("sem-foreign-count");
+        let a = support::locker(&cluster, &ns).await;
+        let name = LockName::new("pool").expect("valid");
+        let held = a.acquire_permit(&name, 3, wait()).await.expect("a permit");
+        let keys = keys_under(&a, &ns).await;
+        let range = keys[0]
+            .rsplit_once("/permit/")
+            .map(|(base, _)| format!("{base}/permit/"))
+            .expect("a permit key");
+        let mut c = a.client().clone();
+        let foreign = format!("{range}ffffffff/foreign");
+        c.put(foreign.as_str(), "5", None)
+            .await
+            .expect("put a foreign key");
+        let b = support::locker(&cluster, &ns).await;
+        let second = b
+            .acquire_permit(&name, 3, wait())
+            .await
+            .expect("the earliest key agrees: 2 of 3 ahead, granted");
+        c.delete(foreign.as_str(), None).await.expect("delete");
+        for lease in [second, held] {
+            lease.release().await.expect("release");
+        }
+        assert_no_keys(&a, &ns).await;
+    });
+}
+
 #[test]
 fn zero_permits_is_invalid_input_without_a_request() {
     let cluster = support::single();
