@@ -178,12 +178,19 @@ pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "***".to_owned();
     };
-    // A query or fragment may carry a password too (`?password=`): drop it whole.
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    // Credentials end at the last '@' (a password may hold an unescaped '/' or '@').
+    // Credentials end at the last '@' (a password may hold an unescaped '/', '@', '?' or
+    // '#'), so look for it before cutting at a query or fragment.
     let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        // A query or fragment may carry a password too (`?password=`): drop it whole.
+        let rest = rest.split(['?', '#']).next().unwrap_or("");
         return format!("{scheme}://{rest}");
     };
+    if userinfo.contains(['?', '#']) {
+        // Either the password holds '?' / '#' or the '@' lies in a query or fragment (which
+        // may be part of a password there): which part is the host is unclear.
+        return format!("{scheme}://***");
+    }
+    let host = host.split(['?', '#']).next().unwrap_or("");
     let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
     let user = if user.contains('/') { "" } else { user };
     format!("{scheme}://{user}:***@{host}")
@@ -1096,8 +1103,23 @@ mod tests {
         assert_eq!(redact_url("redis://u:a@b@h:1"), "redis://u:***@h:1");
         assert_eq!(redact_url("redis://h:1/0?password=s3cret"), "redis://h:1/0");
         assert_eq!(redact_url("u:s3cret@h"), "***");
-        for url in ["redis://u:s3cret@h", "redis://u:x/s3cret@h:1"] {
-            assert!(!redact_url(url).contains("s3cret"), "{url}");
+        assert_eq!(
+            redact_url("redis://u:a@h:1/0?db=1#x"),
+            "redis://u:***@h:1/0"
+        );
+        for url in [
+            "redis://u:s3cret@h",
+            "redis://u:x/s3cret@h:1",
+            "redis://u:pa?s3cret@h",
+            "redis://u:s3?cret@h",
+            "redis://u:s3#cret@h:1",
+            "redis://h:1/0?password=s3cret@x",
+            "redis://h:1/0?password=x@s3cret",
+        ] {
+            let shown = redact_url(url);
+            for part in ["s3cret", "s3", "cret", "pa"] {
+                assert!(!shown.contains(part), "{url} shows {shown}");
+            }
         }
     }
 
