@@ -608,3 +608,85 @@ async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
         let _ = lease.release().await;
     }
 }
+
+/// The cluster connection sends a request again after its connection dropped
+/// (`RetryMethod::Reconnect`), also a script that had already run. Here the acquire's reply is
+/// lost (held by the proxy, then the connection reset): the re-sent acquire meets the key the
+/// first one set with the same owner value. That is our grant: either the acquire returns it,
+/// or nothing of it is left; a key carrying our owner value that nobody holds would keep the
+/// lock for a whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_acquire_that_already_ran_is_our_grant() {
+    use dlock_conformance::faults::{Direction, Mode, Proxy};
+    let Some(cluster) = cluster() else { return };
+    let proxies: Vec<Proxy> = cluster
+        .addrs()
+        .into_iter()
+        .map(|a| Proxy::start(a).expect("proxy"))
+        .collect();
+    let ns = "dlock-test/cluster/resent";
+    let mut b = RedisLocker::builder()
+        .cluster(proxies.iter().map(|p| format!("redis://{}", p.addr())))
+        .ttl(Duration::from_secs(30))
+        .request_timeout(Duration::from_secs(5))
+        .namespace(ns)
+        .fair(false);
+    for (node, proxy) in cluster.addrs().iter().zip(&proxies) {
+        b = b.cluster_address_map(node.to_string(), proxy.addr().to_string());
+    }
+    let l = b.build().expect("a cluster locker");
+    // Connected to every master first.
+    for i in 0..10 {
+        let warm = l
+            .try_acquire(&LockName::new(format!("warm{i}")).expect("valid name"))
+            .await
+            .expect("cluster up")
+            .expect("free");
+        warm.release().await.expect("release");
+    }
+    let name = LockName::new("job").expect("valid name");
+    let k = key(ns, "job");
+    let owner = owner_of(&cluster, &k).await;
+    proxies[owner].set_direction(Direction::Downstream, Mode::Blackhole);
+    let (l2, n2) = (l.clone(), name.clone());
+    let attempt = tokio::spawn(async move { l2.try_acquire(&n2).await });
+    // The first send ran: the key is set (its reply is held by the proxy).
+    let began = Instant::now();
+    loop {
+        let held: Option<String> = node_cmd(&cluster, owner, redis::cmd("GET").arg(&k)).await;
+        if held.is_some() {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the acquire never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The reply is lost and the connection reset; the client reconnects and sends again.
+    proxies[owner].set_direction(Direction::Downstream, Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    proxies[owner].set_direction(Direction::Downstream, Mode::Pass);
+    let got = attempt.await.expect("join");
+    println!("the acquire whose reply was lost returned {got:?}");
+    match got {
+        Ok(Some(lease)) => lease.release().await.expect("release"),
+        other => {
+            // A failed attempt gives its key back in the background; a refused one ("held")
+            // has nothing to give back.
+            let returned = Instant::now();
+            loop {
+                let left: Option<String> =
+                    node_cmd(&cluster, owner, redis::cmd("GET").arg(&k)).await;
+                if left.is_none() {
+                    break;
+                }
+                assert!(
+                    returned.elapsed() < Duration::from_secs(5),
+                    "the acquire returned {other:?} and left the lock held by its own owner value {left:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
