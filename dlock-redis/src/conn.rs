@@ -689,6 +689,22 @@ pub(crate) fn is_slow(e: &Error) -> bool {
     }
 }
 
+/// Whether `e` says the server could not be reached or dropped the connection (refused,
+/// reset, broken pipe), as opposed to slow ([`is_slow`]) or answering with an error.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    match e {
+        Error::Unavailable {
+            source: Some(s), ..
+        } => s.downcast_ref::<RedisError>().is_some_and(|r| {
+            r.is_io_error()
+                || r.is_connection_refusal()
+                || r.is_connection_dropped()
+                || r.is_unrecoverable_error()
+        }),
+        _ => false,
+    }
+}
+
 /// Starts connecting in the background, so that the first request does not pay for the
 /// connection set-up (errors are left for real requests to report).
 pub(crate) fn warm_up(node: &Node, budget: Duration) {
@@ -716,6 +732,12 @@ pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
 impl Node {
     fn current(&self) -> Option<Current> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether this node finds its master through Redis Sentinel (and so follows failovers:
+    /// an unreachable master is looked up again).
+    pub(crate) fn follows_failovers(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
     }
 
     /// Whether this node stands for a Redis Cluster.
