@@ -27,8 +27,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 struct NodeQueue {
     /// Fence key → the least counter it must hold.
     wanted: HashMap<String, u64>,
-    /// Whether a task is raising this node now.
+    /// Whether a task is raising this node now (cleared by the task, under the lock, when it
+    /// finds nothing left).
     running: bool,
+    /// That task: started again when it died without clearing `running` (its runtime shut
+    /// down).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The pending raises of every node of a locker.
@@ -59,30 +63,26 @@ pub(crate) fn raise_detached(
     token: u64,
 ) {
     for &i in nodes {
-        let start = {
-            let Some(mut q) = backend.raiser.queue(i) else {
-                continue;
-            };
-            if let Some(cur) = q.wanted.get_mut(fence) {
-                *cur = (*cur).max(token);
-            } else if q.wanted.len() < MAX_PENDING {
-                q.wanted.insert(fence.to_owned(), token);
-            } else {
-                tracing::warn!(node = %backend.nodes[i].display, fence, token, "too many fence raises pending; this one is dropped");
-            }
-            !std::mem::replace(&mut q.running, true)
+        let Some(mut q) = backend.raiser.queue(i) else {
+            continue;
         };
-        if start {
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                if let Some(mut q) = backend.raiser.queue(i) {
-                    q.running = false;
-                }
-                continue;
-            };
-            // Not a tracked background task: `close` does not wait for a node that may stay
-            // down; the task ends when the queue is empty or the locker is gone.
-            runtime.spawn(run(Arc::downgrade(backend), i));
+        if let Some(cur) = q.wanted.get_mut(fence) {
+            *cur = (*cur).max(token);
+        } else if q.wanted.len() < MAX_PENDING {
+            q.wanted.insert(fence.to_owned(), token);
+        } else {
+            tracing::warn!(node = %backend.nodes[i].display, fence, token, "too many fence raises pending; this one is dropped");
         }
+        if q.running && q.task.as_ref().is_some_and(|t| !t.is_finished()) {
+            continue;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            continue;
+        };
+        // Not a tracked background task: `close` does not wait for a node that may stay
+        // down; the task ends when the queue is empty or the locker is gone.
+        q.running = true;
+        q.task = Some(runtime.spawn(run(Arc::downgrade(backend), i)));
     }
 }
 
