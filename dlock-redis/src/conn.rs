@@ -178,12 +178,19 @@ pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "***".to_owned();
     };
-    // A query or fragment may carry a password too (`?password=`): drop it whole.
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    // Credentials end at the last '@' (a password may hold an unescaped '/' or '@').
+    // Credentials end at the last '@' (a password may hold an unescaped '/', '@', '?' or
+    // '#'), so look for it before cutting at a query or fragment.
     let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        // A query or fragment may carry a password too (`?password=`): drop it whole.
+        let rest = rest.split(['?', '#']).next().unwrap_or("");
         return format!("{scheme}://{rest}");
     };
+    if userinfo.contains(['?', '#']) {
+        // Either the password holds '?' / '#' or the '@' lies in a query or fragment (which
+        // may be part of a password there): which part is the host is unclear.
+        return format!("{scheme}://***");
+    }
+    let host = host.split(['?', '#']).next().unwrap_or("");
     let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
     let user = if user.contains('/') { "" } else { user };
     format!("{scheme}://{user}:***@{host}")
@@ -682,6 +689,22 @@ pub(crate) fn is_slow(e: &Error) -> bool {
     }
 }
 
+/// Whether `e` says the server could not be reached or dropped the connection (refused,
+/// reset, broken pipe), as opposed to slow ([`is_slow`]) or answering with an error.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    match e {
+        Error::Unavailable {
+            source: Some(s), ..
+        } => s.downcast_ref::<RedisError>().is_some_and(|r| {
+            r.is_io_error()
+                || r.is_connection_refusal()
+                || r.is_connection_dropped()
+                || r.is_unrecoverable_error()
+        }),
+        _ => false,
+    }
+}
+
 /// Starts connecting in the background, so that the first request does not pay for the
 /// connection set-up (errors are left for real requests to report).
 pub(crate) fn warm_up(node: &Node, budget: Duration) {
@@ -709,6 +732,12 @@ pub(crate) fn timed_out(node: &str, what: &str, budget: Duration) -> Error {
 impl Node {
     fn current(&self) -> Option<Current> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether this node finds its master through Redis Sentinel (and so follows failovers:
+    /// an unreachable master is looked up again).
+    pub(crate) fn follows_failovers(&self) -> bool {
+        matches!(self.target, Target::Sentinel(_))
     }
 
     /// Whether this node stands for a Redis Cluster.
@@ -1096,8 +1125,23 @@ mod tests {
         assert_eq!(redact_url("redis://u:a@b@h:1"), "redis://u:***@h:1");
         assert_eq!(redact_url("redis://h:1/0?password=s3cret"), "redis://h:1/0");
         assert_eq!(redact_url("u:s3cret@h"), "***");
-        for url in ["redis://u:s3cret@h", "redis://u:x/s3cret@h:1"] {
-            assert!(!redact_url(url).contains("s3cret"), "{url}");
+        assert_eq!(
+            redact_url("redis://u:a@h:1/0?db=1#x"),
+            "redis://u:***@h:1/0"
+        );
+        for url in [
+            "redis://u:s3cret@h",
+            "redis://u:x/s3cret@h:1",
+            "redis://u:pa?s3cret@h",
+            "redis://u:s3?cret@h",
+            "redis://u:s3#cret@h:1",
+            "redis://h:1/0?password=s3cret@x",
+            "redis://h:1/0?password=x@s3cret",
+        ] {
+            let shown = redact_url(url);
+            for part in ["s3cret", "s3", "cret", "pa"] {
+                assert!(!shown.contains(part), "{url} shows {shown}");
+            }
         }
     }
 

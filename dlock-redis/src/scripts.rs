@@ -133,11 +133,22 @@ pub(crate) const FENCE_LIFETIME: std::time::Duration =
 /// KEYS: lock, fence. ARGV: owner, ttl ms, fence lifetime ms (`0`: a plain counter, see
 /// [`TOKEN_PRELUDE`]). Returns `{1, token}` or `{0, pttl}`.
 ///
+/// A key already holding OUR owner value is our own grant: a request sent again after it ran
+/// (Redis Cluster's client re-sends after a dropped connection) or an earlier attempt of the
+/// same acquire whose reply was lost. It is granted again: the TTL is re-armed (the caller
+/// counts the deadline from THIS attempt's send, so the key must not expire earlier) and the
+/// token is a new one, above every earlier token (the one the lost reply carried was never
+/// handed out). Answering "held" left a key nobody held for a whole TTL.
+///
 /// A release never frees a lock that has queued waiters (it is reserved for the head), so this
 /// cannot bypass a fair queue; only when a holder's key EXPIRED (a crash) may a newcomer get the
 /// lock before the queued head, which costs fairness once, never safety.
 const FAST_ACQUIRE_BODY: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, next_token(KEYS[2], ARGV[3])}
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, next_token(KEYS[2], ARGV[3])}
 end
 return {0, redis.call('PTTL', KEYS[1])}

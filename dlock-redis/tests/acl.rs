@@ -8,7 +8,7 @@ use std::time::Duration;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
-use support::acl::{FAMILY_RULES, RULES, acl_rules};
+use support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
 
 fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
@@ -190,4 +190,56 @@ async fn the_documented_family_acl_rules_suffice() {
         .await
         .expect("permit");
     permit.release().await.expect("release");
+}
+
+/// `wait_for_replicas` under exactly the documented rules (the mutex's and its own): a grant
+/// that a replica acknowledged is handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_acl_rules_suffice_for_wait_for_replicas() {
+    let cluster = Cluster::start(ServerKind::Redis, 2)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let urls = cluster.endpoints();
+    let mut replica = redis::Client::open(urls[1].as_str())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let master = cluster.addrs()[0];
+    let _: () = redis::cmd("REPLICAOF")
+        .arg(master.ip().to_string())
+        .arg(master.port())
+        .query_async(&mut replica)
+        .await
+        .expect("REPLICAOF");
+    let began = std::time::Instant::now();
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut replica)
+            .await
+            .expect("INFO");
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the replica never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ns = "dlock-test/acl/wait";
+    let rules: Vec<&str> = RULES.iter().chain(WAIT_RULES).copied().collect();
+    acl_user(&urls[0], "dlock-wait", ns, &rules).await;
+    let l = RedisLocker::builder()
+        .url(format!("redis://dlock-wait:pw@{master}"))
+        .ttl(Duration::from_secs(2))
+        .namespace(ns)
+        .wait_for_replicas(1, Duration::from_millis(500))
+        .build()
+        .expect("builds");
+    let lease = l
+        .acquire(&name("w"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect("granted and acknowledged under the ACL");
+    lease.release().await.expect("release");
 }

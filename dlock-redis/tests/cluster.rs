@@ -608,3 +608,149 @@ async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
         let _ = lease.release().await;
     }
 }
+
+/// A spin-mode locker that reaches every master through its own proxy (30 s TTL), connected
+/// to every master.
+async fn proxied_locker(
+    cluster: &Cluster,
+    ns: &str,
+) -> (Vec<dlock_conformance::faults::Proxy>, RedisLocker) {
+    use dlock_conformance::faults::Proxy;
+    let proxies: Vec<Proxy> = cluster
+        .addrs()
+        .into_iter()
+        .map(|a| Proxy::start(a).expect("proxy"))
+        .collect();
+    let mut b = RedisLocker::builder()
+        .cluster(proxies.iter().map(|p| format!("redis://{}", p.addr())))
+        .ttl(Duration::from_secs(30))
+        .request_timeout(Duration::from_secs(5))
+        .namespace(ns)
+        .fair(false);
+    for (node, proxy) in cluster.addrs().iter().zip(&proxies) {
+        b = b.cluster_address_map(node.to_string(), proxy.addr().to_string());
+    }
+    let l = b.build().expect("a cluster locker");
+    for i in 0..10 {
+        let warm = l
+            .try_acquire(&LockName::new(format!("warm{i}")).expect("valid name"))
+            .await
+            .expect("cluster up")
+            .expect("free");
+        warm.release().await.expect("release");
+    }
+    (proxies, l)
+}
+
+/// Loses the reply of the request in flight through `proxy` once `arrived` says it ran: the
+/// reply is held, then the connection reset, and the client connects again.
+async fn lose_reply<F, Fut>(proxy: &dlock_conformance::faults::Proxy, mut arrived: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    use dlock_conformance::faults::{Direction, Mode};
+    let began = Instant::now();
+    while !arrived().await {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the request never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set_direction(Direction::Downstream, Mode::Reset);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    proxy.set_direction(Direction::Downstream, Mode::Pass);
+}
+
+/// The cluster connection sends a request again after its connection dropped
+/// (`RetryMethod::Reconnect`), also a script that had already run. Here the acquire's reply is
+/// lost (held by the proxy, then the connection reset): the re-sent acquire meets the key the
+/// first one set with the same owner value. That is our grant: either the acquire returns it,
+/// or nothing of it is left; a key carrying our owner value that nobody holds would keep the
+/// lock for a whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_acquire_that_already_ran_is_our_grant() {
+    use dlock_conformance::faults::{Direction, Mode};
+    let Some(cluster) = cluster() else { return };
+    let ns = "dlock-test/cluster/resent";
+    let (proxies, l) = proxied_locker(&cluster, ns).await;
+    let name = LockName::new("job").expect("valid name");
+    let k = key(ns, "job");
+    let owner = owner_of(&cluster, &k).await;
+    proxies[owner].set_direction(Direction::Downstream, Mode::Blackhole);
+    let (l2, n2) = (l.clone(), name.clone());
+    let attempt = tokio::spawn(async move { l2.try_acquire(&n2).await });
+    // Once the first send ran (the key is set), its reply is lost; the client sends again.
+    lose_reply(&proxies[owner], || async {
+        node_cmd::<Option<String>>(&cluster, owner, redis::cmd("GET").arg(&k))
+            .await
+            .is_some()
+    })
+    .await;
+    let got = attempt.await.expect("join");
+    println!("the acquire whose reply was lost returned {got:?}");
+    match got {
+        Ok(Some(lease)) => lease.release().await.expect("release"),
+        other => {
+            // A failed attempt gives its key back in the background; a refused one ("held")
+            // has nothing to give back.
+            let returned = Instant::now();
+            loop {
+                let left: Option<String> =
+                    node_cmd(&cluster, owner, redis::cmd("GET").arg(&k)).await;
+                if left.is_none() {
+                    break;
+                }
+                assert!(
+                    returned.elapsed() < Duration::from_secs(5),
+                    "the acquire returned {other:?} and left the lock held by its own owner value {left:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// As [`a_resent_acquire_that_already_ran_is_our_grant`] for a proclamation: the re-sent
+/// announcement that already ran is one announcement, not two (observers would see the
+/// value twice, as two changes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_proclamation_is_announced_once() {
+    use dlock_conformance::faults::{Direction, Mode};
+    use dlock_core::Election;
+    let Some(cluster) = cluster() else { return };
+    let ns = "dlock-test/cluster/resent-proclaim";
+    let (proxies, l) = proxied_locker(&cluster, ns).await;
+    let name = LockName::new("lead").expect("valid name");
+    let leading = l
+        .campaign(&name, b"v1", AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("campaign");
+    let k = key(ns, "lead");
+    let owner = owner_of(&cluster, &k).await;
+    let leader = format!("{k}:leader");
+    let changes = format!("{k}:changes");
+    let count = || async {
+        let n: Option<u64> =
+            node_cmd(&cluster, owner, redis::cmd("HGET").arg(&leader).arg("n")).await;
+        let len: u64 = node_cmd(&cluster, owner, redis::cmd("XLEN").arg(&changes)).await;
+        (n.unwrap_or(0), len)
+    };
+    let (n0, len0) = count().await;
+    proxies[owner].set_direction(Direction::Downstream, Mode::Blackhole);
+    let (proclaimed, ()) = tokio::join!(
+        leading.proclaim(b"v2"),
+        lose_reply(&proxies[owner], || async { count().await.0 > n0 })
+    );
+    proclaimed.expect("the proclamation (sent again after its reply was lost) succeeds");
+    let (n1, len1) = count().await;
+    assert_eq!(
+        (n1 - n0, len1 - len0),
+        (1, 1),
+        "one proclamation became {} announcements and {} stream entries",
+        n1 - n0,
+        len1 - len0
+    );
+    leading.resign().await.expect("resign");
+}

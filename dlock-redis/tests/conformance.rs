@@ -11,7 +11,9 @@ use std::sync::{Arc, OnceLock};
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_conformance::{Declared, TestBackend};
 use dlock_core::FencingStrength;
-use support::acl::{CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES};
+use support::acl::{
+    CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES, WAIT_RULES,
+};
 use support::{ClusterRef, Kind, RedisBackend};
 
 fn shared(nodes: usize) -> Arc<Cluster> {
@@ -85,7 +87,7 @@ fn redis_acl_options() -> ServerOptions {
     args.extend(support::acl::acl_rules(
         CONFORMANCE_PASSWORD,
         "dlock-test/*/redis_acl/*/",
-        &[RULES, FAMILY_RULES, ELECTION_RULES],
+        &[RULES, FAMILY_RULES, ELECTION_RULES, WAIT_RULES],
     ));
     ServerOptions::default().with_args(args)
 }

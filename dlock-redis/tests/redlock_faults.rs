@@ -232,3 +232,65 @@ fn steady_state_grants_need_no_fence_write_back() {
         );
     });
 }
+
+/// Runs one command on one node (the default user).
+async fn on_node(url: &str, cmd: &redis::Cmd) {
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let _: redis::Value = cmd.query_async(&mut conn).await.expect("command");
+}
+
+/// One grant and its release; the grant's token.
+async fn grant_token(l: &RedlockLocker, name: &LockName) -> u64 {
+    let lease = l
+        .acquire(name, AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect("acquire");
+    let token = lease.token().get();
+    lease.release().await.expect("release");
+    token
+}
+
+/// A node that refused grants (another owner's key) lags behind the counters the granting
+/// majority holds. When a node restarts empty (down for longer than the TTL, the documented
+/// assumption) and the next quorum is that empty node and the lagging one, the token must
+/// still be above every earlier token: every node below a grant's token is raised to it.
+#[test]
+fn tokens_keep_increasing_when_a_lagging_node_and_an_emptied_node_form_the_quorum() {
+    let cluster = private(3);
+    runtime().block_on(async {
+        let ns = "dlock-test/redlock-faults/lagging";
+        let l = locker(&cluster, ns);
+        let name = LockName::new("job").expect("valid name");
+        let key = format!("{ns}/dlock:{{job}}");
+        let urls = cluster.endpoints();
+        let mut last = grant_token(&l, &name).await;
+        // Node 2 refuses the next grants: another owner holds the key there (no TTL).
+        on_node(&urls[2], redis::cmd("SET").arg(&key).arg("someone-else")).await;
+        for _ in 0..3 {
+            let token = grant_token(&l, &name).await;
+            assert!(token > last, "token {token} after {last}");
+            last = token;
+        }
+        on_node(&urls[2], redis::cmd("DEL").arg(&key)).await;
+        // Node 0 loses everything and stays down for longer than the TTL.
+        tokio::task::block_in_place(|| cluster.node(0).kill()).expect("kill node 0");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::task::block_in_place(|| cluster.node(0).restart()).expect("restart node 0");
+        // Node 1 (which holds the latest counter) refuses now: the quorum is nodes 0 and 2.
+        on_node(&urls[1], redis::cmd("SET").arg(&key).arg("someone-else")).await;
+        let lease = l
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("nodes 0 and 2 grant");
+        let token = lease.token().get();
+        lease.release().await.expect("release");
+        assert!(
+            token > last,
+            "token {token} repeats or goes back after {last} (granted by the emptied node and the lagging one)"
+        );
+    });
+}

@@ -237,6 +237,37 @@ fn redlock_builder_debug_hides_passwords() {
     }
 }
 
+/// A password holding a character that also starts a URL's query or fragment (`?`, `#`):
+/// neither part of it shows in either builder's `Debug`.
+#[test]
+fn builder_debug_hides_passwords_holding_query_delimiters() {
+    let (head, tail) = ("Qm-redis-4Lv7", "secret-Hs2P");
+    let s = Secrets::new()
+        .password("password head", head)
+        .password("password tail", tail);
+    let mut leaks = Vec::new();
+    for delim in ['?', '#'] {
+        let url = format!("redis://{USER}:{head}{delim}{tail}@127.0.0.1:6379/0");
+        let redis = RedisLocker::builder().url(url.clone());
+        let redlock = RedlockLocker::builder().nodes([url, "redis://127.0.0.1:6380".into()]);
+        for text in [
+            format!("{redis:?}"),
+            format!("{redis:#?}"),
+            format!("{redlock:?}"),
+        ] {
+            let found = s.leaks(&text);
+            if !found.is_empty() {
+                leaks.push(format!("{delim:?}: {found:?} in {text}"));
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "Debug shows secrets:\n{}",
+        leaks.join("\n")
+    );
+}
+
 /// Lockers' `Debug`, and the errors of a malformed URL carrying a password, of a wrong
 /// password and of a missing permission against a real server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

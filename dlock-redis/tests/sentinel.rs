@@ -620,3 +620,104 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
         began.elapsed()
     );
 }
+
+/// An acquire that waits retries within its wait across a requested failover (`SENTINEL
+/// FAILOVER`: the sentinels also close the clients' connections to the servers they
+/// reconfigure): it waits behind a holder whose lease the failover costs, and is granted on
+/// the new master within its wait, with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_is_granted_across_a_failover() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let ns = "dlock-test/sentinel/wait-failover";
+    let name = LockName::new("waited").expect("valid name");
+    let ttl = Duration::from_secs(2);
+    let holder = setup.locker(ns, ttl).build().expect("builds");
+    let held = holder
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("granted on the first master");
+    let token = held.token().0;
+    let waiter = setup.locker(ns, ttl).build().expect("builds");
+    let (w, n) = (waiter.clone(), name.clone());
+    let waiting = tokio::spawn(async move {
+        w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the waiter did not wait");
+    setup.failover().await;
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("the waiting acquire is granted within its wait across the failover");
+    assert!(
+        lease.token().0 > token,
+        "token {} after {token}",
+        lease.token().0
+    );
+    lease.release().await.expect("release");
+    drop(held);
+}
+
+/// An acquire that starts while the master is dead (connections refused) retries within its
+/// wait: the sentinels promote the replica, which takes writes once the old master is back
+/// as its replica, and the acquire is granted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_waits_across_a_killed_master() {
+    let Some(setup) = Setup::start().await else {
+        return;
+    };
+    let ns = "dlock-test/sentinel/wait-killed";
+    let name = LockName::new("waited").expect("valid name");
+    let l = setup
+        .locker(ns, Duration::from_secs(2))
+        .build()
+        .expect("builds");
+    let first = l
+        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+        .await
+        .expect("granted on the first master");
+    let token = first.token().0;
+    first.release().await.expect("release");
+    let master = Arc::clone(&setup.deployment.master);
+    tokio::task::spawn_blocking(move || master.node(0).kill())
+        .await
+        .expect("kill")
+        .expect("the master killed");
+    let (w, n) = (l.clone(), name.clone());
+    let waiting = tokio::spawn(async move {
+        w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
+            .await
+    });
+    let [_, new] = setup.data;
+    for &s in &setup.sentinels {
+        until(
+            "the sentinels name the replica",
+            Duration::from_secs(30),
+            || async { named_master(s).await == Some(new) },
+        )
+        .await;
+    }
+    assert!(
+        !waiting.is_finished(),
+        "the acquire ended while no master took writes: {:?}",
+        waiting.await.expect("join").map(|l| l.token())
+    );
+    let master = Arc::clone(&setup.deployment.master);
+    tokio::task::spawn_blocking(move || master.node(0).start_again())
+        .await
+        .expect("restart")
+        .expect("the old master restarted");
+    let lease = waiting
+        .await
+        .expect("join")
+        .expect("granted within its wait once the new master takes writes");
+    assert!(
+        lease.token().0 > token,
+        "token {} after {token}",
+        lease.token().0
+    );
+    lease.release().await.expect("release");
+}

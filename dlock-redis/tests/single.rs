@@ -534,3 +534,93 @@ fn validate_checks_without_building() {
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     }
 }
+
+/// Channels with subscribers under the namespace `ns` (`PUBSUB CHANNELS`).
+async fn subscribed_channels(ns: &str) -> usize {
+    let mut conn = redis::Client::open(url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{ns}/dlock:notify:*"))
+        .query_async(&mut conn)
+        .await
+        .expect("PUBSUB CHANNELS");
+    channels.len()
+}
+
+/// Waits (for at most 10 s) until `want` channels under `ns` have subscribers.
+async fn until_subscribed(ns: &str, want: usize, what: &str) {
+    let began = Instant::now();
+    while subscribed_channels(ns).await != want {
+        assert!(began.elapsed() < Duration::from_secs(10), "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Makes `waiter` wait (queued) behind a lease of a fresh locker, on the current runtime.
+async fn wait_queued(waiter: &RedisLocker, ns: &str) {
+    let holder = RedisLocker::builder()
+        .url(url())
+        .ttl(Duration::from_secs(5))
+        .namespace(ns)
+        .build()
+        .expect("builds");
+    let lock = name("n");
+    let held = holder
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect("acquire");
+    let e = waiter
+        .acquire(&lock, AcquireOptions::wait(Duration::from_millis(300)))
+        .await
+        .expect_err("the lock is held");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    held.release().await.expect("release");
+}
+
+/// The notification task is supervised like the renewal driver: when the runtime it ran on
+/// shut down, the next wait (on another runtime) subscribes the locker's channel again.
+#[test]
+fn the_notification_task_is_restarted_on_a_new_runtime() {
+    let ns = "dlock-test/single/notifier-runtime";
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
+    let first = runtime();
+    let waiter = first.block_on(async {
+        let waiter = RedisLocker::builder()
+            .url(url())
+            .ttl(Duration::from_secs(5))
+            .namespace(ns)
+            .build()
+            .expect("builds");
+        wait_queued(&waiter, ns).await;
+        until_subscribed(ns, 1, "the first wait never subscribed").await;
+        waiter
+    });
+    drop(first);
+    runtime().block_on(async {
+        until_subscribed(ns, 0, "the subscription outlived its runtime").await;
+        // The command connection's task died with the first runtime too: its first request
+        // here may fail (broken pipe) before it reconnects.
+        let mut tries = 0;
+        while let Err(e) = waiter.inspect(&name("n")).await {
+            tries += 1;
+            assert!(tries < 10, "the locker never reconnected: {e}");
+        }
+        wait_queued(&waiter, ns).await;
+        until_subscribed(
+            ns,
+            1,
+            "the notification channel was never subscribed again after its runtime shut down",
+        )
+        .await;
+    });
+}

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::RInner;
 use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
+use super::raise;
 use crate::conn::{is_slow, millis, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
@@ -109,6 +110,11 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     if granted.len() >= b.quorum {
         if let Some((token, laggards)) = token_plan(&granted) {
             let at_max = granted.len() - laggards.len();
+            // Which nodes hold a counter >= the token now.
+            let mut at_token = vec![false; n];
+            for &(i, c) in &granted {
+                at_token[i] = c >= token;
+            }
             let mut raised = 0;
             if at_max < b.quorum {
                 // Write the token back, so that a majority holds a counter >= token.
@@ -126,13 +132,23 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
                     .await;
                     for (&i, r) in laggards.iter().zip(results) {
                         match r {
-                            Ok(_) => raised += 1,
+                            Ok(_) => {
+                                raised += 1;
+                                at_token[i] = true;
+                            }
                             Err(e) => causes.push(cause(&b.nodes[i].display, e)),
                         }
                     }
                 }
             }
             if at_max + raised >= b.quorum && validity(inner.ttl, start.elapsed()).is_some() {
+                // Every node not known to hold a counter >= the token is raised in the
+                // background: off the grant's path, and nothing at all when every node granted
+                // at the same counter.
+                let below: Vec<usize> = (0..n).filter(|&i| !at_token[i]).collect();
+                if !below.is_empty() {
+                    raise::raise_detached(b, &below, &keys.fence, token);
+                }
                 guard.dirty = false;
                 let held = RHeld {
                     keys: keys.clone(),

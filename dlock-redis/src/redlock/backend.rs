@@ -32,6 +32,8 @@ pub(crate) struct RedlockBackend {
     /// The locker's background work (shared with its renewal driver, whose `close` waits for
     /// it): unlocks of cancelled attempts and lost leases.
     pub(crate) background: Background,
+    /// Fence write-backs to the nodes a grant did not raise (see `raise`).
+    pub(crate) raiser: super::raise::Raiser,
 }
 
 impl RedlockBackend {

@@ -4,6 +4,7 @@ mod acquire;
 mod backend;
 mod inspect;
 mod quorum;
+mod raise;
 mod tally;
 
 use std::collections::HashSet;
@@ -38,7 +39,11 @@ pub const MAX_NODES: usize = 63;
 /// - **Fencing**: the token is the maximum of the counters of the granting nodes; before the
 ///   lease is handed out, every granting node whose counter is lower is raised to it, so that
 ///   a majority holds a counter ≥ the token and the next grant's majority (which intersects
-///   it) can only produce a larger one.
+///   it) can only produce a larger one. Every other node (it refused, was slow or down) is
+///   raised to the token in the background, retried until it answers while the locker lives,
+///   so that one node restarted empty and one that missed grants cannot form a quorum that
+///   repeats a token (the uncontended grant, where every node granted at the same counter,
+///   needs neither).
 /// - **Renewal**: compare-and-`PEXPIRE` of every held lease on every node in one round trip;
 ///   a lease is extended when a majority confirmed it within its validity. A round ends as
 ///   soon as the answers so far settle every lease, so a dead or hung node never holds up a
@@ -325,6 +330,7 @@ impl RedlockLockerBuilder {
         let counters = Arc::new(Counters::default());
         let backend = Arc::new(RedlockBackend {
             quorum: quorum::quorum(nodes.len()),
+            raiser: raise::Raiser::new(nodes.len()),
             nodes,
             ttl,
             node_timeout,

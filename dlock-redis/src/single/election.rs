@@ -32,13 +32,20 @@ use crate::scripts::FENCE_LIFETIME;
 
 /// Announces `owner` (term, value), if the lock key still holds `owner`; for a
 /// proclamation (`ARGV[6]` = `proclaim`) only if `owner` is also the announced leader.
-/// KEYS: lock, leader, changes. ARGV: owner, term, value, lifetime ms, stream length, mode.
+/// KEYS: lock, leader, changes. ARGV: owner, term, value, lifetime ms, stream length, mode,
+/// request id (random, one per call).
 /// Returns the announcement's `n`, or -1 when `owner` does not (or no longer) lead.
+///
+/// The hash keeps the request id of the last announcement: a request sent again after it ran
+/// (Redis Cluster's client re-sends after a dropped connection) finds its own id there and
+/// answers the same `n` without announcing twice.
 const ANNOUNCE: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if ARGV[6] == 'proclaim' and redis.call('HGET', KEYS[2], 'owner') ~= ARGV[1] then return -1 end
+local last = redis.call('HMGET', KEYS[2], 'owner', 'req', 'n')
+if last[1] == ARGV[1] and last[2] == ARGV[7] then return tonumber(last[3]) end
+if ARGV[6] == 'proclaim' and last[1] ~= ARGV[1] then return -1 end
 local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
-redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'term', ARGV[2], 'value', ARGV[3])
+redis.call('HSET', KEYS[2], 'owner', ARGV[1], 'term', ARGV[2], 'value', ARGV[3], 'req', ARGV[7])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'n', n, 'term', ARGV[2], 'value', ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -100,7 +107,8 @@ async fn announce(
         .arg(value)
         .arg(millis(FENCE_LIFETIME))
         .arg(STREAM_LENGTH)
-        .arg(mode);
+        .arg(mode)
+        .arg(crate::keys::random_id());
     let n: i64 = inner
         .backend
         .node

@@ -1,31 +1,95 @@
 //! A grant's last steps, for the mutex and the read-write lock and semaphore alike: the
 //! replicas' acknowledgement, then the lease.
 
+use std::sync::Mutex;
+
 use dlock_core::{Error, FencingToken, Lease, LockName};
+use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use super::Inner;
 use super::pending::Pending;
-use crate::conn::millis;
+use crate::conn::{bounded, millis};
+
+/// The most idle `WAIT` connections a locker keeps.
+const MAX_IDLE: usize = 8;
+
+/// Connections of the locker's own for `WAIT`, which blocks the connection it is sent on until
+/// it returns: on the shared connection, k grants waiting for a stalled replica would hold up
+/// every other request of the locker (its renewals too) for k × the timeout. Each `WAIT` takes
+/// an idle connection (or opens one) and gives it back only when its reply came in time.
+#[derive(Default)]
+pub(super) struct WaitConns {
+    /// Idle connections and the server address each one goes to.
+    idle: Mutex<Vec<(String, MultiplexedConnection)>>,
+}
+
+impl WaitConns {
+    fn take(&self, addr: &str) -> Option<MultiplexedConnection> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let i = idle.iter().rposition(|(a, _)| a == addr)?;
+        Some(idle.swap_remove(i).1)
+    }
+
+    fn give_back(&self, addr: String, conn: MultiplexedConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push((addr, conn));
+        }
+    }
+}
 
 /// With [`wait_for_replicas`](crate::RedisLockerBuilder::wait_for_replicas): waits until enough
 /// replicas acknowledged the grant. The error says why not (too few replicas in time, or the
 /// `WAIT` failed); the caller gives the grant back before it returns it.
+///
+/// `WAIT` runs on a connection of its own ([`WaitConns`]). It waits for the writes of the
+/// connection it is sent on, so it is preceded there by a `PUBLISH` (replicated, like every
+/// `PUBLISH` outside a cluster, and heard by nobody: no locker id is empty): the connection's
+/// replication offset is then at least the grant's, which the server applied before it
+/// answered, and the `WAIT` covers the grant. Both go in one pipeline: one round trip, as
+/// before.
 pub(super) async fn replicas_acknowledged(inner: &Inner) -> Result<(), Error> {
     let Some((replicas, timeout)) = inner.replicas else {
         return Ok(());
     };
     let node = &inner.backend.node;
+    let budget = timeout + inner.request_timeout;
+    let start = Instant::now();
+    let client = node.client(budget).await?;
+    let addr = client.get_connection_info().addr().to_string();
+    let mut conn = match inner.wait_conns.take(&addr) {
+        Some(conn) => conn,
+        None => {
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+            let left = budget.saturating_sub(start.elapsed());
+            bounded(&node.display, "connecting for WAIT", left, async move {
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+            })
+            .await?
+        }
+    };
     let mut pipe = redis::pipe();
-    pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-    let acked: (i64,) = node
-        .pipeline(
-            "replica acknowledgement",
-            &pipe,
-            timeout + inner.request_timeout,
-            &inner.counters,
-        )
-        .await?;
+    pipe.cmd("PUBLISH")
+        .arg(&inner.backend.channel_prefix)
+        .arg("")
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(millis(timeout));
+    inner.counters.add_requests(1);
+    let left = budget.saturating_sub(start.elapsed());
+    let acked: (i64,) = bounded(
+        &node.display,
+        "replica acknowledgement",
+        left,
+        pipe.query_async(&mut conn),
+    )
+    .await?;
+    // Answered in time: nothing is left in flight on it.
+    inner.wait_conns.give_back(addr, conn);
     match acked {
         (n,) if usize::try_from(n).is_ok_and(|n| n >= replicas) => Ok(()),
         (n,) => Err(Error::unavailable(

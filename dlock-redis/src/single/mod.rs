@@ -98,6 +98,8 @@ struct Inner {
     request_timeout: Duration,
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
+    /// `WAIT`'s connections (see `grant::WaitConns`).
+    wait_conns: grant::WaitConns,
     notifier: Arc<Notifier>,
     locker_id: String,
     seq: AtomicU64,
@@ -428,8 +430,9 @@ impl RedisLockerBuilder {
     /// and the attempt fails with [`Error::Unavailable`], so a failover to an acknowledging
     /// replica cannot lose a granted lock. It narrows, but does not close, the window of
     /// Redis' asynchronous replication (a replica that acknowledged may still not be the one
-    /// promoted; renewals are not acknowledged). While `WAIT` runs, the locker's other requests
-    /// queue behind it on the shared connection.
+    /// promoted; renewals are not acknowledged). `WAIT` runs on connections of its own (a
+    /// few idle ones are kept), so the locker's other requests, its renewals among them, never
+    /// queue behind it.
     pub fn wait_for_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
         self
@@ -542,6 +545,7 @@ impl RedisLockerBuilder {
                 request_timeout,
                 retry_delay: self.retry_delay,
                 replicas: self.replicas,
+                wait_conns: grant::WaitConns::default(),
                 notifier,
                 locker_id,
                 seq: AtomicU64::new(0),

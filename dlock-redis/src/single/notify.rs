@@ -7,7 +7,7 @@
 //! again (a message may have been lost meanwhile).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -30,7 +30,9 @@ pub(crate) struct Notifier {
     /// Dropped with the notifier: ends the task.
     _shutdown: watch::Sender<()>,
     shutdown_rx: watch::Receiver<()>,
-    started: Once,
+    /// The subscription task, once started: started again when it is no longer running (its
+    /// runtime shut down), as the renewal driver's task is.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Notifier {
@@ -44,7 +46,7 @@ impl Notifier {
             up: watch::Sender::new(false),
             _shutdown: shutdown,
             shutdown_rx,
-            started: Once::new(),
+            task: Mutex::new(None),
         })
     }
 
@@ -64,15 +66,23 @@ impl Notifier {
         self.waiters().remove(entry);
     }
 
-    /// Starts the subscription task (once). Must run inside a tokio runtime.
+    /// Starts the subscription task on the current runtime unless it runs: the first time,
+    /// and again when it died with the runtime it ran on. Outside a runtime it does nothing
+    /// (waiters fall back to their timers).
     pub(crate) fn start(self: &Arc<Self>) {
-        self.started.call_once(|| {
-            let weak = Arc::downgrade(self);
-            let shutdown = self.shutdown_rx.clone();
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(run(weak, shutdown));
-            }
-        });
+        let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if task.is_some() {
+            tracing::warn!(channel = %self.channel, "the notification task had stopped (its runtime shut down); starting it again");
+        }
+        // Spawning on a runtime that is shutting down drops the task; the next wait tries
+        // again.
+        *task = Some(handle.spawn(run(Arc::downgrade(self), self.shutdown_rx.clone())));
     }
 
     fn dispatch(&self, entry: &str) {

@@ -9,12 +9,16 @@ use dlock_core::{Error, LockName};
 
 use super::backend::{Held, SingleBackend, Slot};
 use super::notify::Notifier;
-use crate::conn::is_slow;
+use crate::conn::{is_slow, is_unreachable};
 use crate::keys::{FamilyKeys, Keys};
 use crate::wait::Wait;
 
 /// How long a timed-out acquire waits for its withdrawal before returning.
 pub(super) const CLEANUP_GRACE: Duration = Duration::from_millis(100);
+
+/// The least pause before an attempt follows one that found the sentinels' master
+/// unreachable.
+const UNREACHABLE_PAUSE: Duration = Duration::from_millis(100);
 
 /// A request in flight or a queue entry of one name.
 pub(super) struct Pending {
@@ -117,7 +121,9 @@ impl Pending {
 
     /// After an attempt failed with `e`: `Ok` when the reply was only slow (a loaded or
     /// briefly hung server: the request may or may not have been applied) and the wait goes
-    /// on; otherwise the error that ends the acquire: the timeout once the wait is over
+    /// on, and also when a node found through Redis Sentinel could not be reached (refused,
+    /// reset: the master may be moving; the next attempt asks the sentinels again);
+    /// otherwise the error that ends the acquire: the timeout once the wait is over
     /// (withdrawn first, see [`timeout`](Self::timeout)), or `e` when the server is down or
     /// refusing (dropping the request withdraws in the background).
     pub(super) async fn after_failure(
@@ -129,11 +135,19 @@ impl Pending {
         if wait.is_over() {
             return Err(self.timeout(wait).await);
         }
-        if !is_slow(&e) {
-            return Err(e);
+        if is_slow(&e) {
+            tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
+            return Ok(());
         }
-        tracing::debug!(lock = %name, error = %e, "slow reply; trying again within the wait");
-        Ok(())
+        if self.backend.node.follows_failovers() && is_unreachable(&e) {
+            // The master the sentinels named is gone (killed, or its connections closed by
+            // the failover): the next attempt asks the sentinels again. Paced, so a wait
+            // across a failover does not ask them in a tight loop.
+            tracing::debug!(lock = %name, error = %e, "master unreachable; trying again within the wait");
+            tokio::time::sleep_until(wait.wake_at(UNREACHABLE_PAUSE)).await;
+            return Ok(());
+        }
+        Err(e)
     }
 }
 

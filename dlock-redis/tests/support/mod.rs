@@ -61,6 +61,10 @@ pub mod acl {
     /// `HINCRBY` / `XADD`, the leader read's `HMGET` / `XREVRANGE`, observers' `XREAD`.
     pub const ELECTION_RULES: &[&str] = &["+hincrby", "+hmget", "+xadd", "+xrevrange", "+xread"];
 
+    /// What `wait_for_replicas` needs on top of [`RULES`] (README): `WAIT` (its connection
+    /// first publishes to the notification prefix, covered by `+publish`).
+    pub const WAIT_RULES: &[&str] = &["+wait"];
+
     /// The user the `redis-acl` conformance row's lockers connect as.
     pub const CONFORMANCE_USER: &str = "dlock-conformance";
     /// Its password.
