@@ -64,7 +64,8 @@ impl Minimums {
     /// backend at a time on the shared 2-core machine (grants / accepted writes / breaks that
     /// hit / frozen writes rejected): memory 271 / 482 / 74 / – (no holder processes in
     /// process), redis 81 / 180 / 16 / 4, redlock-degraded 141 / 289 / 14 / 7, etcd
-    /// 94 / 229 / 11 / 7, zk 97 / 208 / 15 / 4, zk-cluster 108 / 248 / 18 / 6.
+    /// 94 / 229 / 11 / 7, etcd-cluster 125 / 273 / 12 / 8, zk 97 / 208 / 15 / 4, zk-cluster
+    /// 108 / 248 / 18 / 6.
     pub const PER_MINUTE: Minimums = Minimums {
         grants: 20,
         accepted_writes: 20,
