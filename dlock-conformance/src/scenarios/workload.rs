@@ -15,24 +15,32 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use super::Verdict;
-use crate::history::{History, Kind, Order, Violations};
+use crate::history::{FencedModel, History, Kind, Order, Violations};
 
 /// How the fenced resource treats tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
-    /// Rejects an operation whose token is lower than one already accepted.
+    /// Rejects an operation whose token is lower than one already accepted ([`FenceGuard`]).
     On,
     /// Accepts everything: a negative control, the fenced-safety checker must then fire
     /// whenever a stale holder writes.
     Off,
+    /// A broken guard that also accepts a token ONE lower than the highest accepted (the
+    /// off-by-one of a `fence - 1 <= $token` condition): a negative control, the fenced-safety
+    /// checker must fire when the holder just superseded writes.
+    Lax,
 }
 
-/// The shared resource the workers write to, recording each outcome in the history in the
-/// same step as the check.
+/// The shared resource the workers write to. Each operation is recorded as an attempt BEFORE
+/// the guard sees it and with its outcome after, all under one lock (the resource's own order
+/// of operations); the history's model of a fenced resource then judges the outcomes.
 pub(crate) struct Resource {
     fencing: Fencing,
     guard: FenceGuard<u64>,
-    unfenced: Mutex<u64>,
+    /// The counter of [`Fencing::Off`] and [`Fencing::Lax`], with the highest token accepted.
+    unguarded: Mutex<(Option<FencingToken>, u64)>,
+    /// Serializes attempt record, guard and outcome record.
+    order: Mutex<()>,
     history: Arc<History>,
 }
 
@@ -41,38 +49,40 @@ impl Resource {
         Resource {
             fencing,
             guard: FenceGuard::new(0),
-            unfenced: Mutex::new(0),
+            unguarded: Mutex::new((None, 0)),
+            order: Mutex::new(()),
             history,
         }
     }
 
     /// One increment by `client` with `token`; whether it was accepted.
     pub(crate) fn op(&self, client: usize, token: FencingToken) -> bool {
-        match self.fencing {
-            Fencing::On => {
-                let done = self.guard.apply(token, |v| {
-                    *v += 1;
-                    self.history.op(client, token, true);
-                });
-                if done.is_err() {
-                    self.history.op(client, token, false);
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        self.history.write_attempt(client, token);
+        let accepted = match self.fencing {
+            Fencing::On => self.guard.apply(token, |v| *v += 1).is_ok(),
+            Fencing::Off | Fencing::Lax => {
+                let mut g = self.unguarded.lock().unwrap_or_else(|p| p.into_inner());
+                let ok = self.fencing == Fencing::Off
+                    || g.0.is_none_or(|h| token.get().saturating_add(1) >= h.get());
+                if ok {
+                    g.0 = g.0.max(Some(token));
+                    g.1 += 1;
                 }
-                done.is_ok()
+                ok
             }
-            Fencing::Off => {
-                let mut v = self.unfenced.lock().unwrap_or_else(|p| p.into_inner());
-                *v += 1;
-                self.history.op(client, token, true);
-                true
-            }
-        }
+        };
+        self.history.op(client, token, accepted);
+        accepted
     }
 
     /// The counter's value.
     pub(crate) fn value(&self) -> u64 {
         match self.fencing {
             Fencing::On => self.guard.read(|v| *v),
-            Fencing::Off => *self.unfenced.lock().unwrap_or_else(|p| p.into_inner()),
+            Fencing::Off | Fencing::Lax => {
+                self.unguarded.lock().unwrap_or_else(|p| p.into_inner()).1
+            }
         }
     }
 }
@@ -277,8 +287,10 @@ pub(crate) struct Findings {
     pub overlaps: Option<Violations>,
     /// Tokens not unique and increasing in grant order.
     pub tokens: Option<Violations>,
-    /// Writes accepted from a superseded hold.
+    /// Write outcomes that differ from the independent fenced-resource model's.
     pub fenced: Option<Violations>,
+    /// The fenced-resource model's tallies.
+    pub model: FencedModel,
     /// Holds in the history.
     pub holds: usize,
     /// Forced breaks recorded.
@@ -303,6 +315,7 @@ impl Findings {
                 history.token_order().err()
             },
             fenced: history.fenced_safety().err(),
+            model: history.fenced_model(),
             holds: history.holds().len(),
             breaks: history
                 .events()
@@ -335,6 +348,14 @@ impl Findings {
             ("belief_overlaps", Self::count(&self.overlaps) as u64),
             ("token_violations", Self::count(&self.tokens) as u64),
             ("fenced_violations", Self::count(&self.fenced) as u64),
+            ("write_attempts", self.model.attempts),
+            ("writes_accepted", self.model.accepted),
+            ("writes_the_model_accepts", self.model.expected),
+            ("stale_writes_accepted", self.model.stale_accepted as u64),
+            (
+                "current_writes_rejected",
+                self.model.current_rejected as u64,
+            ),
             ("recorded_overlaps", self.recorded_overlaps as u64),
             ("late_loss_records", self.late_losses.0 as u64),
             ("late_loss_max_ms", self.late_losses.1.as_millis() as u64),

@@ -31,6 +31,11 @@ pub enum Defect {
     /// A grant that follows a holder which expired or was broken (rather than released) reuses
     /// that holder's token, as a server that lost its last counter increment would.
     ReusedToken,
+    /// A grant that follows a holder which expired or was broken (rather than released) is
+    /// handed a token LOWER than that holder's (the counter's previous value), as a server
+    /// that restored an old counter would: the later grant's writes are refused by a token
+    /// guard, the superseded holder's accepted.
+    LowerTokenAfterLapse,
     /// Every other grant (while the fence is odd) ignores the current holder and replaces it:
     /// two holders (leaders) at once.
     DoubleGrant,

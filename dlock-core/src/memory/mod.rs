@@ -378,9 +378,13 @@ impl Backend {
         if !reuse {
             st.fence += 1;
         }
+        let lower = self.defect == Some(Defect::LowerTokenAfterLapse) && st.lapsed && st.fence > 2;
         st.lapsed = false;
         let token = FencingToken(if self.defect == Some(Defect::NoFencing) {
             1
+        } else if lower {
+            // The counter is still advanced: the next grant gets a fresh, higher token.
+            st.fence - 2
         } else {
             st.fence
         });
