@@ -30,6 +30,9 @@ pub(crate) struct LeaseCell {
 struct CellState {
     deadline: Instant,
     ended: bool,
+    /// When the lease was declared lost (by its own loss timer, the renewal driver's, a check
+    /// that found it expired, or the server's word): the instant `lost()` became resolvable.
+    lost_declared: Option<Instant>,
 }
 
 /// What `lost()` reports; `Released` ends the watch without a loss.
@@ -56,6 +59,7 @@ impl LeaseCell {
             state: Mutex::new(CellState {
                 deadline,
                 ended: false,
+                lost_declared: None,
             }),
             status: watch::Sender::new(Status::Held),
         })
@@ -120,6 +124,7 @@ impl LeaseCell {
             return false;
         }
         st.ended = true;
+        st.lost_declared = Some(Instant::now());
         drop(st);
         // Closing the locker ends its leases on purpose: not a loss to count or warn about.
         if reason == LossReason::Closed {
@@ -132,6 +137,12 @@ impl LeaseCell {
         }
         self.status.send_replace(Status::Lost(reason));
         true
+    }
+
+    /// When the lease was declared lost, if it was.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn lost_declared(&self) -> Option<Instant> {
+        self.state().lost_declared
     }
 
     /// Marks the lease released. Returns false when it had already ended.
@@ -345,6 +356,15 @@ impl Lease {
         self.stop_renewal();
     }
 
+    /// For tests: the instant the core declared this lease lost — its loss timer firing (or
+    /// the renewal driver's, or a check finding it expired, or the server's word) — which is
+    /// when [`Lease::lost`] became resolvable, before any awaiting task was scheduled. `None`
+    /// while held, and when it was released instead. Only with the `testing` feature.
+    #[cfg(feature = "testing")]
+    pub fn lost_declared_at_for_test(&self) -> Option<Instant> {
+        self.cell.lost_declared()
+    }
+
     /// As [`Lease::stop_renewal_for_test`], for a re-entrant lease's inner lease.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn stop_renewal(&self) {
@@ -462,6 +482,16 @@ mod tests {
         let deadline = c.deadline();
         assert_eq!(c.lost_future().await, LossReason::Expired);
         assert_eq!(Instant::now(), deadline);
+        assert_eq!(c.lost_declared(), Some(deadline), "the timer's own instant");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_was_never_declared_lost() {
+        let c = cell(Duration::from_secs(1));
+        assert!(c.mark_released());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(c.lost_future().await, LossReason::Released);
+        assert_eq!(c.lost_declared(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -195,7 +195,16 @@ impl MemoryLockerBuilder {
             defect: self.defect,
             counters: Arc::clone(&counters),
         });
-        let margin = if self.defect == Some(Defect::LossAtDeadline) {
+        /// Lockers built with [`Defect::LossAtDeadlineSometimes`] so far.
+        static SOMETIMES: AtomicU64 = AtomicU64::new(0);
+        let at_deadline = match self.defect {
+            Some(Defect::LossAtDeadline) => true,
+            Some(Defect::LossAtDeadlineSometimes) => {
+                SOMETIMES.fetch_add(1, Ordering::Relaxed) % 3 == 0
+            }
+            _ => false,
+        };
+        let margin = if at_deadline {
             Duration::ZERO
         } else {
             crate::loss_margin(ttl)
