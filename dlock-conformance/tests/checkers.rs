@@ -153,6 +153,47 @@ fn wake_all_claiming_herd_free_fails_herd() {
     );
 }
 
+/// Two wake-ups per release (the head and the waiter behind it) passed the old bound of two;
+/// herd at one catches it.
+#[test]
+fn waking_two_per_release_fails_herd() {
+    let row = run(MemoryBackend::with_defect(Defect::WakeTwo), Scenario::Herd);
+    assert_caught(&row, "wakes more than one waiter");
+}
+
+/// A waiter that reads the queue an entry at a time after each wake-up: one wake-up per
+/// release, but up to five more requests per handoff. Under the old bound (2 × r1 + 6) it
+/// passed at every N; herd at one (r1 + 1) catches it.
+#[test]
+fn reading_the_queue_per_wakeup_fails_the_herd_request_bound() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::PagedQueueRead),
+        Scenario::Herd,
+    );
+    assert_caught(&row, "requests per handoff");
+    assert!(row.reason.contains("not flat"), "{}", row.reason);
+    let fig = |k: &str| row.figures.get(k).and_then(|v| v.as_f64());
+    let r1 = fig("requests_per_handoff_n1").expect("the single-waiter figure");
+    let r8 = fig("requests_per_handoff_n8").expect("the 8-waiter figure");
+    assert!(
+        r8 > r1 + 1.0 && r8 <= 2.0 * r1 + 6.0,
+        "the defect sits between the new and the old bound: {}",
+        row.summary()
+    );
+    assert_eq!(
+        fig("wakeups_per_release_n8"),
+        Some(1.0),
+        "{}",
+        row.summary()
+    );
+}
+
+#[test]
+fn herd_at_one_passes_on_the_honest_memory_backend() {
+    let row = run(MemoryBackend::new(), Scenario::Herd);
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}
+
 #[test]
 fn split_brain_fails_mutual_exclusion() {
     let row = run(SplitBrain, Scenario::MutualExclusion);

@@ -14,6 +14,13 @@ pub enum Defect {
     UnguardedRelease,
     /// A release wakes every waiter, not just the head.
     WakeAll,
+    /// A release wakes the head waiter and the one behind it, which re-checks in vain: two
+    /// wake-ups (and requests) per release, however many wait.
+    WakeTwo,
+    /// A woken waiter reads the queue an entry at a time (one request each, at most a page of
+    /// five) to learn whether it is the head, instead of being told: one wake-up per release,
+    /// but the requests per handoff grow with the queue up to five more.
+    PagedQueueRead,
     /// The server expires holders at half the TTL, before the client's deadline.
     EarlyExpiry,
     /// Grants ignore the queue order (newest waiter first).

@@ -421,6 +421,7 @@ impl Backend {
     fn wake_next(&self, st: &NameState) {
         match self.defect {
             Some(Defect::WakeAll) => st.queue.iter().for_each(|w| w.wake.notify_one()),
+            Some(Defect::WakeTwo) => st.queue.iter().take(2).for_each(|w| w.wake.notify_one()),
             Some(Defect::Lifo) => {
                 if let Some(w) = st.queue.back() {
                     w.wake.notify_one();
@@ -659,8 +660,12 @@ impl MemoryLocker {
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
                 () = wake.notified() => {}
-                () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {}
-                () = tokio::time::sleep_until(until.unwrap_or(far)) => {}
+                () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {
+                    self.counters.add_timer_wakeups(1);
+                }
+                () = tokio::time::sleep_until(until.unwrap_or(far)) => {
+                    self.counters.add_timer_wakeups(1);
+                }
             }
             self.counters.add_wakeups(1);
             let start = Instant::now();
@@ -668,6 +673,9 @@ impl MemoryLocker {
             let granted = {
                 let mut names = b.server.names();
                 let st = names.entry(name.as_str().to_owned()).or_default();
+                if b.defect == Some(Defect::PagedQueueRead) {
+                    self.counters.add_requests(st.queue.len().min(5) as u64);
+                }
                 b.try_grant_as(st, owner, start, value, mode)
             };
             if let Some(token) = granted {
