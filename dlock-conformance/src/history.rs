@@ -30,10 +30,14 @@
 //! assert!(h.token_order().is_ok());
 //! ```
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dlock_core::FencingToken;
+use dlock_core::{Error, FencingToken, LockName};
+
+use crate::TestBackend;
 
 /// The `client` of a [`Kind::Break`] event (a break is nobody's grant).
 pub const BREAKER: usize = usize::MAX;
@@ -149,6 +153,62 @@ pub enum Order {
 pub struct History {
     events: Mutex<Vec<Event>>,
     order: Order,
+    partial_counts: bool,
+}
+
+tokio::task_local! {
+    /// The instant a [`TestBackend::break_holder`] run under [`break_recorded`] marked with
+    /// [`deleting_now`].
+    static DELETE_AT: Cell<Option<Instant>>;
+}
+
+/// Marks the instant a forced break is about to delete (call it in a
+/// [`TestBackend::break_holder`] implementation right before the first delete, AFTER opening
+/// any client or session and reading the holder): [`break_recorded`] then dates the break from
+/// here, not from the call. The earliest mark counts. Outside [`break_recorded`] it does
+/// nothing.
+pub fn deleting_now() {
+    let now = Instant::now();
+    let _ = DELETE_AT.try_with(|at| at.set(Some(at.get().map_or(now, |t| t.min(now)))));
+}
+
+/// The break errors a history may hold: at most one in this many recorded breaks (a failed
+/// break's victim is unknown and attributed by timing, which can excuse more than it hit).
+pub const BREAKS_PER_ERROR: usize = 20;
+
+/// Breaks the holder of `name` in `namespace` and records the break in `history`, dated from
+/// the instant the backend marked with [`deleting_now`] (or, when it marks none, from the
+/// call) to the call's return, attributed to the tokens it reports. A failed break is recorded
+/// with an unknown victim (attributed by timing, counted by [`History::break_errors`]);
+/// a break that found no holder is not recorded.
+///
+/// # Errors
+/// The backend's error, after recording it.
+pub async fn break_recorded(
+    history: &History,
+    backend: &dyn TestBackend,
+    namespace: &str,
+    name: &LockName,
+) -> Result<Option<Vec<FencingToken>>, Error> {
+    let called = Instant::now();
+    let (marked, outcome) = delete_marked(backend.break_holder(namespace, name)).await;
+    let ended = Instant::now();
+    match &outcome {
+        Ok(Some(hit)) => history.forced_break_of(marked.unwrap_or(called), ended, hit),
+        Ok(None) => {}
+        Err(_) => history.forced_break(marked.unwrap_or(called), ended),
+    }
+    outcome
+}
+
+/// Runs `fut` (a break) and returns the instant it marked with [`deleting_now`], if any.
+pub async fn delete_marked<F: Future>(fut: F) -> (Option<Instant>, F::Output) {
+    DELETE_AT
+        .scope(Cell::new(None), async {
+            let out = fut.await;
+            (DELETE_AT.with(Cell::get), out)
+        })
+        .await
 }
 
 impl History {
@@ -162,7 +222,27 @@ impl History {
         History {
             events: Mutex::default(),
             order,
+            partial_counts: false,
         }
+    }
+
+    /// The history of a backend whose tokens are the largest of a majority's per-node counts
+    /// (Redlock): a break may report a node's count for a grant still in progress, a token no
+    /// grant carries. Only such a history lets that token excuse the larger-token grants
+    /// completed while the break ran; elsewhere a token no grant carries excuses nobody.
+    pub fn with_partial_counts(mut self) -> History {
+        self.partial_counts = true;
+        self
+    }
+
+    /// Forced breaks whose victim is unknown (the break call failed): attributed by timing.
+    pub fn break_errors(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|e| e.kind == Kind::Break && e.token == FencingToken(0))
+            .count()
     }
 
     /// Records an event with explicit times (e.g. one reported by another process).
@@ -272,7 +352,8 @@ impl History {
     ///
     /// A break whose victim's token is known is attributed to the holds with that token only
     /// (its grant may reach its client, and be recorded, after the break: the server had
-    /// granted it before). A break whose victim is not known (token 0) that started at `b0` and
+    /// granted it before). A reported token that no grant carries excuses nobody, except in a
+    /// history [`with_partial_counts`](History::with_partial_counts) (Redlock). A break whose victim is not known (token 0) that started at `b0` and
     /// returned at `b1` is attributed to (a) every hold whose
     /// grant was recorded by `b1` and that was neither released nor past its promise at `b0`
     /// (the holds believed current), and (b) when no hold was believed current at `b0`, the
@@ -327,7 +408,7 @@ impl History {
             if victim != FencingToken(0) {
                 if holds.iter().any(|h| h.token == victim) {
                     holds.iter_mut().filter(|h| h.token == victim).for_each(hit);
-                } else {
+                } else if self.partial_counts {
                     // A token no grant carries: a node's count for a grant still in progress
                     // (Redlock counts per node; the grant's token is the largest count of its
                     // majority). The break may have cost that grant its entries on some nodes:
@@ -836,7 +917,7 @@ mod tests {
         // holder's keys (2470) and, on one node, the keys of a grant still in progress, whose
         // count there was 2530; that grant completed as 2531 while the break ran, lost its
         // majority to it, and 2532 was granted 27 ms later.
-        let h = History::new();
+        let h = History::new().with_partial_counts();
         let t0 = Instant::now();
         h.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
         h.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
@@ -844,8 +925,17 @@ mod tests {
         h.push(ev(1, Kind::Grant, 2532, t0 + ms(1571), Some(t0 + ms(3544))));
         assert_eq!(h.promise_violations(), Ok(()));
         assert_eq!(h.belief_overlap(), Ok(()));
+        // On a single counter (not Redlock) a token no grant carries excuses nobody.
+        let single = History::new();
+        for e in h.events() {
+            single.push(e);
+        }
+        let v = single
+            .promise_violations()
+            .expect_err("only Redlock reports a grant in progress");
+        assert!(v.first.contains("(token 2532)"), "{}", v.first);
         // A grant that completed after the break ended was not hit by it.
-        let after = History::new();
+        let after = History::new().with_partial_counts();
         after.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
         after.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
         after.push(ev(2, Kind::Grant, 2531, t0 + ms(1550), Some(t0 + ms(3520))));
@@ -974,5 +1064,52 @@ mod tests {
         h.push(ev(0, Kind::OpRejected, 1, t0 + ms(2), None));
         assert_eq!(h.fenced_model().current_rejected, 1);
         assert!(h.fenced_safety().is_err());
+    }
+
+    #[test]
+    fn failed_breaks_are_counted() {
+        let h = History::new();
+        let t0 = Instant::now();
+        h.forced_break_of(t0, t0 + ms(1), &[t(3)]);
+        assert_eq!(h.break_errors(), 0);
+        h.forced_break(t0 + ms(5), t0 + ms(6));
+        assert_eq!(h.break_errors(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_break_is_dated_from_the_mark_before_its_delete() {
+        let called = Instant::now();
+        let (marked, (before, after)) = delete_marked(async {
+            tokio::time::sleep(ms(5)).await; // opening a session, reading the holder
+            let before = Instant::now();
+            deleting_now();
+            let after = Instant::now();
+            tokio::time::sleep(ms(1)).await;
+            deleting_now(); // a later node's delete: the earliest mark counts
+            (before, after)
+        })
+        .await;
+        let t = marked.expect("marked");
+        assert!(called < before && before <= t && t <= after);
+        let (none, ()) = delete_marked(async {}).await;
+        assert_eq!(none, None);
+        deleting_now(); // outside a break: nothing happens
+    }
+
+    #[test]
+    fn a_break_dated_from_its_call_excuses_a_grant_made_before_its_delete() {
+        // The break was called at 100 ms, opened a session and read the holder, and deleted
+        // token 1 at 300 ms; token 2 was granted at 200 ms, while token 1's entry was intact.
+        let t0 = Instant::now();
+        let run = |dated: Instant| {
+            let h = History::new();
+            h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(1000))));
+            h.forced_break_of(dated, t0 + ms(310), &[t(1)]);
+            h.push(ev(1, Kind::Grant, 2, t0 + ms(200), Some(t0 + ms(1200))));
+            h.promise_violations()
+        };
+        assert_eq!(run(t0 + ms(100)), Ok(()), "dated from the call: excused");
+        let v = run(t0 + ms(300)).expect_err("dated from the delete: caught");
+        assert!(v.first.contains("client 1 (token 2)"), "{}", v.first);
     }
 }

@@ -287,6 +287,8 @@ enum Twist {
     LeakOnFailure,
     /// break_holder does nothing.
     NeverBreak,
+    /// break_holder deletes, then reports an error (the victim is unknown to the caller).
+    BreakErrs,
     /// Claims the memory locker's primitives (election, read-write lock, semaphore), but
     /// offers none of them (`Wrapped` never overrides `TestBackend::election` and the rest).
     ClaimFamily,
@@ -344,7 +346,14 @@ impl TestBackend for Wrapped {
         if self.twist == Twist::NeverBreak {
             return Ok(Some(Vec::new()));
         }
-        self.inner.break_holder(namespace, name).await
+        let broke = self.inner.break_holder(namespace, name).await;
+        if self.twist == Twist::BreakErrs {
+            return Err(Error::Backend {
+                message: format!("the break's reply was lost ({:?})", broke.is_ok()),
+                source: None,
+            });
+        }
+        broke
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()
@@ -559,6 +568,7 @@ fn the_soak_passes_the_honest_memory_backend() {
     )
     .expect("the honest memory backend passes the soak");
     for zero in [
+        "break_errors=0",
         "promise_violations=0",
         "belief_overlaps=0",
         "token_violations=0",
@@ -700,4 +710,26 @@ fn a_lower_token_for_a_later_grant_fails_the_fenced_model() {
         .expect_err("a backend handing a lower token to a later grant passed");
     assert!(why.contains("fenced-safety violation"), "{why}");
     assert!(!why.contains("current_writes_rejected=0 "), "{why}");
+}
+
+// ---- exact breaks ----
+
+/// Breaks whose outcome is unknown (the call failed after deleting) are attributed by timing,
+/// which can excuse more than they hit: counted, and the soak fails above one in
+/// `BREAKS_PER_ERROR`.
+#[test]
+fn failing_breaks_fail_the_soak_above_the_bound() {
+    let err = dlock_conformance::soak::run(
+        Arc::new(Wrapped::new(MemoryBackend::new(), Twist::BreakErrs)),
+        "checkers",
+        Duration::from_secs(6),
+        11,
+        Fencing::On,
+    )
+    .expect_err("every break failed");
+    let why = match err {
+        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
+    };
+    assert!(why.contains("break errors:"), "{why}");
+    assert!(why.contains("at most one in 20"), "{why}");
 }

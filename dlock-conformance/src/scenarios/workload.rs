@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use super::Verdict;
-use crate::history::{FencedModel, History, Kind, Order, Violations};
+use crate::history::{BREAKS_PER_ERROR, FencedModel, History, Kind, Order, Violations};
 
 /// How the fenced resource treats tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,14 +133,19 @@ impl Workload {
     /// Starts one worker per client.
     pub(crate) fn start(clients: Vec<Arc<dyn Locker>>, plan: &Plan, fencing: Fencing) -> Self {
         // Tokens give the server's grant order; without fencing only the record does.
-        let unfenced = clients
-            .first()
-            .is_some_and(|c| c.capabilities().fencing == FencingStrength::None);
-        let history = Arc::new(History::ordered_by(if unfenced {
+        let fencing_strength = clients.first().map(|c| c.capabilities().fencing);
+        let unfenced = fencing_strength == Some(FencingStrength::None);
+        let history = History::ordered_by(if unfenced {
             Order::Record
         } else {
             Order::Token
-        }));
+        });
+        // Only Redlock's tokens are a majority's largest per-node count.
+        let history = Arc::new(if fencing_strength == Some(FencingStrength::Assumed) {
+            history.with_partial_counts()
+        } else {
+            history
+        });
         let resource = Arc::new(Resource::new(fencing, Arc::clone(&history)));
         let counts = Arc::new(Counts::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -295,6 +300,8 @@ pub(crate) struct Findings {
     pub holds: usize,
     /// Forced breaks recorded.
     pub breaks: usize,
+    /// Of them, failed ones (victim unknown, attributed by timing).
+    pub break_errors: usize,
     /// Diagnostics: what the old checker (beliefs ended by recorded events only) would count.
     pub recorded_overlaps: usize,
     /// Diagnostics: losses recorded after their promised deadline, and the worst delay.
@@ -322,6 +329,7 @@ impl Findings {
                 .iter()
                 .filter(|e| e.kind == Kind::Break)
                 .count(),
+            break_errors: history.break_errors(),
             recorded_overlaps: history.recorded_overlaps(),
             late_losses: history.late_loss_records(),
         }
@@ -344,6 +352,7 @@ impl Findings {
         vec![
             ("holds", self.holds as u64),
             ("forced_breaks", self.breaks as u64),
+            ("break_errors", self.break_errors as u64),
             ("promise_violations", Self::count(&self.promise) as u64),
             ("belief_overlaps", Self::count(&self.overlaps) as u64),
             ("token_violations", Self::count(&self.tokens) as u64),
@@ -387,6 +396,13 @@ impl Findings {
         say("belief overlap", &self.overlaps);
         say("token violation", &self.tokens);
         say("fenced-safety violation", &self.fenced);
+        if self.break_errors * BREAKS_PER_ERROR > self.breaks {
+            why.push(format!(
+                "break errors: {} of {} forced breaks failed (at most one in {BREAKS_PER_ERROR}): \
+                 their victims are unknown and their timing excuses more than they hit",
+                self.break_errors, self.breaks
+            ));
+        }
         if why.is_empty() {
             Ok(())
         } else {
