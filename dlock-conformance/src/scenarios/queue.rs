@@ -193,7 +193,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<(), Verdict> {
 /// and each handoff costs at most one request more than with a single waiter
 /// ([`herd::judge`](super::herd::judge)).
 pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
-    use super::herd::{ENQUEUE_SETTLE, HERD_TTL, NS, judge, run_between};
+    use super::herd::{ENQUEUE_SETTLE, HERD_TTL, IDLE, NS, judge, run_between};
     let opts = || crate::ClientOptions::new(ctx.ns(), HERD_TTL);
     let holder = ctx.client_with(opts()).await?;
     if !holder.capabilities().herd_free {
@@ -221,13 +221,21 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
             );
         }
         tokio::time::sleep(ENQUEUE_SETTLE).await;
+        let idle: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        tokio::time::sleep(IDLE).await;
         let before: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
         let server_before = server_requests(ctx).await;
+        let released = Instant::now();
         lh.release().await?;
+        let mut grants = Vec::with_capacity(n);
         for (i, t) in tasks.into_iter().enumerate() {
-            within(WAITER_WAIT * 2, joined(t, &format!("waiter {i} of {n}")))
-                .await
-                .ok_or_else(|| Verdict::Fail(format!("waiter {i} of {n} never got the lock")))??;
+            grants.push(
+                within(WAITER_WAIT * 2, joined(t, &format!("waiter {i} of {n}")))
+                    .await
+                    .ok_or_else(|| {
+                        Verdict::Fail(format!("waiter {i} of {n} never got the lock"))
+                    })??,
+            );
         }
         let after: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
         if let (Some(s0), Some(s1)) = (server_before, server_requests(ctx).await) {
@@ -238,7 +246,7 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
                 (per * 100.0).round() / 100.0,
             );
         }
-        let run = run_between(n, &before, &after);
+        let run = run_between(n, [&idle, &before, &after], released, &grants);
         run.figures(ctx, "");
         runs.push(run);
     }
