@@ -184,6 +184,9 @@ pub const BREAKS_PER_ERROR: usize = 20;
 ///
 /// # Errors
 /// The backend's error, after recording it.
+///
+/// # Cancel safety
+/// Not cancel-safe: dropped mid-way, the break may have happened and is not recorded.
 pub async fn break_recorded(
     history: &History,
     backend: &dyn TestBackend,
@@ -202,6 +205,9 @@ pub async fn break_recorded(
 }
 
 /// Runs `fut` (a break) and returns the instant it marked with [`deleting_now`], if any.
+///
+/// # Cancel safety
+/// As cancel-safe as `fut`: dropping it drops `fut`.
 pub async fn delete_marked<F: Future>(fut: F) -> (Option<Instant>, F::Output) {
     DELETE_AT
         .scope(Cell::new(None), async {
