@@ -289,6 +289,8 @@ enum Twist {
     NeverBreak,
     /// break_holder deletes, then reports an error (the victim is unknown to the caller).
     BreakErrs,
+    /// break_holder takes 50 ms (opening a session) before the memory backend's delete.
+    SlowBreak,
     /// Claims the memory locker's primitives (election, read-write lock, semaphore), but
     /// offers none of them (`Wrapped` never overrides `TestBackend::election` and the rest).
     ClaimFamily,
@@ -345,6 +347,9 @@ impl TestBackend for Wrapped {
     ) -> Result<Option<Vec<FencingToken>>, Error> {
         if self.twist == Twist::NeverBreak {
             return Ok(Some(Vec::new()));
+        }
+        if self.twist == Twist::SlowBreak {
+            tokio::time::sleep(SESSION_OPENING).await;
         }
         let broke = self.inner.break_holder(namespace, name).await;
         if self.twist == Twist::BreakErrs {
@@ -732,4 +737,47 @@ fn failing_breaks_fail_the_soak_above_the_bound() {
     };
     assert!(why.contains("break errors:"), "{why}");
     assert!(why.contains("at most one in 20"), "{why}");
+}
+
+/// How long [`Twist::SlowBreak`] takes before deleting.
+const SESSION_OPENING: Duration = Duration::from_millis(50);
+
+/// A break is dated from the backend's mark right before its delete, not from the call: the
+/// 50 ms the break spent opening its session cannot excuse a grant made meanwhile.
+#[test]
+fn a_recorded_break_is_dated_from_the_delete_not_the_call() {
+    use dlock_conformance::history::{History, Kind, break_recorded};
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let backend = Wrapped::new(MemoryBackend::new(), Twist::SlowBreak);
+        let lock = LockName::new("dated").expect("a valid name");
+        let client = backend
+            .client(ClientOptions::new("dated", Duration::from_secs(2)))
+            .await
+            .expect("a client");
+        let lease = client
+            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(1)))
+            .await
+            .expect("granted");
+        let history = History::new();
+        let called = std::time::Instant::now();
+        let hit = break_recorded(&history, &backend, "dated", &lock)
+            .await
+            .expect("the break");
+        assert_eq!(hit, Some(vec![lease.token()]));
+        let breaks: Vec<_> = history
+            .events()
+            .into_iter()
+            .filter(|e| e.kind == Kind::Break)
+            .collect();
+        assert_eq!(breaks.len(), 1, "{breaks:?}");
+        assert_eq!(breaks[0].token, lease.token());
+        assert!(
+            breaks[0].at >= called + SESSION_OPENING,
+            "dated {:?} after the call",
+            breaks[0].at - called
+        );
+        assert_eq!(history.break_errors(), 0);
+        drop(lease);
+    });
 }
