@@ -19,6 +19,9 @@ pub(crate) struct LeaseCell {
     /// How long before the deadline the lease counts as lost: `lost()` rides a timer that can
     /// fire late (millisecond granularity, then scheduling), so it aims this much earlier.
     early: Duration,
+    /// The TTL its deadlines are counted with (the renewal driver's), when it has one.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    ttl: Option<Duration>,
     /// Where the loss is counted (none for a backend's internal lease). Counted when the cell
     /// ends, before anyone awaiting `lost()` is woken, whichever path ends it (the driver, the
     /// lease's own timer, a check that finds it expired).
@@ -49,12 +52,14 @@ impl LeaseCell {
         token: FencingToken,
         deadline: Instant,
         early: Duration,
+        ttl: Option<Duration>,
         losses: Option<Arc<Counters>>,
     ) -> Arc<Self> {
         Arc::new(LeaseCell {
             name,
             token,
             early,
+            ttl,
             losses,
             state: Mutex::new(CellState {
                 deadline,
@@ -365,6 +370,15 @@ impl Lease {
         self.cell.lost_declared()
     }
 
+    /// For tests: the TTL this lease's deadlines are counted with (its renewal driver's, which
+    /// may differ from the locker's: a ZooKeeper session's proof TTL), so that a checker can
+    /// derive the loss margin the contract asks for ([`loss_margin`](crate::loss_margin) of
+    /// it) without trusting the margin the lease aims with. Only with the `testing` feature.
+    #[cfg(feature = "testing")]
+    pub fn renewal_ttl_for_test(&self) -> Option<Duration> {
+        self.cell.ttl
+    }
+
     /// As [`Lease::stop_renewal_for_test`], for a re-entrant lease's inner lease.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn stop_renewal(&self) {
@@ -455,6 +469,7 @@ mod tests {
             Instant::now() + after,
             Duration::ZERO,
             None,
+            None,
         )
     }
 
@@ -513,7 +528,7 @@ mod tests {
         let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
         let margin = Duration::from_millis(12);
         let deadline = Instant::now() + Duration::from_secs(1);
-        let c = LeaseCell::new(name, FencingToken(1), deadline, margin, None);
+        let c = LeaseCell::new(name, FencingToken(1), deadline, margin, None, None);
         let lost = tokio::spawn(c.lost_future());
         tokio::time::sleep_until(deadline - margin - Duration::from_millis(1)).await;
         assert!(c.is_live());

@@ -77,6 +77,11 @@ struct Trial {
     declared_t: Instant,
     /// The holder's latest promised deadline.
     deadline: Instant,
+    /// The loss margin the contract asks of this lease: [`loss_margin`] of the TTL its
+    /// deadlines are counted with (not the margin it aims with: that is what is judged).
+    ///
+    /// [`loss_margin`]: dlock_core::backend::loss_margin
+    margin: Duration,
 }
 
 impl Trial {
@@ -195,6 +200,7 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
     });
     let lost = within(ttl * 5, lost_at).await;
     let declared = lease.lost_declared_at_for_test();
+    let margin = dlock_core::backend::loss_margin(lease.renewal_ttl_for_test().unwrap_or(ttl));
     let stolen = within(ttl * 5, stolen_at).await;
     // Drop what the cut held back (as a real partition's timeouts would).
     proxies.iter().for_each(|p| p.set(Mode::Reset));
@@ -247,6 +253,7 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
         lost_t,
         declared_t,
         deadline: promised,
+        margin,
     };
     // Judged against the promise: the contender's reply must not arrive before the holder's
     // latest promised deadline (at which its lost() fires on its own timer). Which of the two
@@ -306,8 +313,8 @@ fn stall_bound(ttl: Duration) -> Duration {
 /// Whether trial `t`'s `lost()` was in time. The core's own instant of declaring the loss (its
 /// loss timer firing, before any waiting task runs) must not be after the promised deadline.
 /// A late one is excused only when the runtime's own [`Ticker`] shows it was stalled at least
-/// long enough to make a timer aimed the loss margin early that late (less one [`TICK`], the
-/// ticker's own resolution), and no longer than [`stall_bound`].
+/// long enough to make a timer aimed the contract's loss margin early (`Trial::margin`) that
+/// late (less one [`TICK`], the ticker's own resolution), and no longer than [`stall_bound`].
 ///
 /// Returns `Ok(None)` when in time, `Ok(Some(stall))` when excused, the failure otherwise.
 fn judge_loss(t: &Trial, ticker: &Ticker, ttl: Duration) -> Result<Option<Duration>, String> {
@@ -317,7 +324,7 @@ fn judge_loss(t: &Trial, ticker: &Ticker, ttl: Duration) -> Result<Option<Durati
     if late.is_zero() {
         return Ok(None);
     }
-    let margin = dlock_core::backend::loss_margin(ttl);
+    let margin = t.margin;
     let aim = t.deadline.checked_sub(margin).unwrap_or(t.deadline);
     let stall = ticker.max_lag(Some(aim), t.declared_t);
     if stall > stall_bound(ttl) {
@@ -371,12 +378,14 @@ pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
     let mut lost_vs_deadline = Vec::new();
     let mut declared_vs_deadline = Vec::new();
     let (mut late, mut excused, mut stall) = (0usize, 0usize, Duration::ZERO);
+    let mut contract_margin: Option<Duration> = None;
     for (i, r) in results.into_iter().enumerate() {
         match r {
             Ok(t) => {
                 if t.declared_t > t.deadline {
                     late += 1;
                 }
+                contract_margin = Some(contract_margin.map_or(t.margin, |m| m.min(t.margin)));
                 match judge_loss(&t, &ticker, ttl) {
                     Ok(None) => {}
                     Ok(Some(s)) => {
@@ -419,6 +428,9 @@ pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
     ctx.figure("late_excused_by_stall", excused);
     ctx.figure_ms("excusing_stall_max_ms", stall);
     ctx.figure_ms("stall_bound_ms", stall_bound(ttl));
+    if let Some(m) = contract_margin {
+        ctx.figure_ms("contract_loss_margin_ms", m);
+    }
     ctx.figure_ms("runtime_lag_max_ms", ticker.max_lag(None, Instant::now()));
     if let Some(max) = detects.iter().max() {
         ctx.figure_ms("max_lost_after_cut_ms", *max);
