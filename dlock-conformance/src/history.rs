@@ -10,8 +10,10 @@
 //! - [`History::belief_overlap`]: belief intervals end at the first of release, recorded loss
 //!   or promised deadline; no later grant may start inside one (same break exemption).
 //! - [`History::token_order`]: tokens unique and strictly increasing in grant order.
-//! - [`History::fenced_safety`]: no write accepted from a hold after a LATER hold (in grant
-//!   order) had a write accepted — judged from the grants, not from the resource's token rule.
+//! - [`History::fenced_safety`]: every write ATTEMPT is recorded before the resource's guard
+//!   sees it; an independent model of a fenced resource, ordering holds by real-time grant
+//!   (never by token), decides which attempts should have been accepted, and each outcome the
+//!   real resource reported is compared with it.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -28,10 +30,14 @@
 //! assert!(h.token_order().is_ok());
 //! ```
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dlock_core::FencingToken;
+use dlock_core::{Error, FencingToken, LockName};
+
+use crate::TestBackend;
 
 /// The `client` of a [`Kind::Break`] event (a break is nobody's grant).
 pub const BREAKER: usize = usize::MAX;
@@ -47,6 +53,10 @@ pub enum Kind {
     Release,
     /// The holder's `lost()` fired.
     Lost,
+    /// The holder is about to offer an operation to the fenced resource (recorded BEFORE the
+    /// resource's guard sees it; its outcome follows as [`Kind::OpAccepted`] or
+    /// [`Kind::OpRejected`]).
+    Write,
     /// The holder's operation was accepted by the fenced resource.
     OpAccepted,
     /// The holder's operation was rejected by the fenced resource.
@@ -143,6 +153,68 @@ pub enum Order {
 pub struct History {
     events: Mutex<Vec<Event>>,
     order: Order,
+    partial_counts: bool,
+}
+
+tokio::task_local! {
+    /// The instant a [`TestBackend::break_holder`] run under [`break_recorded`] marked with
+    /// [`deleting_now`].
+    static DELETE_AT: Cell<Option<Instant>>;
+}
+
+/// Marks the instant a forced break is about to delete (call it in a
+/// [`TestBackend::break_holder`] implementation right before the first delete, AFTER opening
+/// any client or session and reading the holder): [`break_recorded`] then dates the break from
+/// here, not from the call. The earliest mark counts. Outside [`break_recorded`] it does
+/// nothing.
+pub fn deleting_now() {
+    let now = Instant::now();
+    let _ = DELETE_AT.try_with(|at| at.set(Some(at.get().map_or(now, |t| t.min(now)))));
+}
+
+/// The break errors a history may hold: at most one in this many recorded breaks (a failed
+/// break's victim is unknown and attributed by timing, which can excuse more than it hit).
+pub const BREAKS_PER_ERROR: usize = 20;
+
+/// Breaks the holder of `name` in `namespace` and records the break in `history`, dated from
+/// the instant the backend marked with [`deleting_now`] (or, when it marks none, from the
+/// call) to the call's return, attributed to the tokens it reports. A failed break is recorded
+/// with an unknown victim (attributed by timing, counted by [`History::break_errors`]);
+/// a break that found no holder is not recorded.
+///
+/// # Errors
+/// The backend's error, after recording it.
+///
+/// # Cancel safety
+/// Not cancel-safe: dropped mid-way, the break may have happened and is not recorded.
+pub async fn break_recorded(
+    history: &History,
+    backend: &dyn TestBackend,
+    namespace: &str,
+    name: &LockName,
+) -> Result<Option<Vec<FencingToken>>, Error> {
+    let called = Instant::now();
+    let (marked, outcome) = delete_marked(backend.break_holder(namespace, name)).await;
+    let ended = Instant::now();
+    match &outcome {
+        Ok(Some(hit)) => history.forced_break_of(marked.unwrap_or(called), ended, hit),
+        Ok(None) => {}
+        Err(_) => history.forced_break(marked.unwrap_or(called), ended),
+    }
+    outcome
+}
+
+/// Runs `fut` (a break) and returns the instant it marked with [`deleting_now`], if any.
+///
+/// # Cancel safety
+/// As cancel-safe as `fut`: dropping it drops `fut`.
+pub async fn delete_marked<F: Future>(fut: F) -> (Option<Instant>, F::Output) {
+    DELETE_AT
+        .scope(Cell::new(None), async {
+            let out = fut.await;
+            (DELETE_AT.with(Cell::get), out)
+        })
+        .await
 }
 
 impl History {
@@ -156,7 +228,27 @@ impl History {
         History {
             events: Mutex::default(),
             order,
+            partial_counts: false,
         }
+    }
+
+    /// The history of a backend whose tokens are the largest of a majority's per-node counts
+    /// (Redlock): a break may report a node's count for a grant still in progress, a token no
+    /// grant carries. Only such a history lets that token excuse the larger-token grants
+    /// completed while the break ran; elsewhere a token no grant carries excuses nobody.
+    pub fn with_partial_counts(mut self) -> History {
+        self.partial_counts = true;
+        self
+    }
+
+    /// Forced breaks whose victim is unknown (the break call failed): attributed by timing.
+    pub fn break_errors(&self) -> usize {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|e| e.kind == Kind::Break && e.token == FencingToken(0))
+            .count()
     }
 
     /// Records an event with explicit times (e.g. one reported by another process).
@@ -231,6 +323,13 @@ impl History {
         }
     }
 
+    /// Records that `client` is about to offer an operation with `token` to the fenced
+    /// resource: call it before the resource's guard runs, and [`History::op`] with the
+    /// outcome after, both in the resource's own order of operations.
+    pub fn write_attempt(&self, client: usize, token: FencingToken) {
+        self.record(client, Kind::Write, token);
+    }
+
     /// Records a fenced operation's outcome.
     pub fn op(&self, client: usize, token: FencingToken, accepted: bool) {
         self.record(
@@ -259,7 +358,8 @@ impl History {
     ///
     /// A break whose victim's token is known is attributed to the holds with that token only
     /// (its grant may reach its client, and be recorded, after the break: the server had
-    /// granted it before). A break whose victim is not known (token 0) that started at `b0` and
+    /// granted it before). A reported token that no grant carries excuses nobody, except in a
+    /// history [`with_partial_counts`](History::with_partial_counts) (Redlock). A break whose victim is not known (token 0) that started at `b0` and
     /// returned at `b1` is attributed to (a) every hold whose
     /// grant was recorded by `b1` and that was neither released nor past its promise at `b0`
     /// (the holds believed current), and (b) when no hold was believed current at `b0`, the
@@ -288,7 +388,7 @@ impl History {
                     first_write: None,
                 }),
                 Kind::Break => breaks.push((e.at, e.until.unwrap_or(e.at), e.token)),
-                Kind::OpRejected => {}
+                Kind::OpRejected | Kind::Write => {}
                 kind => {
                     if let Some(i) = latest(&mut holds) {
                         let h = &mut holds[i];
@@ -314,7 +414,7 @@ impl History {
             if victim != FencingToken(0) {
                 if holds.iter().any(|h| h.token == victim) {
                     holds.iter_mut().filter(|h| h.token == victim).for_each(hit);
-                } else {
+                } else if self.partial_counts {
                     // A token no grant carries: a node's count for a grant still in progress
                     // (Redlock counts per node; the grant's token is the largest count of its
                     // majority). The break may have cost that grant its entries on some nodes:
@@ -518,56 +618,145 @@ impl History {
         self.token_order().map_err(|v| v.first)
     }
 
-    /// Fenced safety, judged from the grants: no write of a hold is accepted after a write of
-    /// a LATER hold (in the server's grant order) was accepted. Independent of the resource's
-    /// own rule: a resource that accepts equal or lower tokens from a superseded holder — or a
-    /// backend that hands the same token to two holders — fails it.
+    /// Each hold's rank (index into [`History::holds`]'s list) in real-time grant order.
+    ///
+    /// A hold's grant happened at the server no later than the first of: its grant's record
+    /// (the reply had arrived), its promised deadline, and the start of a forced break that hit
+    /// it. Holds are ordered by that instant (ties by record), never by token: two grants whose
+    /// replies raced (the earlier holder broken or expired before the later grant was recorded)
+    /// keep the server's order, and a backend that hands a LOWER token to a later grant cannot
+    /// hide behind its tokens.
+    fn real_time_order(holds: &[Hold]) -> Vec<usize> {
+        let key = |h: &Hold| {
+            let latest = [Some(h.granted), h.promised, h.broken]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(h.granted);
+            (latest, h.granted)
+        };
+        let mut order: Vec<usize> = (0..holds.len()).collect();
+        order.sort_by_key(|&i| key(&holds[i]));
+        let mut rank = vec![0; holds.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+        }
+        rank
+    }
+
+    /// An independent model of the fenced resource, run over the recorded write attempts.
+    ///
+    /// The model resource accepts an attempt unless a hold LATER in real-time grant order (see
+    /// [`History::holds`] for breaks; tokens play no part) already had an attempt accepted BY THE
+    /// MODEL; a hold may write any number of times. Attempts are taken in the order recorded
+    /// ([`History::write_attempt`] before the resource's guard, the outcome after, in the
+    /// resource's own order); an outcome recorded without an attempt is its own attempt.
+    pub fn fenced_model(&self) -> FencedModel {
+        let holds = self.holds();
+        let rank = Self::real_time_order(&holds);
+        let mut pending: Vec<(usize, FencingToken, Instant)> = Vec::new();
+        let mut newest: Option<usize> = None;
+        let mut model = FencedModel::default();
+        for e in self.events() {
+            let accepted = match e.kind {
+                Kind::Write => {
+                    pending.push((e.client, e.token, e.at));
+                    continue;
+                }
+                Kind::OpAccepted => true,
+                Kind::OpRejected => false,
+                _ => continue,
+            };
+            let attempted = match pending
+                .iter()
+                .position(|(c, t, _)| *c == e.client && *t == e.token)
+            {
+                Some(p) => pending.remove(p).2,
+                None => e.at,
+            };
+            model.attempts += 1;
+            model.accepted += u64::from(accepted);
+            let Some(i) = holds.iter().rposition(|h| {
+                h.client == e.client && h.token == e.token && h.granted <= attempted
+            }) else {
+                model.orphans += 1;
+                model.first.get_or_insert_with(|| {
+                    format!(
+                        "client {} wrote with token {} without a recorded grant",
+                        e.client, e.token
+                    )
+                });
+                continue;
+            };
+            let should = newest.is_none_or(|n| rank[i] >= n);
+            if should {
+                model.expected += 1;
+                newest = Some(newest.map_or(rank[i], |n| n.max(rank[i])));
+            }
+            if should == accepted {
+                continue;
+            }
+            let later = newest.and_then(|n| rank.iter().position(|&r| r == n));
+            if accepted {
+                model.stale_accepted += 1;
+                model.first.get_or_insert_with(|| {
+                    format!(
+                        "a write of {} was accepted after the later-granted {} had written",
+                        holds[i].describe(),
+                        later.map_or_else(|| "?".into(), |j| holds[j].describe())
+                    )
+                });
+            } else {
+                model.current_rejected += 1;
+                model.first.get_or_insert_with(|| {
+                    format!(
+                        "a write of {} was rejected, yet no later-granted hold had written",
+                        holds[i].describe()
+                    )
+                });
+            }
+        }
+        model
+    }
+
+    /// Fenced safety, judged by [`History::fenced_model`]: every outcome the fenced resource
+    /// reported must be the model's. A resource that accepts an equal or lower token from a
+    /// superseded holder, a backend that hands the same token to two holders, and a backend
+    /// that hands a lower token to a later grant (its writes rejected, the stale holder's
+    /// accepted) each fail it.
     ///
     /// # Errors
     /// The violations: count and the first in words.
     pub fn fenced_safety(&self) -> Result<(), Violations> {
-        let holds = self.holds();
-        // suffix[i]: earliest accepted write of any hold after i in grant order.
-        let mut suffix: Vec<Option<(Instant, usize)>> = vec![None; holds.len() + 1];
-        for i in (0..holds.len()).rev() {
-            let own = holds[i].first_write.map(|w| (w, i));
-            suffix[i] = match (own, suffix[i + 1]) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
-        let mut count = 0;
-        let mut first = None;
-        for e in self.events().iter().filter(|e| e.kind == Kind::OpAccepted) {
-            let Some(i) = holds
-                .iter()
-                .rposition(|h| h.client == e.client && h.token == e.token && h.granted <= e.at)
-            else {
-                continue;
-            };
-            if let Some((w, j)) = suffix[i + 1] {
-                if w < e.at {
-                    count += 1;
-                    first.get_or_insert_with(|| {
-                        format!(
-                            "a write of {} was accepted {:?} after a write of the later {}",
-                            holds[i].describe(),
-                            e.at - w,
-                            holds[j].describe()
-                        )
-                    });
-                }
-            }
-        }
-        match first {
+        let m = self.fenced_model();
+        match m.first {
             None => Ok(()),
             Some(first) => Err(Violations {
-                count,
+                count: m.stale_accepted + m.current_rejected + m.orphans,
                 total: Duration::ZERO,
                 first,
             }),
         }
     }
+}
+
+/// What [`History::fenced_model`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FencedModel {
+    /// Write outcomes recorded.
+    pub attempts: u64,
+    /// Of them, accepted by the real resource.
+    pub accepted: u64,
+    /// Of them, accepted by the model.
+    pub expected: u64,
+    /// Accepted by the resource, rejected by the model (a superseded holder wrote).
+    pub stale_accepted: usize,
+    /// Rejected by the resource, accepted by the model (a current holder was refused).
+    pub current_rejected: usize,
+    /// Writes with no recorded grant of that client and token.
+    pub orphans: usize,
+    /// The first disagreement, in words.
+    pub first: Option<String>,
 }
 
 #[cfg(test)]
@@ -734,7 +923,7 @@ mod tests {
         // holder's keys (2470) and, on one node, the keys of a grant still in progress, whose
         // count there was 2530; that grant completed as 2531 while the break ran, lost its
         // majority to it, and 2532 was granted 27 ms later.
-        let h = History::new();
+        let h = History::new().with_partial_counts();
         let t0 = Instant::now();
         h.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
         h.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
@@ -742,8 +931,17 @@ mod tests {
         h.push(ev(1, Kind::Grant, 2532, t0 + ms(1571), Some(t0 + ms(3544))));
         assert_eq!(h.promise_violations(), Ok(()));
         assert_eq!(h.belief_overlap(), Ok(()));
+        // On a single counter (not Redlock) a token no grant carries excuses nobody.
+        let single = History::new();
+        for e in h.events() {
+            single.push(e);
+        }
+        let v = single
+            .promise_violations()
+            .expect_err("only Redlock reports a grant in progress");
+        assert!(v.first.contains("(token 2532)"), "{}", v.first);
         // A grant that completed after the break ended was not hit by it.
-        let after = History::new();
+        let after = History::new().with_partial_counts();
         after.push(ev(1024, Kind::Grant, 2470, t0, Some(t0 + ms(1977))));
         after.forced_break_of(t0 + ms(1538), t0 + ms(1547), &[t(2470), t(2530)]);
         after.push(ev(2, Kind::Grant, 2531, t0 + ms(1550), Some(t0 + ms(3520))));
@@ -814,5 +1012,110 @@ mod tests {
             .fenced_safety()
             .expect_err("a reused token let the old holder write");
         assert!(v.first.contains("client 0 (token 6)"), "{}", v.first);
+    }
+
+    #[test]
+    fn the_fenced_model_ignores_tokens() {
+        // A lower token handed to a LATER grant: the guard rejects the current holder and
+        // accepts the superseded one; ordering by token would see nothing wrong.
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 5, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Write, 5, t0 + ms(10), None));
+        h.push(ev(0, Kind::OpAccepted, 5, t0 + ms(11), None));
+        h.push(ev(1, Kind::Grant, 4, t0 + ms(150), Some(t0 + ms(250))));
+        h.push(ev(1, Kind::Write, 4, t0 + ms(160), None));
+        h.push(ev(1, Kind::OpRejected, 4, t0 + ms(161), None));
+        h.push(ev(0, Kind::Write, 5, t0 + ms(170), None));
+        h.push(ev(0, Kind::OpAccepted, 5, t0 + ms(171), None));
+        let m = h.fenced_model();
+        assert_eq!((m.current_rejected, m.stale_accepted), (1, 1), "{m:?}");
+        assert_eq!((m.attempts, m.accepted, m.expected), (3, 2, 2));
+        let v = h
+            .fenced_safety()
+            .expect_err("the guard followed the wrong order");
+        assert!(
+            v.first.contains("client 1 (token 4) was rejected"),
+            "{}",
+            v.first
+        );
+    }
+
+    #[test]
+    fn the_fenced_model_keeps_the_server_order_of_raced_grant_records() {
+        // Token 5 was granted, broken at once, token 6 granted; 6's task recorded first and
+        // wrote; 5's stale writes are rightly rejected.
+        let h = History::new();
+        let t0 = Instant::now();
+        h.forced_break_of(t0, t0 + ms(1), &[t(5)]);
+        h.push(ev(1, Kind::Grant, 6, t0 + ms(2), Some(t0 + ms(500))));
+        h.push(ev(1, Kind::Write, 6, t0 + ms(3), None));
+        h.push(ev(1, Kind::OpAccepted, 6, t0 + ms(3), None));
+        h.push(ev(0, Kind::Grant, 5, t0 + ms(4), Some(t0 + ms(490))));
+        h.push(ev(0, Kind::Write, 5, t0 + ms(5), None));
+        h.push(ev(0, Kind::OpRejected, 5, t0 + ms(5), None));
+        assert_eq!(h.fenced_safety(), Ok(()));
+        // The same stale write accepted is caught.
+        h.push(ev(0, Kind::Write, 5, t0 + ms(6), None));
+        h.push(ev(0, Kind::OpAccepted, 5, t0 + ms(6), None));
+        assert_eq!(h.fenced_model().stale_accepted, 1);
+    }
+
+    #[test]
+    fn a_resource_that_refuses_everyone_fails_the_fenced_model() {
+        let h = History::new();
+        let t0 = Instant::now();
+        h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(100))));
+        h.push(ev(0, Kind::Write, 1, t0 + ms(1), None));
+        h.push(ev(0, Kind::OpRejected, 1, t0 + ms(2), None));
+        assert_eq!(h.fenced_model().current_rejected, 1);
+        assert!(h.fenced_safety().is_err());
+    }
+
+    #[test]
+    fn failed_breaks_are_counted() {
+        let h = History::new();
+        let t0 = Instant::now();
+        h.forced_break_of(t0, t0 + ms(1), &[t(3)]);
+        assert_eq!(h.break_errors(), 0);
+        h.forced_break(t0 + ms(5), t0 + ms(6));
+        assert_eq!(h.break_errors(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_break_is_dated_from_the_mark_before_its_delete() {
+        let called = Instant::now();
+        let (marked, (before, after)) = delete_marked(async {
+            tokio::time::sleep(ms(5)).await; // opening a session, reading the holder
+            let before = Instant::now();
+            deleting_now();
+            let after = Instant::now();
+            tokio::time::sleep(ms(1)).await;
+            deleting_now(); // a later node's delete: the earliest mark counts
+            (before, after)
+        })
+        .await;
+        let t = marked.expect("marked");
+        assert!(called < before && before <= t && t <= after);
+        let (none, ()) = delete_marked(async {}).await;
+        assert_eq!(none, None);
+        deleting_now(); // outside a break: nothing happens
+    }
+
+    #[test]
+    fn a_break_dated_from_its_call_excuses_a_grant_made_before_its_delete() {
+        // The break was called at 100 ms, opened a session and read the holder, and deleted
+        // token 1 at 300 ms; token 2 was granted at 200 ms, while token 1's entry was intact.
+        let t0 = Instant::now();
+        let run = |dated: Instant| {
+            let h = History::new();
+            h.push(ev(0, Kind::Grant, 1, t0, Some(t0 + ms(1000))));
+            h.forced_break_of(dated, t0 + ms(310), &[t(1)]);
+            h.push(ev(1, Kind::Grant, 2, t0 + ms(200), Some(t0 + ms(1200))));
+            h.promise_violations()
+        };
+        assert_eq!(run(t0 + ms(100)), Ok(()), "dated from the call: excused");
+        let v = run(t0 + ms(300)).expect_err("dated from the delete: caught");
+        assert!(v.first.contains("client 1 (token 2)"), "{}", v.first);
     }
 }

@@ -106,10 +106,9 @@ impl TestBackend for MemoryBackend {
         namespace: &str,
         name: &LockName,
     ) -> Result<Option<Vec<FencingToken>>, Error> {
-        Ok(self
-            .server(namespace)
-            .expire_now(name)
-            .map(|token| vec![token]))
+        let server = self.server(namespace);
+        crate::history::deleting_now();
+        Ok(server.expire_now(name).map(|token| vec![token]))
     }
 
     /// Read at the shared server, exact to the instant (resolution zero).

@@ -153,6 +153,47 @@ fn wake_all_claiming_herd_free_fails_herd() {
     );
 }
 
+/// Two wake-ups per release (the head and the waiter behind it) passed the old bound of two;
+/// herd at one catches it.
+#[test]
+fn waking_two_per_release_fails_herd() {
+    let row = run(MemoryBackend::with_defect(Defect::WakeTwo), Scenario::Herd);
+    assert_caught(&row, "wakes more than one waiter");
+}
+
+/// A waiter that reads the queue an entry at a time after each wake-up: one wake-up per
+/// release, but up to five more requests per handoff. Under the old bound (2 × r1 + 6) it
+/// passed at every N; herd at one (r1 + 1) catches it.
+#[test]
+fn reading_the_queue_per_wakeup_fails_the_herd_request_bound() {
+    let row = run(
+        MemoryBackend::with_defect(Defect::PagedQueueRead),
+        Scenario::Herd,
+    );
+    assert_caught(&row, "requests per handoff");
+    assert!(row.reason.contains("not flat"), "{}", row.reason);
+    let fig = |k: &str| row.figures.get(k).and_then(|v| v.as_f64());
+    let r1 = fig("requests_per_handoff_n1").expect("the single-waiter figure");
+    let r8 = fig("requests_per_handoff_n8").expect("the 8-waiter figure");
+    assert!(
+        r8 > r1 + 1.0 && r8 <= 2.0 * r1 + 6.0,
+        "the defect sits between the new and the old bound: {}",
+        row.summary()
+    );
+    assert_eq!(
+        fig("wakeups_per_release_n8"),
+        Some(1.0),
+        "{}",
+        row.summary()
+    );
+}
+
+#[test]
+fn herd_at_one_passes_on_the_honest_memory_backend() {
+    let row = run(MemoryBackend::new(), Scenario::Herd);
+    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}
+
 #[test]
 fn split_brain_fails_mutual_exclusion() {
     let row = run(SplitBrain, Scenario::MutualExclusion);
@@ -246,6 +287,10 @@ enum Twist {
     LeakOnFailure,
     /// break_holder does nothing.
     NeverBreak,
+    /// break_holder deletes, then reports an error (the victim is unknown to the caller).
+    BreakErrs,
+    /// break_holder takes 50 ms (opening a session) before the memory backend's delete.
+    SlowBreak,
     /// Claims the memory locker's primitives (election, read-write lock, semaphore), but
     /// offers none of them (`Wrapped` never overrides `TestBackend::election` and the rest).
     ClaimFamily,
@@ -303,7 +348,17 @@ impl TestBackend for Wrapped {
         if self.twist == Twist::NeverBreak {
             return Ok(Some(Vec::new()));
         }
-        self.inner.break_holder(namespace, name).await
+        if self.twist == Twist::SlowBreak {
+            tokio::time::sleep(SESSION_OPENING).await;
+        }
+        let broke = self.inner.break_holder(namespace, name).await;
+        if self.twist == Twist::BreakErrs {
+            return Err(Error::Backend {
+                message: format!("the break's reply was lost ({:?})", broke.is_ok()),
+                source: None,
+            });
+        }
+        broke
     }
     fn child_env(&self) -> Vec<(String, String)> {
         Vec::new()
@@ -518,6 +573,7 @@ fn the_soak_passes_the_honest_memory_backend() {
     )
     .expect("the honest memory backend passes the soak");
     for zero in [
+        "break_errors=0",
         "promise_violations=0",
         "belief_overlaps=0",
         "token_violations=0",
@@ -553,7 +609,12 @@ fn the_soak_with_an_unfenced_resource_reports_the_violation() {
 /// writes go on for 1.5 × TTL): each hold ends in a takeover at the server's expiry, which only
 /// the lease's promised deadline can judge.
 fn stalling_soak(backend: MemoryBackend) -> Result<String, String> {
+    stalling_soak_with(backend, Fencing::On)
+}
+
+fn stalling_soak_with(backend: MemoryBackend, fencing: Fencing) -> Result<String, String> {
     let mut plan = dlock_conformance::soak::SoakPlan::new(Duration::from_secs(6), 5);
+    plan.fencing = fencing;
     plan.stall_chance = 1.0;
     plan.nemeses = false;
     let out = dlock_conformance::soak::run_plan(Arc::new(backend), "checkers", &plan);
@@ -619,4 +680,104 @@ fn one_lost_lease_failing_its_whole_renewal_round_fails_many_leases_break() {
 fn many_leases_break_passes_on_the_honest_memory_backend() {
     let row = run(MemoryBackend::new(), Scenario::ManyLeasesBreak);
     assert_eq!(row.status, Status::Pass, "{}", row.summary());
+}
+
+// ---- negative controls of the independent fenced-resource model ----
+
+#[test]
+fn the_fenced_model_agrees_with_the_guard_on_the_honest_memory_backend() {
+    let out = stalling_soak(MemoryBackend::new()).expect("the honest backend passes");
+    for zero in [
+        "fenced_violations=0",
+        "stale_writes_accepted=0",
+        "current_writes_rejected=0",
+    ] {
+        assert!(out.contains(zero), "{out}");
+    }
+    // The stalled holders' writes were offered and refused: the model had something to judge.
+    assert!(!out.contains(" ops_rejected=0 "), "{out}");
+}
+
+#[test]
+fn a_guard_that_accepts_a_lower_token_fails_the_fenced_model() {
+    let why = stalling_soak_with(MemoryBackend::new(), Fencing::Lax)
+        .expect_err("an off-by-one guard passed the stalling soak");
+    assert!(why.contains("fenced-safety violation"), "{why}");
+    assert!(why.contains("stale_writes_accepted="), "{why}");
+    assert!(!why.contains("stale_writes_accepted=0 "), "{why}");
+}
+
+#[test]
+fn a_lower_token_for_a_later_grant_fails_the_fenced_model() {
+    // Ordered by token, the later holder looks like the earlier one and the guard's verdicts
+    // look right; the model orders holds by real-time grant and sees both wrong outcomes.
+    let why = stalling_soak(MemoryBackend::with_defect(Defect::LowerTokenAfterLapse))
+        .expect_err("a backend handing a lower token to a later grant passed");
+    assert!(why.contains("fenced-safety violation"), "{why}");
+    assert!(!why.contains("current_writes_rejected=0 "), "{why}");
+}
+
+// ---- exact breaks ----
+
+/// Breaks whose outcome is unknown (the call failed after deleting) are attributed by timing,
+/// which can excuse more than they hit: counted, and the soak fails above one in
+/// `BREAKS_PER_ERROR`.
+#[test]
+fn failing_breaks_fail_the_soak_above_the_bound() {
+    let err = dlock_conformance::soak::run(
+        Arc::new(Wrapped::new(MemoryBackend::new(), Twist::BreakErrs)),
+        "checkers",
+        Duration::from_secs(6),
+        11,
+        Fencing::On,
+    )
+    .expect_err("every break failed");
+    let why = match err {
+        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
+    };
+    assert!(why.contains("break errors:"), "{why}");
+    assert!(why.contains("at most one in 20"), "{why}");
+}
+
+/// How long [`Twist::SlowBreak`] takes before deleting.
+const SESSION_OPENING: Duration = Duration::from_millis(50);
+
+/// A break is dated from the backend's mark right before its delete, not from the call: the
+/// 50 ms the break spent opening its session cannot excuse a grant made meanwhile.
+#[test]
+fn a_recorded_break_is_dated_from_the_delete_not_the_call() {
+    use dlock_conformance::history::{History, Kind, break_recorded};
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let backend = Wrapped::new(MemoryBackend::new(), Twist::SlowBreak);
+        let lock = LockName::new("dated").expect("a valid name");
+        let client = backend
+            .client(ClientOptions::new("dated", Duration::from_secs(2)))
+            .await
+            .expect("a client");
+        let lease = client
+            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(1)))
+            .await
+            .expect("granted");
+        let history = History::new();
+        let called = std::time::Instant::now();
+        let hit = break_recorded(&history, &backend, "dated", &lock)
+            .await
+            .expect("the break");
+        assert_eq!(hit, Some(vec![lease.token()]));
+        let breaks: Vec<_> = history
+            .events()
+            .into_iter()
+            .filter(|e| e.kind == Kind::Break)
+            .collect();
+        assert_eq!(breaks.len(), 1, "{breaks:?}");
+        assert_eq!(breaks[0].token, lease.token());
+        assert!(
+            breaks[0].at >= called + SESSION_OPENING,
+            "dated {:?} after the call",
+            breaks[0].at - called
+        );
+        assert_eq!(history.break_errors(), 0);
+        drop(lease);
+    });
 }

@@ -19,6 +19,9 @@ pub(crate) struct LeaseCell {
     /// How long before the deadline the lease counts as lost: `lost()` rides a timer that can
     /// fire late (millisecond granularity, then scheduling), so it aims this much earlier.
     early: Duration,
+    /// The TTL its deadlines are counted with (the renewal driver's), when it has one.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    ttl: Option<Duration>,
     /// Where the loss is counted (none for a backend's internal lease). Counted when the cell
     /// ends, before anyone awaiting `lost()` is woken, whichever path ends it (the driver, the
     /// lease's own timer, a check that finds it expired).
@@ -30,6 +33,9 @@ pub(crate) struct LeaseCell {
 struct CellState {
     deadline: Instant,
     ended: bool,
+    /// When the lease was declared lost (by its own loss timer, the renewal driver's, a check
+    /// that found it expired, or the server's word): the instant `lost()` became resolvable.
+    lost_declared: Option<Instant>,
 }
 
 /// What `lost()` reports; `Released` ends the watch without a loss.
@@ -46,16 +52,19 @@ impl LeaseCell {
         token: FencingToken,
         deadline: Instant,
         early: Duration,
+        ttl: Option<Duration>,
         losses: Option<Arc<Counters>>,
     ) -> Arc<Self> {
         Arc::new(LeaseCell {
             name,
             token,
             early,
+            ttl,
             losses,
             state: Mutex::new(CellState {
                 deadline,
                 ended: false,
+                lost_declared: None,
             }),
             status: watch::Sender::new(Status::Held),
         })
@@ -120,6 +129,7 @@ impl LeaseCell {
             return false;
         }
         st.ended = true;
+        st.lost_declared = Some(Instant::now());
         drop(st);
         // Closing the locker ends its leases on purpose: not a loss to count or warn about.
         if reason == LossReason::Closed {
@@ -132,6 +142,12 @@ impl LeaseCell {
         }
         self.status.send_replace(Status::Lost(reason));
         true
+    }
+
+    /// When the lease was declared lost, if it was.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn lost_declared(&self) -> Option<Instant> {
+        self.state().lost_declared
     }
 
     /// Marks the lease released. Returns false when it had already ended.
@@ -345,6 +361,24 @@ impl Lease {
         self.stop_renewal();
     }
 
+    /// For tests: the instant the core declared this lease lost — its loss timer firing (or
+    /// the renewal driver's, or a check finding it expired, or the server's word) — which is
+    /// when [`Lease::lost`] became resolvable, before any awaiting task was scheduled. `None`
+    /// while held, and when it was released instead. Only with the `testing` feature.
+    #[cfg(feature = "testing")]
+    pub fn lost_declared_at_for_test(&self) -> Option<Instant> {
+        self.cell.lost_declared()
+    }
+
+    /// For tests: the TTL this lease's deadlines are counted with (its renewal driver's, which
+    /// may differ from the locker's: a ZooKeeper session's proof TTL), so that a checker can
+    /// derive the loss margin the contract asks for ([`loss_margin`](crate::loss_margin) of
+    /// it) without trusting the margin the lease aims with. Only with the `testing` feature.
+    #[cfg(feature = "testing")]
+    pub fn renewal_ttl_for_test(&self) -> Option<Duration> {
+        self.cell.ttl
+    }
+
     /// As [`Lease::stop_renewal_for_test`], for a re-entrant lease's inner lease.
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub(crate) fn stop_renewal(&self) {
@@ -435,6 +469,7 @@ mod tests {
             Instant::now() + after,
             Duration::ZERO,
             None,
+            None,
         )
     }
 
@@ -462,6 +497,16 @@ mod tests {
         let deadline = c.deadline();
         assert_eq!(c.lost_future().await, LossReason::Expired);
         assert_eq!(Instant::now(), deadline);
+        assert_eq!(c.lost_declared(), Some(deadline), "the timer's own instant");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_was_never_declared_lost() {
+        let c = cell(Duration::from_secs(1));
+        assert!(c.mark_released());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(c.lost_future().await, LossReason::Released);
+        assert_eq!(c.lost_declared(), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -483,7 +528,7 @@ mod tests {
         let name = LockName::new("cell").unwrap_or_else(|e| panic!("{e}"));
         let margin = Duration::from_millis(12);
         let deadline = Instant::now() + Duration::from_secs(1);
-        let c = LeaseCell::new(name, FencingToken(1), deadline, margin, None);
+        let c = LeaseCell::new(name, FencingToken(1), deadline, margin, None, None);
         let lost = tokio::spawn(c.lost_future());
         tokio::time::sleep_until(deadline - margin - Duration::from_millis(1)).await;
         assert!(c.is_live());

@@ -238,6 +238,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
             token,
             deadline,
             self.shared.margin,
+            Some(self.shared.ttl),
             counted.then(|| Arc::clone(&self.shared.counters)),
         );
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);

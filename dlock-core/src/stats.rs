@@ -12,6 +12,10 @@ pub struct Stats {
     pub waits: u64,
     /// Times a waiter was woken to re-check (watch events, notifications, timer fallbacks).
     pub wakeups: u64,
+    /// Of [`Stats::wakeups`], those on the waiter's own timer (a fallback, a queue-entry
+    /// refresh), not caused by a release or any other change at the server: they come with
+    /// time spent waiting, not with releases. A backend that cannot tell counts none here.
+    pub timer_wakeups: u64,
     /// Renewal rounds that succeeded (one round may renew many leases).
     pub renewals: u64,
     /// Renewal rounds that failed: the backend call erred, timed out or panicked, or left some
@@ -33,6 +37,7 @@ pub struct Counters {
     grants: AtomicU64,
     waits: AtomicU64,
     wakeups: AtomicU64,
+    timer_wakeups: AtomicU64,
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
     losses: AtomicU64,
@@ -62,6 +67,7 @@ counter! {
     grants => add_grants,
     waits => add_waits,
     wakeups => add_wakeups,
+    timer_wakeups => add_timer_wakeups,
     renewals => add_renewals,
     renewal_failures => add_renewal_failures,
     losses => add_losses,

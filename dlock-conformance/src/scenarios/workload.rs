@@ -15,24 +15,32 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use super::Verdict;
-use crate::history::{History, Kind, Order, Violations};
+use crate::history::{BREAKS_PER_ERROR, FencedModel, History, Kind, Order, Violations};
 
 /// How the fenced resource treats tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
-    /// Rejects an operation whose token is lower than one already accepted.
+    /// Rejects an operation whose token is lower than one already accepted ([`FenceGuard`]).
     On,
     /// Accepts everything: a negative control, the fenced-safety checker must then fire
     /// whenever a stale holder writes.
     Off,
+    /// A broken guard that also accepts a token ONE lower than the highest accepted (the
+    /// off-by-one of a `fence - 1 <= $token` condition): a negative control, the fenced-safety
+    /// checker must fire when the holder just superseded writes.
+    Lax,
 }
 
-/// The shared resource the workers write to, recording each outcome in the history in the
-/// same step as the check.
+/// The shared resource the workers write to. Each operation is recorded as an attempt BEFORE
+/// the guard sees it and with its outcome after, all under one lock (the resource's own order
+/// of operations); the history's model of a fenced resource then judges the outcomes.
 pub(crate) struct Resource {
     fencing: Fencing,
     guard: FenceGuard<u64>,
-    unfenced: Mutex<u64>,
+    /// The counter of [`Fencing::Off`] and [`Fencing::Lax`], with the highest token accepted.
+    unguarded: Mutex<(Option<FencingToken>, u64)>,
+    /// Serializes attempt record, guard and outcome record.
+    order: Mutex<()>,
     history: Arc<History>,
 }
 
@@ -41,38 +49,40 @@ impl Resource {
         Resource {
             fencing,
             guard: FenceGuard::new(0),
-            unfenced: Mutex::new(0),
+            unguarded: Mutex::new((None, 0)),
+            order: Mutex::new(()),
             history,
         }
     }
 
     /// One increment by `client` with `token`; whether it was accepted.
     pub(crate) fn op(&self, client: usize, token: FencingToken) -> bool {
-        match self.fencing {
-            Fencing::On => {
-                let done = self.guard.apply(token, |v| {
-                    *v += 1;
-                    self.history.op(client, token, true);
-                });
-                if done.is_err() {
-                    self.history.op(client, token, false);
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        self.history.write_attempt(client, token);
+        let accepted = match self.fencing {
+            Fencing::On => self.guard.apply(token, |v| *v += 1).is_ok(),
+            Fencing::Off | Fencing::Lax => {
+                let mut g = self.unguarded.lock().unwrap_or_else(|p| p.into_inner());
+                let ok = self.fencing == Fencing::Off
+                    || g.0.is_none_or(|h| token.get().saturating_add(1) >= h.get());
+                if ok {
+                    g.0 = g.0.max(Some(token));
+                    g.1 += 1;
                 }
-                done.is_ok()
+                ok
             }
-            Fencing::Off => {
-                let mut v = self.unfenced.lock().unwrap_or_else(|p| p.into_inner());
-                *v += 1;
-                self.history.op(client, token, true);
-                true
-            }
-        }
+        };
+        self.history.op(client, token, accepted);
+        accepted
     }
 
     /// The counter's value.
     pub(crate) fn value(&self) -> u64 {
         match self.fencing {
             Fencing::On => self.guard.read(|v| *v),
-            Fencing::Off => *self.unfenced.lock().unwrap_or_else(|p| p.into_inner()),
+            Fencing::Off | Fencing::Lax => {
+                self.unguarded.lock().unwrap_or_else(|p| p.into_inner()).1
+            }
         }
     }
 }
@@ -123,14 +133,19 @@ impl Workload {
     /// Starts one worker per client.
     pub(crate) fn start(clients: Vec<Arc<dyn Locker>>, plan: &Plan, fencing: Fencing) -> Self {
         // Tokens give the server's grant order; without fencing only the record does.
-        let unfenced = clients
-            .first()
-            .is_some_and(|c| c.capabilities().fencing == FencingStrength::None);
-        let history = Arc::new(History::ordered_by(if unfenced {
+        let fencing_strength = clients.first().map(|c| c.capabilities().fencing);
+        let unfenced = fencing_strength == Some(FencingStrength::None);
+        let history = History::ordered_by(if unfenced {
             Order::Record
         } else {
             Order::Token
-        }));
+        });
+        // Only Redlock's tokens are a majority's largest per-node count.
+        let history = Arc::new(if fencing_strength == Some(FencingStrength::Assumed) {
+            history.with_partial_counts()
+        } else {
+            history
+        });
         let resource = Arc::new(Resource::new(fencing, Arc::clone(&history)));
         let counts = Arc::new(Counts::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -277,12 +292,16 @@ pub(crate) struct Findings {
     pub overlaps: Option<Violations>,
     /// Tokens not unique and increasing in grant order.
     pub tokens: Option<Violations>,
-    /// Writes accepted from a superseded hold.
+    /// Write outcomes that differ from the independent fenced-resource model's.
     pub fenced: Option<Violations>,
+    /// The fenced-resource model's tallies.
+    pub model: FencedModel,
     /// Holds in the history.
     pub holds: usize,
     /// Forced breaks recorded.
     pub breaks: usize,
+    /// Of them, failed ones (victim unknown, attributed by timing).
+    pub break_errors: usize,
     /// Diagnostics: what the old checker (beliefs ended by recorded events only) would count.
     pub recorded_overlaps: usize,
     /// Diagnostics: losses recorded after their promised deadline, and the worst delay.
@@ -303,12 +322,14 @@ impl Findings {
                 history.token_order().err()
             },
             fenced: history.fenced_safety().err(),
+            model: history.fenced_model(),
             holds: history.holds().len(),
             breaks: history
                 .events()
                 .iter()
                 .filter(|e| e.kind == Kind::Break)
                 .count(),
+            break_errors: history.break_errors(),
             recorded_overlaps: history.recorded_overlaps(),
             late_losses: history.late_loss_records(),
         }
@@ -331,10 +352,19 @@ impl Findings {
         vec![
             ("holds", self.holds as u64),
             ("forced_breaks", self.breaks as u64),
+            ("break_errors", self.break_errors as u64),
             ("promise_violations", Self::count(&self.promise) as u64),
             ("belief_overlaps", Self::count(&self.overlaps) as u64),
             ("token_violations", Self::count(&self.tokens) as u64),
             ("fenced_violations", Self::count(&self.fenced) as u64),
+            ("write_attempts", self.model.attempts),
+            ("writes_accepted", self.model.accepted),
+            ("writes_the_model_accepts", self.model.expected),
+            ("stale_writes_accepted", self.model.stale_accepted as u64),
+            (
+                "current_writes_rejected",
+                self.model.current_rejected as u64,
+            ),
             ("recorded_overlaps", self.recorded_overlaps as u64),
             ("late_loss_records", self.late_losses.0 as u64),
             ("late_loss_max_ms", self.late_losses.1.as_millis() as u64),
@@ -366,6 +396,13 @@ impl Findings {
         say("belief overlap", &self.overlaps);
         say("token violation", &self.tokens);
         say("fenced-safety violation", &self.fenced);
+        if self.break_errors * BREAKS_PER_ERROR > self.breaks {
+            why.push(format!(
+                "break errors: {} of {} forced breaks failed (at most one in {BREAKS_PER_ERROR}): \
+                 their victims are unknown and their timing excuses more than they hit",
+                self.break_errors, self.breaks
+            ));
+        }
         if why.is_empty() {
             Ok(())
         } else {

@@ -14,6 +14,13 @@ pub enum Defect {
     UnguardedRelease,
     /// A release wakes every waiter, not just the head.
     WakeAll,
+    /// A release wakes the head waiter and the one behind it, which re-checks in vain: two
+    /// wake-ups (and requests) per release, however many wait.
+    WakeTwo,
+    /// A woken waiter reads the queue an entry at a time (one request each, at most a page of
+    /// five) to learn whether it is the head, instead of being told: one wake-up per release,
+    /// but the requests per handoff grow with the queue up to five more.
+    PagedQueueRead,
     /// The server expires holders at half the TTL, before the client's deadline.
     EarlyExpiry,
     /// Grants ignore the queue order (newest waiter first).
@@ -28,9 +35,18 @@ pub enum Defect {
     /// The client's `lost()` aims at the deadline itself, with no margin for its timer's own
     /// lateness (the server is honest): under load it resolves after the deadline.
     LossAtDeadline,
+    /// As [`Defect::LossAtDeadline`] in every third locker built with this defect (process
+    /// wide), the others honest: `lost()` is late in about a third of a scenario's trials,
+    /// which a judgement of the median trial alone would pass.
+    LossAtDeadlineSometimes,
     /// A grant that follows a holder which expired or was broken (rather than released) reuses
     /// that holder's token, as a server that lost its last counter increment would.
     ReusedToken,
+    /// A grant that follows a holder which expired or was broken (rather than released) is
+    /// handed a token LOWER than that holder's (the counter's previous value), as a server
+    /// that restored an old counter would: the later grant's writes are refused by a token
+    /// guard, the superseded holder's accepted.
+    LowerTokenAfterLapse,
     /// Every other grant (while the fence is odd) ignores the current holder and replaces it:
     /// two holders (leaders) at once.
     DoubleGrant,

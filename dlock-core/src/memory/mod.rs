@@ -195,7 +195,16 @@ impl MemoryLockerBuilder {
             defect: self.defect,
             counters: Arc::clone(&counters),
         });
-        let margin = if self.defect == Some(Defect::LossAtDeadline) {
+        /// Lockers built with [`Defect::LossAtDeadlineSometimes`] so far.
+        static SOMETIMES: AtomicU64 = AtomicU64::new(0);
+        let at_deadline = match self.defect {
+            Some(Defect::LossAtDeadline) => true,
+            Some(Defect::LossAtDeadlineSometimes) => {
+                SOMETIMES.fetch_add(1, Ordering::Relaxed) % 3 == 0
+            }
+            _ => false,
+        };
+        let margin = if at_deadline {
             Duration::ZERO
         } else {
             crate::loss_margin(ttl)
@@ -378,9 +387,13 @@ impl Backend {
         if !reuse {
             st.fence += 1;
         }
+        let lower = self.defect == Some(Defect::LowerTokenAfterLapse) && st.lapsed && st.fence > 2;
         st.lapsed = false;
         let token = FencingToken(if self.defect == Some(Defect::NoFencing) {
             1
+        } else if lower {
+            // The counter is still advanced: the next grant gets a fresh, higher token.
+            st.fence - 2
         } else {
             st.fence
         });
@@ -408,6 +421,7 @@ impl Backend {
     fn wake_next(&self, st: &NameState) {
         match self.defect {
             Some(Defect::WakeAll) => st.queue.iter().for_each(|w| w.wake.notify_one()),
+            Some(Defect::WakeTwo) => st.queue.iter().take(2).for_each(|w| w.wake.notify_one()),
             Some(Defect::Lifo) => {
                 if let Some(w) = st.queue.back() {
                     w.wake.notify_one();
@@ -646,8 +660,12 @@ impl MemoryLocker {
             let far = Instant::now() + Duration::from_secs(3600);
             tokio::select! {
                 () = wake.notified() => {}
-                () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {}
-                () = tokio::time::sleep_until(until.unwrap_or(far)) => {}
+                () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {
+                    self.counters.add_timer_wakeups(1);
+                }
+                () = tokio::time::sleep_until(until.unwrap_or(far)) => {
+                    self.counters.add_timer_wakeups(1);
+                }
             }
             self.counters.add_wakeups(1);
             let start = Instant::now();
@@ -655,6 +673,9 @@ impl MemoryLocker {
             let granted = {
                 let mut names = b.server.names();
                 let st = names.entry(name.as_str().to_owned()).or_default();
+                if b.defect == Some(Defect::PagedQueueRead) {
+                    self.counters.add_requests(st.queue.len().min(5) as u64);
+                }
                 b.try_grant_as(st, owner, start, value, mode)
             };
             if let Some(token) = granted {
