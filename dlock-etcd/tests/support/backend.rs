@@ -350,6 +350,7 @@ impl TestBackend for EtcdBackend {
         let Some(holder) = resp.kvs().first() else {
             return Ok(None);
         };
+        dlock_conformance::history::deleting_now();
         if holder.lease() != 0 {
             c.lease_revoke(holder.lease())
                 .await

@@ -66,6 +66,9 @@ pub(super) async fn doze(
             if wait.is_over() {
                 return false;
             }
+            // The waiter's own timer (the queue-entry refresh, the fallback for a lost
+            // notification or an expired holder), not a release.
+            inner.counters.add_timer_wakeups(1);
         }
     }
     inner.counters.add_wakeups(1);

@@ -168,6 +168,7 @@ impl TestBackend for ClusterBackend {
                 Err(e) if e.is_connection_refusal() => continue,
                 Err(e) => return Err(backend_err(&e)),
             };
+            dlock_conformance::history::deleting_now();
             let held: Result<Option<(String, String)>, _> = take
                 .key(&key)
                 .key(format!("{key}:fence"))

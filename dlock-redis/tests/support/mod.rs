@@ -462,6 +462,7 @@ impl TestBackend for RedisBackend {
              return redis.call('GET', KEYS[2]) or '0'",
         );
         let mut token: Option<u64> = None;
+        dlock_conformance::history::deleting_now();
         for conn in &mut conns {
             let fence: Option<String> = take
                 .key(&key)

@@ -266,6 +266,7 @@ impl TestBackend for ZkBackend {
             }
             Err(e) => return Err(backend_error("read the holder's node", e)),
         };
+        dlock_conformance::history::deleting_now();
         match z.delete(&path, Some(stat.version)).await {
             Ok(()) => Ok(Some(
                 u64::try_from(stat.czxid)
