@@ -173,8 +173,9 @@ pub(crate) async fn election_failover(ctx: &Ctx) -> Result<(), Verdict> {
 
 /// An observer follows one name while three campaigners take turns, two of them queued behind
 /// the first so that their terms start back to back (in either order on a backend that is not
-/// fair), and two leaders proclaim a new value: the observer sees exactly the five changes, in
-/// order.
+/// fair), two leaders proclaim a new value and the last proclaims it again: the observer sees
+/// exactly the six changes, in order. A proclamation is a change even when it repeats the value
+/// (every backend reports it: an application that re-proclaims to signal something is told).
 pub(crate) async fn election_observe(ctx: &Ctx) -> Result<(), Verdict> {
     let lock = name("observe")?;
     let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
@@ -211,12 +212,14 @@ pub(crate) async fn election_observe(ctx: &Ctx) -> Result<(), Verdict> {
     let third = third.await.map_err(joined)??;
     let t3 = third.term().get();
     third.proclaim(b"last").await?;
+    third.proclaim(b"last").await?;
     third.resign().await?;
     let expected = vec![
         leader(t1, "c1-a"),
         leader(t1, "c1-b"),
         leader(t2, v2),
         leader(t3, v3),
+        leader(t3, "last"),
         leader(t3, "last"),
     ];
     let mut seen = Vec::new();
