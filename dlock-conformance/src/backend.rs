@@ -64,10 +64,74 @@ pub struct Declared {
     pub herd_free: bool,
     /// [`Capabilities::fencing`].
     pub fencing: FencingStrength,
+    /// How long after its TTL a crashed holder's lock may still be held: the crash-release
+    /// and takeover scenarios judge by this committed figure, never by the backend's own
+    /// [`Capabilities::crash_release_slack`] (which must agree with it).
+    pub crash_release_slack: Slack,
+}
+
+/// A crash-release slack: `fixed` plus `ttl_num / ttl_den` of the TTL (a ZooKeeper session
+/// expires on the next tick boundary, and the tick is up to half the timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slack {
+    /// The fixed part.
+    pub fixed: Duration,
+    /// The TTL fraction's numerator.
+    pub ttl_num: u32,
+    /// The TTL fraction's denominator (never 0).
+    pub ttl_den: u32,
+}
+
+impl Slack {
+    /// A fixed slack.
+    pub const fn fixed(fixed: Duration) -> Slack {
+        Slack {
+            fixed,
+            ttl_num: 0,
+            ttl_den: 1,
+        }
+    }
+
+    /// `num / den` of the TTL plus `fixed`.
+    pub const fn ttl_fraction_plus(num: u32, den: u32, fixed: Duration) -> Slack {
+        Slack {
+            fixed,
+            ttl_num: num,
+            ttl_den: if den == 0 { 1 } else { den },
+        }
+    }
+
+    /// The slack at `ttl`.
+    pub fn at(&self, ttl: Duration) -> Duration {
+        self.fixed + ttl * self.ttl_num / self.ttl_den.max(1)
+    }
 }
 
 impl Declared {
-    /// How `caps` differ from the declaration (empty when they match).
+    /// How `caps` of a locker built for `ttl` differ from the declaration (empty when they
+    /// match): the flags, the slack, and the crash-release TTL, which must be `ttl` itself or
+    /// `ttl` rounded up to whole seconds (etcd's leases), never more.
+    pub fn mismatches_at(&self, caps: &Capabilities, ttl: Duration) -> Vec<String> {
+        let mut out = self.mismatches(caps);
+        let slack = self.crash_release_slack.at(ttl);
+        if caps.crash_release_slack != slack {
+            out.push(format!(
+                "crash_release_slack = {:?} (declared {slack:?} at a TTL of {ttl:?})",
+                caps.crash_release_slack
+            ));
+        }
+        let whole = Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0));
+        let within = caps.crash_release_within;
+        if within < ttl || within > whole.max(ttl) {
+            out.push(format!(
+                "crash_release_within = {within:?} for a TTL of {ttl:?} (at most {whole:?})"
+            ));
+        }
+        out
+    }
+
+    /// How `caps` differ from the declared flags (fair, herd-free, fencing; empty when they
+    /// match).
     pub fn mismatches(&self, caps: &Capabilities) -> Vec<String> {
         let mut out = Vec::new();
         if caps.fair != self.fair {
@@ -313,4 +377,61 @@ pub fn sum_samples(text: &str, prefix: &str) -> Option<u64> {
         }
     }
     seen.then_some(total as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(slack: Slack) -> Declared {
+        Declared {
+            fair: true,
+            herd_free: true,
+            fencing: FencingStrength::Linearizable,
+            crash_release_slack: slack,
+        }
+    }
+
+    /// A backend that raises its own slack, or reports a crash-release TTL beyond the
+    /// scenario's (rounded up to a whole second at most), no longer matches its enrolment:
+    /// every scenario of the row fails before it runs, so the bounds cannot be loosened in
+    /// backend code alone.
+    #[test]
+    fn the_crash_bounds_come_from_the_declaration() {
+        let ms = Duration::from_millis;
+        let zk = declared(Slack::ttl_fraction_plus(1, 2, ms(300)));
+        let caps = |within, slack| {
+            Capabilities::new(within)
+                .with_fair_queue(true, true)
+                .with_fencing(FencingStrength::Linearizable)
+                .with_crash_release_slack(slack)
+        };
+        assert!(
+            zk.mismatches_at(&caps(ms(2000), ms(1300)), ms(2000))
+                .is_empty()
+        );
+        assert_eq!(
+            zk.mismatches_at(&caps(ms(2000), ms(1301)), ms(2000)).len(),
+            1
+        );
+        let etcd = declared(Slack::fixed(ms(1000)));
+        // etcd rounds 1.5 s up to 2 s: allowed; 3 s is not.
+        assert!(
+            etcd.mismatches_at(&caps(ms(2000), ms(1000)), ms(1500))
+                .is_empty()
+        );
+        assert_eq!(
+            etcd.mismatches_at(&caps(ms(3000), ms(1000)), ms(1500))
+                .len(),
+            1
+        );
+        // Shorter than asked is a mismatch too.
+        assert_eq!(
+            etcd.mismatches_at(&caps(ms(1000), ms(1000)), ms(1500))
+                .len(),
+            1
+        );
+        assert_eq!(Slack::fixed(ms(250)).at(ms(10_000)), ms(250));
+        assert_eq!(zk.crash_release_slack.at(ms(10_000)), ms(5300));
+    }
 }

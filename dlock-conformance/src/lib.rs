@@ -29,7 +29,8 @@ pub mod soak;
 use std::sync::Arc;
 
 pub use backend::{
-    ClientOptions, Declared, ServerExpiry, TestBackend, read_text, redis_command, sum_samples,
+    ClientOptions, Declared, ServerExpiry, Slack, TestBackend, read_text, redis_command,
+    sum_samples,
 };
 pub use report::{Row, Status};
 pub use scenarios::Scenario;

@@ -18,5 +18,6 @@ dlock_conformance::conformance_tests!(
         fair: true,
         herd_free: true,
         fencing: FencingStrength::Linearizable,
+        crash_release_slack: dlock_conformance::Slack::fixed(std::time::Duration::from_millis(50)),
     }
 );

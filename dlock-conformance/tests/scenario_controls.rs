@@ -105,6 +105,7 @@ fn capabilities_must_match_the_declared_table() {
         fair: true,
         herd_free: true,
         fencing: FencingStrength::Linearizable,
+        crash_release_slack: dlock_conformance::Slack::fixed(std::time::Duration::from_millis(50)),
     };
     let row = run_with(
         broken(Defect::WakeAll),

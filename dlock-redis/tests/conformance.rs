@@ -7,9 +7,10 @@
 mod support;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-use dlock_conformance::{Declared, TestBackend};
+use dlock_conformance::{Declared, Slack, TestBackend};
 use dlock_core::FencingStrength;
 use support::acl::{
     CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES, WAIT_RULES,
@@ -127,18 +128,21 @@ const FAIR: Declared = Declared {
     fair: true,
     herd_free: true,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 /// Spin mode: no queue; the same counter.
 const SPIN: Declared = Declared {
     fair: false,
     herd_free: false,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 /// Redlock: no queue; tokens monotonic under the algorithm's assumptions only.
 const REDLOCK: Declared = Declared {
     fair: false,
     herd_free: false,
     fencing: FencingStrength::Assumed,
+    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 
 dlock_conformance::conformance_tests!(redis, redis(), declared = FAIR);

@@ -6,9 +6,10 @@
 mod support;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_conformance::{Declared, TestBackend};
+use dlock_conformance::{Declared, Slack, TestBackend};
 use dlock_core::FencingStrength;
 use support::ClusterRef;
 use support::cluster::{ClusterBackend, cluster_options, form};
@@ -33,6 +34,7 @@ const FAIR: Declared = Declared {
     fair: true,
     herd_free: true,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 
 dlock_conformance::conformance_tests!(redis_cluster, redis_cluster(), declared = FAIR);

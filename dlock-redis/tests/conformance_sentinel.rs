@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use dlock_conformance::faults::{Mode, Proxy};
 use dlock_conformance::servers::HarnessError;
-use dlock_conformance::{ClientOptions, Declared, TestBackend};
+use dlock_conformance::{ClientOptions, Declared, Slack, TestBackend};
 use dlock_core::{AcquireOptions, FencingStrength, LockName, Locker};
 use support::sentinel::SentinelBackend;
 
@@ -34,6 +34,7 @@ const FAIR: Declared = Declared {
     fair: true,
     herd_free: true,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 
 dlock_conformance::conformance_tests!(redis_sentinel, redis_sentinel(), declared = FAIR);

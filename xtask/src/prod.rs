@@ -1,4 +1,4 @@
-//! The production-settings rows ([`SUBSET_ROWS`](crate::conform::SUBSET_ROWS)) run beside the
+//! The production-settings rows ([`SUBSET_ROWS`]) run beside the
 //! compile steps of `cargo xtask test`: their binaries mostly wait on 10–30 s leases, so run
 //! in line they would add minutes to the run for little CPU. They are started from the built
 //! test executables (as cargo would run them: from their package's directory), write their rows

@@ -115,7 +115,7 @@ pub(crate) async fn family_crash_release(ctx: &Ctx) -> Result<(), Verdict> {
 /// How long a waiter for a crashed holder may wait: far past the bound it is checked against.
 async fn waiter_budget(ctx: &Ctx) -> Result<Duration, Verdict> {
     let caps = ctx.capabilities().await?;
-    Ok(ctx.ttl() * 3 + caps.crash_release_slack + Duration::from_secs(5))
+    Ok(ctx.ttl() * 3 + ctx.crash_slack(&caps) + Duration::from_secs(5))
 }
 
 /// `holder` (a process holding `what`) is SIGKILLed while `waiter` waits for it. Fails unless
@@ -158,7 +158,7 @@ where
     })?;
     let after_kill = got_t.saturating_duration_since(killed);
     let after_grant = Duration::from_nanos(got_ns.saturating_sub(holder.start_ns));
-    let latest = caps.crash_release_within + caps.crash_release_slack;
+    let latest = caps.crash_release_within + ctx.crash_slack(&caps);
     ctx.figure_ms(&format!("{key}_ms"), after_kill);
     ctx.figure_ms(&format!("{key}_since_holder_request_ms"), after_grant);
     ctx.figure_ms("bound_ms", latest);
@@ -206,7 +206,7 @@ pub(crate) async fn paused_holder(ctx: &Ctx) -> Result<(), Verdict> {
     let got = contender
         .acquire(
             &lock,
-            AcquireOptions::wait(ttl * 3 + caps.crash_release_slack),
+            AcquireOptions::wait(ttl * 3 + ctx.crash_slack(&caps)),
         )
         .await;
     let (granted, granted_ns) = (Instant::now(), mono_ns());
@@ -309,7 +309,7 @@ pub(crate) async fn waiter_crash(ctx: &Ctx) -> Result<(), Verdict> {
     middle.kill();
     // The crashed waiter's entry goes once its session / lease / queue deadline runs out.
     let want = with_both - (with_middle - base);
-    let bound = ttl * 2 + caps.crash_release_slack + Duration::from_secs(2);
+    let bound = ttl * 2 + ctx.crash_slack(&caps) + Duration::from_secs(2);
     loop {
         let now = ctx.leftovers().await?.len();
         if now <= want {

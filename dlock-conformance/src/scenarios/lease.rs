@@ -171,7 +171,7 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
         .await?
     };
     let contender = ctx.client().await?;
-    let slack = contender.capabilities().crash_release_slack;
+    let slack = ctx.crash_slack(&contender.capabilities());
     let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
     let history = History::new();
     history.grant_until(0, lease.token(), lease.deadline().into_std());
@@ -450,7 +450,7 @@ pub(crate) async fn lost_after_break(ctx: &Ctx) -> Result<(), Verdict> {
     let (a, b) = (ctx.client().await?, ctx.client().await?);
     let lock = name("broken")?;
     let ttl = ctx.ttl();
-    let slack = b.capabilities().crash_release_slack;
+    let slack = ctx.crash_slack(&b.capabilities());
     let lease = a.acquire(&lock, AcquireOptions::wait(ttl)).await?;
     tokio::time::sleep(ttl / 4).await;
     let lost = lease.lost();

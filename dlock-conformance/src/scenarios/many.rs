@@ -23,7 +23,7 @@ const SCHED: Duration = Duration::from_millis(250);
 pub(crate) async fn many_leases_break(ctx: &Ctx) -> Result<(), Verdict> {
     let ttl = ctx.ttl();
     let (holder, contender) = (ctx.client().await?, ctx.client().await?);
-    let slack = contender.capabilities().crash_release_slack;
+    let slack = ctx.crash_slack(&contender.capabilities());
     let mut names = Vec::with_capacity(LEASES);
     for i in 0..LEASES {
         names.push(name(&format!("many-{i}"))?);

@@ -85,6 +85,8 @@ pub struct Ctx {
     fencing: Fencing,
     /// The row's TTL multiplier (1 at the harness's fast settings; see [`run_scaled`]).
     ttl_scale: u32,
+    /// The enrolment's committed table, when the run has one.
+    declared: Option<Declared>,
     figures: Mutex<Map<String, Value>>,
 }
 
@@ -112,6 +114,7 @@ impl Ctx {
             namespace,
             fencing: Fencing::On,
             ttl_scale: 1,
+            declared: None,
             figures: Mutex::new(Map::new()),
         }
     }
@@ -135,6 +138,17 @@ impl Ctx {
     /// The scenario's lease TTL: [`Scenario::ttl`] times the row's TTL scale.
     pub fn ttl(&self) -> Duration {
         self.scenario.ttl() * self.ttl_scale
+    }
+
+    /// How long after the scenario's TTL a crashed (or cut-off) holder's lock may still be
+    /// held: the enrolment's declared slack ([`Declared::crash_release_slack`]), never the
+    /// backend's own figure; without a declaration (negative controls), the one in `caps`
+    /// (a client's [`Capabilities`]).
+    pub(crate) fn crash_slack(&self, caps: &Capabilities) -> Duration {
+        match &self.declared {
+            Some(d) => d.crash_release_slack.at(self.ttl()),
+            None => caps.crash_release_slack,
+        }
     }
 
     /// Records a measured figure.
@@ -272,6 +286,7 @@ pub fn run_scaled(
     let mut ctx = Ctx::new(backend, module, scenario);
     ctx.fencing = fencing;
     ctx.ttl_scale = ttl_scale.max(1);
+    ctx.declared = declared;
     let time_limit = SCENARIO_TIMEOUT * ctx.ttl_scale;
     let ctx = Arc::new(ctx);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -326,7 +341,7 @@ pub fn run_scaled(
 /// A fresh client reports exactly the capabilities the enrolment declared.
 async fn check_declared(ctx: &Ctx, declared: &Declared) -> Result<(), Verdict> {
     let caps = ctx.capabilities().await?;
-    let wrong = declared.mismatches(&caps);
+    let wrong = declared.mismatches_at(&caps, ctx.ttl());
     ensure!(
         wrong.is_empty(),
         "the backend's capabilities differ from the table its enrolment declares: {}",

@@ -188,7 +188,7 @@ async fn attempt_cut(
     }
     ctx.figure("leader", leader);
     ctx.figure("holder_server", follower);
-    let slack = contender.capabilities().crash_release_slack;
+    let slack = ctx.crash_slack(&contender.capabilities());
     // The cut comes right after a renewal that ended one of the client's longest silences:
     // the hardest moment for the promise. The renewal's reply moved the deadline, but the
     // holder's server may not have told the leader of anything the client sent since its last

@@ -99,7 +99,7 @@ where
         .await
         .map_err(|e| Verdict::Fail(format!("the lost() task panicked: {e}")))?;
     let after = got_at.saturating_duration_since(cut);
-    let bound = caps.crash_release_within + caps.crash_release_slack;
+    let bound = caps.crash_release_within + ctx.crash_slack(&caps);
     ctx.figure_ms(&format!("{key}_ms"), after);
     ctx.figure_ms("bound_ms", bound);
     ctx.figure_ms(
@@ -126,5 +126,5 @@ where
 /// How long a waiter in a [`take_over`] may wait: far past the bound it is checked against.
 pub(crate) async fn waiter_budget(ctx: &Ctx) -> Result<Duration, Verdict> {
     let caps = ctx.capabilities().await?;
-    Ok(ctx.ttl() * 3 + caps.crash_release_slack + Duration::from_secs(5))
+    Ok(ctx.ttl() * 3 + ctx.crash_slack(&caps) + Duration::from_secs(5))
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
-use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
+use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
 use dlock_core::{
     Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
 };
@@ -529,4 +529,5 @@ pub const ETCD: Declared = Declared {
     fair: true,
     herd_free: true,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(Duration::from_millis(1000)),
 };

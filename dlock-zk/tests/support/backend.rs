@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
-use dlock_conformance::{ClientOptions, Declared, ServerExpiry, TestBackend};
+use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
 use dlock_core::{
     Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
 };
@@ -19,6 +19,7 @@ pub const ZK: Declared = Declared {
     fair: true,
     herd_free: true,
     fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::ttl_fraction_plus(1, 2, Duration::from_millis(300)),
 };
 
 /// The digest user of the `zk-digest` row. ZooKeeper's `digest` scheme needs no user set up
