@@ -723,6 +723,104 @@ mod tests {
         assert_eq!(judge_probes([Some(ms(20_000))], t, false), Probed::Kept);
     }
 
+    /// The leader's earliest expiry of a session whose renewal was sent at 0 ms, answered,
+    /// and whose follower was cut from the leader right after, by brute force over the phases
+    /// of the leader's pings (every half tick), of its expiry grid (tick-aligned, rounded up as
+    /// `ExpiryQueue.roundToNextInterval` does) and of the client's tick; the client sends its
+    /// renewals every `period` ms and pings after `ping_after` ms of sending nothing (checked
+    /// every `client_tick` ms), as zookeeper-client does. A follower reports the packets it
+    /// received since its last report when the leader pings it, and the leader touches the
+    /// session then; the renewal's own sync touches nothing there. All in ms; zero latency.
+    fn earliest_leader_expiry(
+        timeout: i64,
+        tick: i64,
+        client: i64,
+        ping_after: i64,
+        period: i64,
+    ) -> i64 {
+        let step = 50;
+        let window = 4 * period.max(ping_after + client) + 2 * tick;
+        let mut earliest = i64::MAX;
+        for psi in (0..client).step_by(step as usize) {
+            // The client's sends in [-window, 0): renewals every period, pings between.
+            let mut sends = Vec::new();
+            let mut last = -window;
+            let mut next_renewal = -window + period;
+            let mut t = -window + psi;
+            while t < 0 {
+                while next_renewal <= t && next_renewal < 0 {
+                    sends.push(next_renewal);
+                    last = next_renewal;
+                    next_renewal += period;
+                }
+                if t >= last + ping_after {
+                    sends.push(t);
+                    last = t;
+                }
+                t += client;
+            }
+            while next_renewal < 0 {
+                sends.push(next_renewal);
+                next_renewal += period;
+            }
+            sends.sort_unstable();
+            for phi in (0..tick / 2).step_by(step as usize) {
+                // The last leader ping before the cut that reported a packet.
+                let mut touch = None;
+                let mut prev = -window - tick;
+                let mut ping = -window + phi;
+                while ping < 0 {
+                    if sends.iter().any(|&s| s > prev && s <= ping) {
+                        touch = Some(ping);
+                    }
+                    prev = ping;
+                    ping += tick / 2;
+                }
+                let Some(touch) = touch else { continue };
+                for theta in (0..tick).step_by(step as usize) {
+                    let at = touch + timeout - theta;
+                    let expiry = theta + (at.div_euclid(tick) + 1) * tick;
+                    earliest = earliest.min(expiry);
+                }
+            }
+        }
+        earliest
+    }
+
+    /// Every deadline a renewal can set is no later than the leader's earliest expiry in the
+    /// model, at ZooKeeper's default tick and at the lab's. Red on the bound before this one:
+    /// at a 30 s TTL it promised 27.22 s after the renewal where the model's leader may expire
+    /// the session after 26.05 s.
+    #[test]
+    fn deadlines_end_before_the_leaders_earliest_expiry_in_a_model_of_the_servers() {
+        let ms = Duration::from_millis;
+        let as_ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        for (ttl, tick, declared) in [
+            (10_000, 2000, None),
+            (30_000, 2000, None),
+            (4000, 2000, None),
+            (2000, 100, Some(ms(100))),
+            (10_000, 100, Some(ms(100))),
+        ] {
+            let proof = proof_ttl(ms(ttl), ms(ttl), declared);
+            let deadline = proof - dlock_core::backend::drift(proof);
+            let client = client_tick(ms(ttl), connection_timeout(ms(ttl)));
+            let earliest = earliest_leader_expiry(
+                ttl as i64,
+                tick,
+                as_ms(client),
+                as_ms(client_ping_after(client)),
+                // The renewal driver's period: a third of its TTL.
+                as_ms(proof / 3),
+            );
+            assert!(
+                as_ms(deadline) <= earliest,
+                "TTL {ttl} ms, tick {tick} ms: deadline {deadline:?} after the renewal, the \
+                 leader may expire the session {earliest} ms after it"
+            );
+        }
+    }
+
     /// The margin: half a server tick, the client's longest silence (its ping delay plus one
     /// of its ticks) and one client tick of latency.
     #[test]
