@@ -472,8 +472,13 @@ impl TestBackend for RedisBackend {
                 .await
                 .map_err(|e| backend_err(&e))?;
             if let Some(fence) = fence {
+                // The holder's token is the LEAST counter among the nodes that held its key: a
+                // Redlock grant writes its token back to its whole majority before the lease is
+                // handed out, and a later grant raises the nodes it found still holding the
+                // old key to ITS token in the background (an old holder broken here meanwhile
+                // shows the newer counter there).
                 let fence = fence.parse().unwrap_or(0);
-                token = Some(token.map_or(fence, |t| t.max(fence)));
+                token = Some(token.map_or(fence, |t| t.min(fence)));
             }
         }
         Ok(token.map(|t| vec![FencingToken(t)]))
