@@ -26,6 +26,14 @@ struct Setup {
     sentinels: Vec<u16>,
 }
 
+/// One test of this file at a time. Each starts a deployment of its own (2 servers, 3
+/// sentinels) and most kill or fail over its master; run together, they starved the sentinels
+/// of CPU: a CI rehearsal waited more than 60 s for the sentinels to reconfigure a restarted
+/// old master as a replica (`down-after` checks kept resetting their 8 s wait), where alone it
+/// takes about 15 s.
+static ONE_AT_A_TIME: std::sync::LazyLock<tokio::sync::Mutex<()>> =
+    std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -197,6 +205,7 @@ impl Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_name_the_master_and_options_are_checked() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -294,6 +303,7 @@ struct Hold {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -464,6 +474,7 @@ async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_grant_survives_a_failover() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -533,6 +544,7 @@ async fn an_acknowledged_grant_survives_a_failover() {
 /// make it the new master's replica, and grants resume with tokens above the lost lease's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_replica() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -627,6 +639,7 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
 /// the new master within its wait, with a higher token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquire_is_granted_across_a_failover() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -666,6 +679,7 @@ async fn a_waiting_acquire_is_granted_across_a_failover() {
 /// as its replica, and the acquire is granted there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_waits_across_a_killed_master() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
