@@ -27,6 +27,7 @@ dlock_conformance::conformance_tests!(
     ttl_scale = 5,
     only = [
         leader_partition => LeaderPartition,
+        follower_hold => FollowerHold,
         one_way_delay => OneWayDelay,
         loss_trials => LossTrials,
         lost_before_stolen => LostBeforeStolen,

@@ -92,6 +92,9 @@ macro_rules! __scenarios {
             /// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires
             /// before anyone else is granted.
             LeaderPartition = partition::leader_partition,
+            /// The control of [`Scenario::LeaderPartition`]: a lease held through a follower of a
+            /// private cluster with proxied peer links, with no fault, for 10 TTLs: no loss.
+            FollowerHold = partition::follower_hold,
             /// 1,000 leases on one locker, one broken at the server: it is lost within TTL + slack,
             /// the others stay held.
             ManyLeasesBreak = many::many_leases_break,

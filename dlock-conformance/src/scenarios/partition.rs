@@ -72,27 +72,8 @@ impl Leadership {
     }
 }
 
-/// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires before
-/// anyone else is granted.
-///
-/// A private cluster whose peer links go through fault proxies
-/// ([`Cluster::start_partitionable`](crate::servers::Cluster::start_partitionable)). The
-/// holder's client reaches one follower only; after a few renewals every peer link between
-/// that follower and the leader is cut (the follower keeps its other peer and its clients; a
-/// ZooKeeper follower keeps answering reads for 10 s). A contender on the leader then acquires
-/// the same name. Judged against the promise: the contender's grant must not arrive before the
-/// holder's latest promised `deadline()`, and the holder's `lost()` must fire, no later than
-/// that deadline (plus scheduling slack).
-///
-/// On a loaded machine an election may come first (a fresh cluster still settling) or during
-/// the cut (a leader whose heartbeats stalled past the election timeout lets the cut member win
-/// its other peer's vote; the holder then renews through its new leader, legitimately, and the
-/// contender's member has no leader). Such an attempt is void, on evidence only (the leader
-/// moved, or etcd's members counted a leader change), and is made again, at most `ATTEMPTS`
-/// times; so is an attempt whose lease was lost before the cut (a loss the holder was told
-/// of, judged by the `renewal` row, not here). Safety is judged on every attempt, void or not,
-/// and `ATTEMPTS` void attempts fail the row.
-pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
+/// The topology of a backend whose servers elect a leader, or the reason to skip.
+fn led_cluster(ctx: &Ctx) -> Result<(ServerKind, usize), Verdict> {
     let Some((kind, n)) = ctx.backend().topology() else {
         return Err(Verdict::Skip(
             "in-process backend: there are no server nodes to partition".into(),
@@ -114,6 +95,105 @@ pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
             "Redlock has no leader: its nodes are independent (node faults are minority_nodes_down)".into(),
         ));
     }
+    Ok((kind, n))
+}
+
+/// How many TTLs [`follower_hold`] holds its lease.
+pub(crate) const HOLD_TTLS: u32 = 10;
+
+/// The control of [`leader_partition`]: the same private cluster with its peer links behind
+/// fault proxies, the holder's client on a follower through a watching proxy, and NO cut. The
+/// lease is held for [`HOLD_TTLS`] TTLs and every loss fails, whatever the elections (their
+/// evidence is put in the failure), and so do fewer renewals than TTLs held. The least time
+/// the deadline was ahead of the clock at a check (every 50 ms) is reported.
+pub(crate) async fn follower_hold(ctx: &Ctx) -> Result<(), Verdict> {
+    let (kind, n) = led_cluster(ctx)?;
+    let p = private_partitionable(ctx).await?;
+    let ttl = ctx.ttl();
+    let c = Arc::clone(&p.cluster);
+    let leader = blocking("find the leader", move || c.wait_leader(READY_TIMEOUT)).await?;
+    let before = Leadership {
+        leader: Some(leader),
+        ..Leadership::read(&p).await?
+    };
+    let follower = (leader + 1) % n;
+    let link = Proxy::start(p.cluster.addrs()[follower])
+        .map_err(|e| Verdict::Fail(format!("cannot start the holder's proxy: {e}")))?;
+    let holder = p
+        .client_with(ClientOptions::new(ctx.ns(), ttl).via(vec![link.addr()]))
+        .await?;
+    let lock = name("follower-hold")?;
+    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
+    let began = Instant::now();
+    let mut least_ahead = ttl;
+    let mut renewals = 0u32;
+    let mut last = lease.deadline();
+    let lost = loop {
+        let now = Instant::now();
+        if now.duration_since(began) >= ttl * HOLD_TTLS {
+            break None;
+        }
+        if let Err(e) = lease.check() {
+            break Some(format!("lost {:?} into the hold: {e}", now - began));
+        }
+        let deadline = lease.deadline();
+        if deadline != last {
+            renewals += 1;
+            last = deadline;
+        }
+        least_ahead = least_ahead.min(deadline.saturating_duration_since(now));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let after = Leadership::read(&p).await?;
+    let election = before
+        .election_before(&after, kind)
+        .unwrap_or_else(|| "no election seen".into());
+    let silence = bursts(&link.upstream_log())
+        .iter()
+        .map(|&(_, gap)| gap)
+        .max()
+        .unwrap_or_default();
+    ctx.figure("renewals", renewals);
+    ctx.figure_ms("least_time_ahead_ms", least_ahead);
+    ctx.figure_ms("longest_client_silence_ms", silence);
+    if let Some(why) = lost {
+        return Err(Verdict::Fail(format!(
+            "a lease held through a follower with no fault was {why} (leader {leader}, holder's server {follower}; {election}; {renewals} renewals, least time ahead {least_ahead:?})"
+        )));
+    }
+    ensure!(
+        renewals >= HOLD_TTLS,
+        "{renewals} renewals in {HOLD_TTLS} TTLs"
+    );
+    lease
+        .release()
+        .await
+        .map_err(|e| Verdict::Fail(format!("release after the hold: {e}")))?;
+    Ok(())
+}
+
+/// On a cluster, the holder's server cut from the leader: the holder's `lost()` fires before
+/// anyone else is granted.
+///
+/// A private cluster whose peer links go through fault proxies
+/// ([`Cluster::start_partitionable`](crate::servers::Cluster::start_partitionable)). The
+/// holder's client reaches one follower only; after a few renewals every peer link between
+/// that follower and the leader is cut (the follower keeps its other peer and its clients; a
+/// ZooKeeper follower keeps answering reads for 10 s). A contender on the leader then acquires
+/// the same name. Judged against the promise: the contender's grant must not arrive before the
+/// holder's latest promised `deadline()`, and the holder's `lost()` must fire, no later than
+/// that deadline (plus scheduling slack).
+///
+/// On a loaded machine an election may come first (a fresh cluster still settling) or during
+/// the cut (a leader whose heartbeats stalled past the election timeout lets the cut member win
+/// its other peer's vote; the holder then renews through its new leader, legitimately, and the
+/// contender's member has no leader). Such an attempt is void, on evidence only (the leader
+/// moved, or etcd's members counted a leader change), and is made again, at most `ATTEMPTS`
+/// times; so is an attempt whose lease was lost before the cut (a loss the holder was told
+/// of, judged by the `renewal` row, not here). Safety is judged on every attempt, void or not,
+/// and `ATTEMPTS` void attempts fail the row.
+pub(crate) async fn leader_partition(ctx: &Ctx) -> Result<(), Verdict> {
+    let (kind, n) = led_cluster(ctx)?;
     let p = private_partitionable(ctx).await?;
     let mut voids = Vec::new();
     for attempt in 1..=ATTEMPTS {
