@@ -644,3 +644,45 @@ fn etcd_3_partition_cuts_and_heals_peer_links() {
         cluster.logs()
     );
 }
+
+/// A raw Redis connection subscribed with `command` (`SUBSCRIBE x` or `PSUBSCRIBE x*`), kept
+/// open by the caller.
+fn subscriber(addr: std::net::SocketAddr, command: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to redis");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(format!("{command}\r\n").as_bytes())
+        .expect("subscribe");
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).expect("subscription confirmed");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).contains("subscribe"),
+        "no confirmation of {command}"
+    );
+    s
+}
+
+#[test]
+fn redis_fanout_counts_the_connections_a_publish_reaches() {
+    let Some(cluster) = start_or_skip(ServerKind::Redis, 1) else {
+        return;
+    };
+    let node = cluster.node(0);
+    assert_eq!(node.redis_fanout(), Some(0), "no subscriber yet");
+    let addr = node.addr();
+    let mut held = vec![
+        subscriber(addr, "SUBSCRIBE own-1"),
+        subscriber(addr, "SUBSCRIBE own-2"),
+    ];
+    assert_eq!(node.redis_fanout(), Some(1), "one subscriber per channel");
+    // The herd: three more connections on one channel, and a pattern that matches every one.
+    held.extend((0..3).map(|_| subscriber(addr, "SUBSCRIBE shared")));
+    assert_eq!(node.redis_fanout(), Some(3));
+    held.push(subscriber(addr, "PSUBSCRIBE *"));
+    assert_eq!(node.redis_fanout(), Some(4));
+    // Sentinel's own hello channel is not a lock client's.
+    held.extend((0..5).map(|_| subscriber(addr, "SUBSCRIBE __sentinel__:hello")));
+    assert_eq!(node.redis_fanout(), Some(4));
+    drop(held);
+}

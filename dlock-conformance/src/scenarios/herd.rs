@@ -148,6 +148,29 @@ pub(crate) fn run_between(
     }
 }
 
+/// How many connections one wake signal reaches at most, read at the private servers: for
+/// Redis, the busiest notification channel's subscribers plus the pattern subscriptions
+/// ([`crate::servers::stats::redis_fanout`]), the most over the nodes; 1 for servers whose
+/// signals are counted per delivery already (etcd watch events, ZooKeeper notifications).
+async fn fanout(p: &super::private::Private) -> Result<u64, String> {
+    if p.backend.topology().map(|(kind, _)| kind) != Some(crate::servers::ServerKind::Redis) {
+        return Ok(1);
+    }
+    let cluster = Arc::clone(&p.cluster);
+    tokio::task::spawn_blocking(move || {
+        let mut most = 1;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            let reach = node
+                .redis_fanout()
+                .ok_or_else(|| format!("node {i} did not answer PUBSUB"))?;
+            most = most.max(reach);
+        }
+        Ok(most)
+    })
+    .await
+    .map_err(|e| format!("reading the fanout panicked: {e}"))?
+}
+
 /// Reads the private servers' wake-signal counter off the runtime's threads.
 async fn signals(backend: &Arc<dyn TestBackend>) -> Result<u64, String> {
     let b = Arc::clone(backend);
@@ -172,8 +195,10 @@ fn spawn_waiter(c: Arc<dyn Locker>, lock: dlock_core::LockName) -> Waiter {
 /// with N = 1, 8, 32 queued waiters on a private server: herd at one — each release wakes at
 /// most one waiter by the clients' counters and costs at most one request per handoff above
 /// the single-waiter run (see [`judge`]), and the server sends at most one wake signal per
-/// release. The signals are what the server SENT (Redis `PUBLISH` calls, etcd watch events,
-/// ZooKeeper watch notifications), not what reached the waiters.
+/// release. The signals are counted at the server: etcd watch events and ZooKeeper watch
+/// notifications sent; Redis `PUBLISH` calls times the most connections one reaches (the
+/// busiest channel's subscribers plus pattern subscriptions, read while every waiter is
+/// queued), so a channel shared by the waiters is a herd even when one `PUBLISH` wakes it.
 pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
     super::queue::herd(ctx).await?;
     let p = match private(ctx).await {
@@ -211,6 +236,9 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
         }
         tokio::time::sleep(ENQUEUE_SETTLE).await;
         let idle: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
+        // Read while every waiter is queued: a wake-up scheme that subscribes them all to one
+        // channel shows here.
+        let reach = fanout(&p).await;
         tokio::time::sleep(IDLE).await;
         let before: Vec<Stats> = waiters.iter().map(|w| w.stats()).collect();
         let s0 = signals(&p.backend).await;
@@ -240,30 +268,46 @@ pub(crate) async fn herd(ctx: &Ctx) -> Result<(), Verdict> {
         let run = run_between(n, [&idle, &before, &after], released, &grants);
         run.figures(ctx, "private_");
         runs.push(run);
-        match (s0, s1) {
-            (Ok(a), Ok(b)) => {
+        match (s0, s1, reach) {
+            (Ok(a), Ok(b), Ok(reach)) => {
                 // n + 1 releases: the holder's and each waiter's (the last one wakes nobody).
-                let sent = b.saturating_sub(a);
+                // Each signal reaches at most `reach` connections (one, unless several share
+                // the channel it is sent on).
+                let sent = delivered(b.saturating_sub(a), reach);
+                ctx.figure(&format!("server_fanout_n{n}"), reach);
                 ctx.figure(
                     &format!("server_wake_signals_per_release_n{n}"),
                     round(sent as f64 / n as f64),
                 );
                 signals_per.push((n, sent));
             }
-            (Err(e), _) | (_, Err(e)) => unreadable = Some(e),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => unreadable = Some(e),
         }
     }
     if let Some(reason) = unreadable {
         ctx.skip_part(format!("server-side wake signals not checked: {reason}"));
     }
     judge(&runs)?;
-    for (n, sent) in signals_per {
+    judge_signals(&signals_per)?;
+    drop(p);
+    Ok(())
+}
+
+/// The wake signals `sent` signals delivered at most, each reaching `reach` connections (at
+/// least one).
+fn delivered(sent: u64, reach: u64) -> u64 {
+    sent * reach.max(1)
+}
+
+/// At most one delivered wake signal per release: for each run, (waiters = releases, signals
+/// delivered).
+fn judge_signals(runs: &[(usize, u64)]) -> Result<(), Verdict> {
+    for &(n, sent) in runs {
         ensure!(
             sent <= n as u64,
-            "the server sent {sent} wake signals for {n} releases with {n} waiters: a release wakes more than one waiter"
+            "the server delivered up to {sent} wake signals for {n} releases with {n} waiters: a release wakes more than one waiter"
         );
     }
-    drop(p);
     Ok(())
 }
 
@@ -328,5 +372,19 @@ mod tests {
         let single = run(1, 1, 2, 0, 10);
         assert!(judge(&[single, run(8, 8, 24, 0, 400)]).is_ok());
         assert!(judge(&[single, run(8, 8, 25, 0, 400)]).is_err());
+    }
+
+    #[test]
+    fn one_publish_that_reaches_every_waiter_is_a_herd_at_the_server() {
+        // One signal per release, each on its waiter's own channel: herd at one.
+        assert!(judge_signals(&[(8, delivered(8, 1))]).is_ok());
+        // The same calls on a channel all 8 waiters subscribe to: caught.
+        let Err(Verdict::Fail(why)) = judge_signals(&[(8, delivered(8, 8))]) else {
+            panic!("a shared channel passed");
+        };
+        assert!(why.contains("wakes more than one waiter"), "{why}");
+        // A reach read as zero (no subscriber) counts each signal once, never as free.
+        assert_eq!(delivered(9, 0), 9);
+        assert!(judge_signals(&[(8, delivered(9, 0))]).is_err());
     }
 }

@@ -263,6 +263,16 @@ impl Node {
         Some(String::from_utf8_lossy(&out).into_owned())
     }
 
+    /// How many connections one `PUBLISH` reaches at most on this Redis node right now
+    /// ([`stats::redis_fanout`](super::stats::redis_fanout)); `None` for other servers or
+    /// when the node does not answer.
+    pub fn redis_fanout(&self) -> Option<u64> {
+        if self.kind != ServerKind::Redis {
+            return None;
+        }
+        super::stats::redis_fanout(|request| self.read_text(request))
+    }
+
     /// Requests the node has received so far (see [`stats::node_requests`](super::stats)),
     /// read over the node's own transport (TLS when it serves TLS).
     pub fn requests(&self) -> Option<u64> {

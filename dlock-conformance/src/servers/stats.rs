@@ -80,6 +80,76 @@ pub fn requests(kind: ServerKind, addrs: &[SocketAddr]) -> Option<u64> {
         .sum::<Option<u64>>()
 }
 
+/// Channels of Redis's own (Sentinel's hello messages), not a lock client's.
+const SERVER_CHANNELS: &str = "__sentinel__:";
+
+/// How many connections one `PUBLISH` reaches at most on a Redis node, from its pub/sub state
+/// right now: the most subscribers any channel has (Sentinel's own channels aside) plus the
+/// pattern subscriptions (`PUBSUB NUMPAT`), which every message may match. `read` sends one
+/// request (inline commands ending in `QUIT`) and returns the whole reply.
+///
+/// `None` when a reply cannot be read.
+pub fn redis_fanout(read: impl Fn(&[u8]) -> Option<String>) -> Option<u64> {
+    let channels = resp_items(&read(b"PUBSUB CHANNELS\r\nQUIT\r\n")?)?;
+    let client: Vec<&String> = channels
+        .iter()
+        .filter(|c| !c.starts_with(SERVER_CHANNELS) && !c.contains(char::is_whitespace))
+        .collect();
+    let mut request = String::from("PUBSUB NUMPAT\r\n");
+    if !client.is_empty() {
+        request.push_str("PUBSUB NUMSUB");
+        for c in &client {
+            request.push(' ');
+            request.push_str(c);
+        }
+        request.push_str("\r\n");
+    }
+    request.push_str("QUIT\r\n");
+    fanout_of(&read(request.as_bytes())?, client.len())
+}
+
+/// [`redis_fanout`] from the reply to `PUBSUB NUMPAT` then `PUBSUB NUMSUB` of `channels`
+/// channels (absent when there are none).
+fn fanout_of(reply: &str, channels: usize) -> Option<u64> {
+    let mut lines = reply.lines();
+    let patterns: u64 = lines.next()?.strip_prefix(':')?.trim().parse().ok()?;
+    if channels == 0 {
+        return Some(patterns);
+    }
+    let rest: String = lines.map(|l| format!("{l}\r\n")).collect();
+    let items = resp_items(&rest)?;
+    // Name, count, name, count, ...
+    let most = items
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|n| n.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    Some(most + patterns)
+}
+
+/// The items of one flat RESP array reply (bulk strings and integers, as text); `None` when
+/// the reply does not start with an array.
+fn resp_items(reply: &str) -> Option<Vec<String>> {
+    let mut lines = reply.lines();
+    let len: usize = lines.next()?.strip_prefix('*')?.trim().parse().ok()?;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let line = lines.next()?;
+        if line.starts_with('$') {
+            out.push(lines.next()?.to_string());
+        } else if let Some(n) = line.strip_prefix(':') {
+            out.push(n.to_string());
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// The sum of every sample of a Prometheus counter in `text`; `None` when it has none.
 fn sum_metric(text: &str, metric: &str) -> Option<u64> {
     let mut total = 0f64;
@@ -96,7 +166,7 @@ fn sum_metric(text: &str, metric: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::sum_metric;
+    use super::{fanout_of, resp_items, sum_metric};
 
     #[test]
     fn counters_are_summed_over_labels() {
@@ -105,5 +175,22 @@ mod tests {
                     grpc_server_started_totalx 99\n";
         assert_eq!(sum_metric(text, "grpc_server_started_total"), Some(15));
         assert_eq!(sum_metric(text, "grpc_server_msg_received_total"), None);
+    }
+
+    #[test]
+    fn the_fanout_is_the_busiest_channel_plus_the_patterns() {
+        assert_eq!(
+            resp_items("*2\r\n$3\r\nabc\r\n$2\r\nde\r\n"),
+            Some(vec!["abc".to_string(), "de".to_string()])
+        );
+        assert_eq!(resp_items("+OK\r\n"), None);
+        // One subscriber on each of two channels, no pattern.
+        let one = ":0\r\n*4\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n:1\r\n+OK\r\n";
+        assert_eq!(fanout_of(one, 2), Some(1));
+        // A channel every waiter subscribed to: a herd at the server.
+        let herd = ":0\r\n*4\r\n$1\r\na\r\n:8\r\n$1\r\nb\r\n:1\r\n+OK\r\n";
+        assert_eq!(fanout_of(herd, 2), Some(8));
+        assert_eq!(fanout_of(":2\r\n+OK\r\n", 0), Some(2));
+        assert_eq!(fanout_of("-ERR\r\n", 0), None);
     }
 }
