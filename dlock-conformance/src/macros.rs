@@ -76,7 +76,7 @@ macro_rules! conformance_tests {
             #[test]
             #[ignore = "the soak: cargo xtask conform --soak <duration>"]
             fn __soak() {
-                $crate::soak::soak_main(stringify!($module), __factory);
+                $crate::soak::soak_main_scaled(stringify!($module), __factory, $scale);
             }
         }
     };

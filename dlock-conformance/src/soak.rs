@@ -39,7 +39,7 @@ pub const SOAK_VAR: &str = "DLOCK_SOAK";
 
 /// Workers in the soak.
 const WORKERS: usize = 4;
-/// The soak's lease TTL.
+/// The soak's lease TTL at the harness's fast settings (times [`SoakPlan::ttl_scale`]).
 const TTL: Duration = Duration::from_secs(2);
 /// The history id of the first frozen holder process (the n-th is `PROCESS_CLIENT + n`).
 const PROCESS_CLIENT: usize = 1000;
@@ -76,13 +76,21 @@ impl Minimums {
     /// The minimums of a soak of `duration`: [`Minimums::PER_MINUTE`] times its whole minutes,
     /// and at least one grant and one accepted write however short it is.
     pub fn for_duration(duration: Duration) -> Minimums {
+        Minimums::for_duration_scaled(duration, 1)
+    }
+
+    /// [`Minimums::for_duration`] for a soak whose leases are `ttl_scale` times longer: each
+    /// count divided by the scale (holds, stalls and frozen pauses all last that much longer),
+    /// and still at least one grant and one accepted write.
+    pub fn for_duration_scaled(duration: Duration, ttl_scale: u32) -> Minimums {
         let minutes = duration.as_secs() / 60;
+        let scale = u64::from(ttl_scale.max(1));
         let per = Minimums::PER_MINUTE;
         Minimums {
-            grants: (per.grants * minutes).max(1),
-            accepted_writes: (per.accepted_writes * minutes).max(1),
-            breaks_hit: per.breaks_hit * minutes,
-            frozen_rejected: per.frozen_rejected * minutes,
+            grants: (per.grants * minutes / scale).max(1),
+            accepted_writes: (per.accepted_writes * minutes / scale).max(1),
+            breaks_hit: per.breaks_hit * minutes / scale,
+            frozen_rejected: per.frozen_rejected * minutes / scale,
         }
     }
 }
@@ -104,6 +112,9 @@ pub struct SoakPlan {
     pub nemeses: bool,
     /// The counts the run must reach ([`Minimums::for_duration`] by default).
     pub minimums: Minimums,
+    /// The lease TTL's multiplier: 1 at the harness's fast settings, the enrolment's
+    /// `ttl_scale` on the production-settings rows (see [`SoakPlan::scaled`]).
+    pub ttl_scale: u32,
 }
 
 impl SoakPlan {
@@ -116,7 +127,23 @@ impl SoakPlan {
             stall_chance: 0.05,
             nemeses: true,
             minimums: Minimums::for_duration(duration),
+            ttl_scale: 1,
         }
+    }
+
+    /// The plan with leases `ttl_scale` times the soak's TTL (its link faults, stalls and
+    /// frozen pauses, which last TTLs, as well) and minimums to match
+    /// ([`Minimums::for_duration_scaled`]).
+    #[must_use]
+    pub fn scaled(mut self, ttl_scale: u32) -> SoakPlan {
+        self.ttl_scale = ttl_scale.max(1);
+        self.minimums = Minimums::for_duration_scaled(self.duration, self.ttl_scale);
+        self
+    }
+
+    /// The soak's lease TTL.
+    pub fn ttl(&self) -> Duration {
+        TTL * self.ttl_scale
     }
 }
 
@@ -141,6 +168,15 @@ struct Nemeses {
 /// # Panics
 /// On a malformed variable, and when the soak fails (the test fails).
 pub fn soak_main(module: &str, factory: fn() -> Arc<dyn TestBackend>) {
+    soak_main_scaled(module, factory, 1);
+}
+
+/// [`soak_main`] with leases `ttl_scale` times the soak's TTL ([`SoakPlan::scaled`]): the
+/// `__soak` of a row enrolled with `ttl_scale`.
+///
+/// # Panics
+/// As [`soak_main`].
+pub fn soak_main_scaled(module: &str, factory: fn() -> Arc<dyn TestBackend>, ttl_scale: u32) {
     let Ok(spec) = std::env::var(SOAK_VAR) else {
         return;
     };
@@ -148,7 +184,7 @@ pub fn soak_main(module: &str, factory: fn() -> Arc<dyn TestBackend>) {
         .split_once(',')
         .and_then(|(d, s)| Some((d.trim().parse::<u64>().ok()?, s.trim().parse::<u64>().ok()?)))
         .unwrap_or_else(|| panic!("malformed {SOAK_VAR}={spec:?}: want <seconds>,<seed>"));
-    let plan = SoakPlan::new(Duration::from_secs(secs), seed);
+    let plan = SoakPlan::new(Duration::from_secs(secs), seed).scaled(ttl_scale);
     let ci = std::env::var_os("CI").is_some();
     match soak_outcome(module, factory, &plan, ci) {
         Ok(line) => println!("{line}"),
@@ -255,13 +291,17 @@ async fn soak(
     soak_plan: SoakPlan,
 ) -> Result<String, Verdict> {
     let mut ctx = Ctx::new(Arc::clone(&backend), module, Scenario::PausedHolder);
+    // The frozen holder processes hold with the context's TTL: the soak's.
+    ctx.ttl_scale = soak_plan.ttl_scale;
+    let ttl = soak_plan.ttl();
+    debug_assert_eq!(ctx.ttl(), ttl, "the paused-holder TTL is the soak's");
     ctx.namespace = ctx.namespace.replace("/paused_holder", "/soak");
     let ctx = Arc::new(ctx);
     let addrs = backend.node_addrs();
     let mut clients: Vec<Arc<dyn Locker>> = Vec::new();
     let mut links: Vec<Arc<Vec<Proxy>>> = Vec::new();
     for _ in 0..WORKERS {
-        let mut opts = ClientOptions::new(ctx.ns(), TTL);
+        let mut opts = ClientOptions::new(ctx.ns(), ttl);
         if !addrs.is_empty() {
             let proxies = addrs
                 .iter()
@@ -281,9 +321,9 @@ async fn soak(
     let caps = clients[0].capabilities();
     let plan = Plan {
         lock: crate::scenarios::util::name("soak")?,
-        ttl: TTL,
-        wait: TTL * 2,
-        hold_max: TTL / 4,
+        ttl,
+        wait: ttl * 2,
+        hold_max: ttl / 4,
         stall_chance: soak_plan.stall_chance,
         seed: soak_plan.seed,
     };
@@ -304,7 +344,7 @@ async fn soak(
         match (pick, link) {
             (0, Some(l)) => {
                 nemeses.blackholes.fetch_add(1, Ordering::SeqCst);
-                let d = TTL.mul_f64(rng.random_range(0.2..3.0));
+                let d = ttl.mul_f64(rng.random_range(0.2..3.0));
                 tokio::spawn(async move {
                     l.iter().for_each(|p| p.set(Mode::Blackhole));
                     tokio::time::sleep(d).await;
@@ -331,7 +371,7 @@ async fn soak(
             }
             (3, Some(l)) => {
                 nemeses.lost_replies.fetch_add(1, Ordering::SeqCst);
-                let d = TTL.mul_f64(rng.random_range(0.2..2.0));
+                let d = ttl.mul_f64(rng.random_range(0.2..2.0));
                 tokio::spawn(async move {
                     l.iter()
                         .for_each(|p| p.set_direction(Direction::Downstream, Mode::Blackhole));
@@ -385,7 +425,7 @@ async fn soak(
         .flat_map(|l| l.iter())
         .for_each(|p| p.set(Mode::Pass));
     if let Some(f) = frozen {
-        if tokio::time::timeout(TTL * 10, f).await.is_err() {
+        if tokio::time::timeout(ttl * 10, f).await.is_err() {
             nemeses
                 .frozen_failures
                 .lock()
@@ -395,7 +435,7 @@ async fn soak(
     }
     let counts = Arc::clone(&load.counts);
     let resource = Arc::clone(&load.resource);
-    let history = load.stop(TTL * 5).await;
+    let history = load.stop(ttl * 5).await;
     let f = Findings::of(&history, &caps);
     let g = |c: &AtomicU64| c.load(Ordering::SeqCst);
     let frozen_failures = std::mem::take(
@@ -543,7 +583,7 @@ async fn freeze_a_holder(
     });
     resource.op(client, token);
     holder.pause().map_err(|v| failed("pause", v))?;
-    tokio::time::sleep(TTL * 3 / 2).await;
+    tokio::time::sleep(ctx.ttl() * 3 / 2).await;
     holder.resume().map_err(|v| failed("resume", v))?;
     if !resource.op(client, token) {
         nemeses.frozen_rejected.fetch_add(1, Ordering::SeqCst);
@@ -606,5 +646,33 @@ fn dump_history(history: &History, seed: u64) -> String {
     match std::fs::write(&path, text) {
         Ok(()) => path.display().to_string(),
         Err(e) => format!("not written ({e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longer_leases_lower_the_minimums_but_never_to_nothing() {
+        let ten = Duration::from_secs(600);
+        let lab = Minimums::for_duration(ten);
+        assert_eq!(
+            (lab.grants, lab.breaks_hit, lab.frozen_rejected),
+            (200, 20, 10)
+        );
+        let prod = SoakPlan::new(ten, 1).scaled(5);
+        assert_eq!(prod.ttl(), Duration::from_secs(10));
+        assert_eq!(
+            prod.minimums,
+            Minimums {
+                grants: 40,
+                accepted_writes: 40,
+                breaks_hit: 4,
+                frozen_rejected: 2,
+            }
+        );
+        let short = Minimums::for_duration_scaled(Duration::from_secs(60), 15);
+        assert_eq!((short.grants, short.accepted_writes), (1, 1));
     }
 }

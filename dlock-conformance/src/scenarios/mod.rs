@@ -84,7 +84,7 @@ pub struct Ctx {
     pub(crate) namespace: String,
     fencing: Fencing,
     /// The row's TTL multiplier (1 at the harness's fast settings; see [`run_scaled`]).
-    ttl_scale: u32,
+    pub(crate) ttl_scale: u32,
     /// The enrolment's committed table, when the run has one.
     declared: Option<Declared>,
     figures: Mutex<Map<String, Value>>,
