@@ -504,7 +504,8 @@ type Pending = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Held, dlock_core::Error>> + Send + 'static>,
 >;
 
-/// A client's request for `lock` in one primitive (a campaign, a write lease, the only permit).
+/// A client's request for `lock` in one primitive (a campaign, a write lease, a read lease
+/// behind a writer, the only permit).
 type Request = Box<dyn Fn() -> Pending + Send + Sync>;
 
 /// Three clients' requests of primitive `kind`, or `None` when the backend lacks it.
@@ -517,9 +518,27 @@ async fn requests(
     let wait = AcquireOptions::forever();
     let failed = |e: dlock_core::Error| Verdict::Fail(format!("cannot build a {kind} client: {e}"));
     let mut out: Vec<Request> = Vec::new();
-    for _ in 0..3 {
+    for i in 0..3 {
         let lock = lock.clone();
         let request: Option<Request> = match kind {
+            // The holder writes, so that the two readers behind it wait.
+            "read" => ctx
+                .backend()
+                .rw(opts.clone())
+                .await
+                .map_err(failed)?
+                .map(|c| -> Request {
+                    Box::new(move || {
+                        let (c, lock) = (Arc::clone(&c), lock.clone());
+                        Box::pin(async move {
+                            Ok(Held::Lease(if i == 0 {
+                                c.write(&lock, wait).await?
+                            } else {
+                                c.read(&lock, wait).await?
+                            }))
+                        })
+                    })
+                }),
             "election" => ctx
                 .backend()
                 .election(opts.clone())
@@ -591,6 +610,7 @@ pub(crate) async fn family_cancel(ctx: &Ctx) -> Result<(), Verdict> {
     for (kind, claimed) in [
         ("election", declared.election),
         ("write", declared.read_write),
+        ("read", declared.read_write),
         ("permit", declared.semaphore),
     ] {
         let lock = name(&format!("cancel-{kind}"))?;

@@ -121,6 +121,12 @@ macro_rules! __scenarios {
             /// For each family primitive the backend has: a request dropped while queued leaves
             /// nothing behind, and the next one is granted promptly.
             FamilyCancel = family::family_cancel,
+            /// For each family primitive the backend has: zero or too many permits and an
+            /// election value too long refused as invalid input before any I/O; a permit count
+            /// other than the semaphore's refused without disturbing its waiter or a correct
+            /// count; a reader behind a waiting writer waits for it; a fresh name has no leader
+            /// and a refused proclamation changes nothing.
+            FamilyEdges = edges::family_edges,
             /// A writer cut off while a reader waits, then a reader cut off while a writer waits: each
             /// waiter granted within TTL + slack, after the holder's `lost()` fired, with a higher token.
             RwLostBeforeStolen = family::rw_lost_before_stolen,

@@ -5,6 +5,7 @@
 mod basic;
 mod close;
 mod crash;
+mod edges;
 mod election;
 mod enqueue;
 mod exclusion;
