@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, Election, ErrorKind, LockName, Locker, MAX_VALUE_LEN};
+use dlock_core::{AcquireOptions, Election, ErrorKind, LockName};
 use dlock_redis::RedisLocker;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -56,44 +56,6 @@ async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
     let err = leading.proclaim(b"v2").await.expect_err("the key is gone");
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     assert_eq!(l.leader(&name).await.expect("read"), None);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_values_send_nothing_and_a_fresh_name_has_no_leader() {
-    let l = locker(&ns("edges"));
-    let name = LockName::new("fresh").expect("valid");
-    assert_eq!(l.leader(&name).await.expect("read"), None);
-    let before = l.stats().requests;
-    let err = l
-        .campaign(
-            &name,
-            &vec![b'x'; MAX_VALUE_LEN + 1],
-            AcquireOptions::wait(WAIT),
-        )
-        .await
-        .expect_err("too long");
-    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    assert_eq!(l.stats().requests, before, "a refused value sent a request");
-    let leading = l
-        .campaign(&name, b"ok", AcquireOptions::wait(WAIT))
-        .await
-        .expect("lead");
-    let err = leading
-        .proclaim(&vec![b'x'; MAX_VALUE_LEN + 1])
-        .await
-        .expect_err("too long");
-    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    let leader = l.leader(&name).await.expect("read").expect("leads");
-    assert_eq!(
-        (leader.term, leader.value.as_slice()),
-        (leading.term(), &b"ok"[..])
-    );
-    leading.resign().await.expect("resign");
-    assert_eq!(
-        l.leader(&name).await.expect("read"),
-        None,
-        "a resigned leader"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use dlock_core::{
-    AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName, Locker, MAX_VALUE_LEN,
-};
-use support::{contenders, eventually, locker, namespace, node_of, raw, shared};
+use dlock_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName};
+use support::{contenders, locker, namespace, node_of, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -83,80 +81,6 @@ async fn proclaim_after_the_node_was_deleted_is_lost() {
         assert!(data.is_empty(), "{:?}", String::from_utf8_lossy(&data));
     }
     assert_eq!(l.leader(&name).await.unwrap(), None);
-}
-
-/// A value over `MAX_VALUE_LEN` is refused with `InvalidInput` before any request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_too_long_value_is_refused_before_any_io() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("election-long"), TTL).await;
-    let name = LockName::new("long").unwrap();
-    let before = l.stats().requests;
-    let e = l
-        .campaign(&name, &vec![b'x'; MAX_VALUE_LEN + 1], wait())
-        .await
-        .expect_err("too long");
-    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    assert_eq!(l.stats().requests, before, "a request was sent");
-    let z = raw(connect).await;
-    assert!(contenders(&z, &l.lock_path(&name)).await.is_empty());
-    // A proclamation too long is refused the same way, and the leader keeps its value.
-    let leading = l.campaign(&name, b"short", wait()).await.unwrap();
-    let before = l.stats().requests;
-    let e = leading
-        .proclaim(&vec![b'x'; MAX_VALUE_LEN + 1])
-        .await
-        .expect_err("too long");
-    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    assert_eq!(l.stats().requests, before, "a request was sent");
-    assert_eq!(
-        l.leader(&name).await.unwrap().map(|l| l.value),
-        Some(b"short".to_vec())
-    );
-    leading.resign().await.unwrap();
-}
-
-/// Nobody campaigns: no leader (the election's node need not even exist).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nobody_leads_an_election_nobody_campaigns_for() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("election-empty"), TTL).await;
-    let name = LockName::new("nobody").unwrap();
-    assert_eq!(l.leader(&name).await.unwrap(), None);
-}
-
-/// A campaign dropped while it waits in line leaves no node behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_campaign_leaves_no_node() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-cancel");
-    let a = locker(connect, &ns, TTL).await;
-    let b = locker(connect, &ns, TTL).await;
-    let name = LockName::new("cancel").unwrap();
-    let parent = a.lock_path(&name);
-    let leading = a.campaign(&name, b"a", wait()).await.unwrap();
-    let z = raw(connect).await;
-    let queued =
-        tokio::time::timeout(Duration::from_millis(500), b.campaign(&name, b"b", wait())).await;
-    assert!(queued.is_err(), "b led while a did");
-    let gone = eventually(Duration::from_secs(5), || {
-        let z = z.clone();
-        let parent = parent.clone();
-        async move { contenders(&z, &parent).await.len() == 1 }
-    })
-    .await;
-    assert!(gone, "left behind: {:?}", contenders(&z, &parent).await);
-    assert!(
-        node_of(&z, &parent, b.session_id().unwrap())
-            .await
-            .is_none()
-    );
-    leading.resign().await.unwrap();
-    assert!(contenders(&z, &parent).await.is_empty());
-    assert_eq!(b.leader(&name).await.unwrap(), None);
 }
 
 /// A leader that proclaims and resigns at once (its node may be gone before the observer reads

@@ -112,8 +112,9 @@ fn invalid<T>(what: &str, result: Result<T, Error>) -> Result<(), Verdict> {
 }
 
 /// Bad input through links that pass nothing: zero permits, more than [`MAX_PERMITS`], and an
-/// election value longer than [`MAX_VALUE_LEN`] are each refused as invalid input within
-/// [`REFUSED_WITHIN`] (a client that asked the server first would hang or time out).
+/// election value longer than [`MAX_VALUE_LEN`] (campaigned, or proclaimed by a leader) are
+/// each refused as invalid input within [`REFUSED_WITHIN`] (a client that asked the server
+/// first would hang or time out).
 async fn refused_before_io(ctx: &Ctx, semaphores: bool, elections: bool) -> Result<(), Verdict> {
     let proxies = ctx
         .backend()
@@ -137,6 +138,14 @@ async fn refused_before_io(ctx: &Ctx, semaphores: bool, elections: bool) -> Resu
     } else {
         None
     };
+    // A leader through the same links, to proclaim a value too long once they are cut.
+    let leading = match &elect {
+        Some(e) => Some(
+            e.campaign(&name("edges-input-leader")?, b"ok", wait(ctx))
+                .await?,
+        ),
+        None => None,
+    };
     proxies.iter().for_each(|p| p.set(Mode::Blackhole));
     let long = vec![b'x'; MAX_VALUE_LEN + 1];
     let mut checks: Vec<(String, Result<(), Error>)> = Vec::new();
@@ -159,7 +168,17 @@ async fn refused_before_io(ctx: &Ctx, semaphores: bool, elections: bool) -> Resu
             got.map_or(Ok(()), |r| r.map(drop)),
         ));
     }
+    if let Some(l) = &leading {
+        let got = within(REFUSED_WITHIN, l.proclaim(&long)).await;
+        checks.push((
+            format!("a proclaimed value of {} bytes", long.len()),
+            got.unwrap_or(Ok(())),
+        ));
+    }
     proxies.iter().for_each(|p| p.set(Mode::Pass));
+    if let Some(l) = leading {
+        l.resign().await?;
+    }
     for (what, result) in checks {
         if result.is_ok() {
             return Err(Verdict::Fail(format!(
@@ -247,6 +266,22 @@ async fn permit_counts(ctx: &Ctx, [a, b, c]: &[Arc<dyn Semaphore>; 3]) -> Result
     for lease in [next, second, held] {
         lease.release().await?;
     }
+    // Counts both lower and higher than the semaphore's are refused; once nobody holds or
+    // waits, a new count is the semaphore's.
+    let held = a.acquire_permit(&pool, 3, wait(ctx)).await?;
+    for other in [1, 2, 4] {
+        invalid(
+            &format!("{other} permits of a semaphore held with 3"),
+            b.acquire_permit(&pool, other, wait(ctx)).await,
+        )?;
+    }
+    held.release().await?;
+    let fresh = b.acquire_permit(&pool, 5, wait(ctx)).await.map_err(|e| {
+        Verdict::Fail(format!(
+            "a new count on a semaphore nobody holds any more was refused: {e}"
+        ))
+    })?;
+    fresh.release().await?;
     nothing_left(ctx, "the semaphores").await
 }
 
