@@ -1,14 +1,18 @@
 //! `cargo xtask tidy`: the workspace rules no compiler checks.
 //!
-//! 1. Every source file is in ARCHITECTURE.md's code map, and every file the map names exists.
+//! 1. Every source file says what it is for: it opens with a `//!` doc comment (a crate root may
+//!    take its README instead, `#![doc = include_str!(…)]`). ARCHITECTURE.md stays a map, not a
+//!    file list: at most 25,000 bytes, with a `## ` section for every workspace member.
 //! 2. The backend crates do not depend on each other.
 //! 3. No public `*_for_test` function outside the `testing` cargo feature.
 //! 4. Every library crate users build on has its README as crate docs and forbids unsafe code.
 //!
 //! Each rule is a function from file contents to findings, so its tests can show it failing.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+/// The most bytes ARCHITECTURE.md may take (rule 1).
+const MAP_LIMIT: usize = 25_000;
 
 /// The backend crates: none may depend on another.
 const BACKENDS: [&str; 3] = ["dlock-redis", "dlock-etcd", "dlock-zk"];
@@ -42,14 +46,16 @@ pub fn run(root: &Path) -> Result<(), String> {
             files.push(rel);
         }
     }
-    findings.extend(code_map(&map, &members, &files));
+    findings.extend(architecture_map(&map, &members));
     for m in &members {
         let manifest = read(&root.join(m).join("Cargo.toml"))?;
         findings.extend(backend_deps(m, &manifest));
     }
     for f in &files {
+        let text = read(&root.join(f))?;
+        findings.extend(module_docs(f, &text));
         if f.contains("/src/") {
-            findings.extend(ungated_hooks(f, &read(&root.join(f))?));
+            findings.extend(ungated_hooks(f, &text));
         }
     }
     for m in &members {
@@ -63,7 +69,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     }
     if findings.is_empty() {
         eprintln!(
-            "tidy: {} files in {} crates: code map, backend dependencies, test hooks, crate roots all fine",
+            "tidy: {} files in {} crates: module docs, architecture map, backend dependencies, test hooks, crate roots all fine",
             files.len(),
             members.len()
         );
@@ -115,126 +121,52 @@ fn sources(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// One crate's part of the code map: its lines, from the crate's line to the next crate's.
-fn sections<'a>(map: &'a str, members: &[String]) -> Vec<(String, Vec<&'a str>)> {
-    let block = map
-        .split_once("## Code map")
-        .and_then(|(_, rest)| rest.split("```").nth(1))
-        .unwrap_or("");
-    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
-    for line in block.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if !line.starts_with(' ') {
-            let krate = first.trim_end_matches('/');
-            if first.ends_with('/') && members.iter().any(|m| m == krate) {
-                out.push((krate.to_owned(), Vec::new()));
-                continue;
-            }
-        }
-        if let Some((_, lines)) = out.last_mut() {
-            lines.push(line);
-        }
+/// Rule 1a: a source file that does not open with a `//!` doc comment. A crate root
+/// (`src/lib.rs`, `src/main.rs`) may open with `#![doc = include_str!(…)]` instead: its README
+/// is its doc comment.
+pub fn module_docs(file: &str, text: &str) -> Vec<String> {
+    let first = text.lines().next().unwrap_or("");
+    let crate_root = ["src/lib.rs", "src/main.rs"]
+        .iter()
+        .any(|r| file == *r || file.ends_with(&format!("/{r}")));
+    if first.starts_with("//!") || (crate_root && first.starts_with("#![doc = include_str!(")) {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{file}: does not open with a `//!` doc comment saying what the file is for"
+        )]
     }
-    out
 }
 
-/// The path-like words of a code-map line's first column (`tests/a.rs, b.rs` gives both).
-fn first_column(line: &str) -> Vec<&str> {
-    let trimmed = line.trim_start();
-    // The description starts after a run of two spaces.
-    let column = trimmed.split("  ").next().unwrap_or("");
-    column
-        .split([',', ' '])
-        .map(str::trim)
-        .filter(|w| w.ends_with(".rs") || w.ends_with('/'))
-        .collect()
-}
-
-/// Rule 1: files missing from the map, and map entries naming no file.
-pub fn code_map(map: &str, members: &[String], files: &[String]) -> Vec<String> {
-    let sections = sections(map, members);
+/// Rule 1b: ARCHITECTURE.md over `MAP_LIMIT` bytes, or without a section for a member: a
+/// `## ` heading naming the crate (as a whole word: `dlock-core` does not name `core`).
+pub fn architecture_map(map: &str, members: &[String]) -> Vec<String> {
     let mut findings = Vec::new();
+    if map.len() > MAP_LIMIT {
+        findings.push(format!(
+            "ARCHITECTURE.md: {} bytes, over the {MAP_LIMIT} a map may take (details belong in the crates' docs and READMEs)",
+            map.len()
+        ));
+    }
+    let headings: Vec<&str> = map.lines().filter_map(|l| l.strip_prefix("## ")).collect();
     for m in members {
-        if !sections.iter().any(|(k, _)| k == m) {
+        if !headings.iter().any(|h| names(h, m)) {
             findings.push(format!(
-                "ARCHITECTURE.md: the code map has no section for the crate {m}/"
+                "ARCHITECTURE.md: no section (a `## ` heading naming it) for the crate {m}"
             ));
         }
     }
-    for (krate, lines) in &sections {
-        let prefix = format!("{krate}/");
-        let ours: Vec<&str> = files
-            .iter()
-            .filter_map(|f| f.strip_prefix(&prefix))
-            .collect();
-        // Entries: the first column's paths; a deeper-indented bare name is in the directory
-        // of the entry above it; `dir/*.rs` entries list file stems in their description.
-        let mut named: BTreeSet<String> = BTreeSet::new();
-        let mut globs: Vec<(String, String)> = Vec::new();
-        let mut dir = String::new();
-        let mut in_glob = false;
-        for line in lines {
-            // Entries sit 2 spaces in (a path in the crate) or 4 (a name in the directory of
-            // the entry above); deeper lines continue a description.
-            let indent = line.len() - line.trim_start().len();
-            if indent != 2 && indent != 4 {
-                if let (true, Some((_, text))) = (in_glob, globs.last_mut()) {
-                    text.push(' ');
-                    text.push_str(line.trim());
-                }
-                continue;
-            }
-            in_glob = false;
-            for w in first_column(line) {
-                let path = if w.contains('/') {
-                    w.to_owned()
-                } else {
-                    format!("{dir}{w}")
-                };
-                if let Some(d) = path.strip_suffix("*.rs") {
-                    let text = line.trim_start().split_once("  ").map_or("", |(_, t)| t);
-                    globs.push((d.to_owned(), text.trim().to_owned()));
-                    in_glob = true;
-                    continue;
-                }
-                if indent == 2 {
-                    dir = path
-                        .rsplit_once('/')
-                        .map_or(String::new(), |(d, _)| format!("{d}/"));
-                }
-                named.insert(path);
-            }
-        }
-        for f in &ours {
-            let listed = named.contains(*f)
-                || named
-                    .iter()
-                    .any(|n| n.ends_with('/') && f.starts_with(n.as_str()))
-                || globs.iter().any(|(d, text)| {
-                    f.strip_prefix(d.as_str())
-                        .and_then(|rest| rest.strip_suffix(".rs"))
-                        .is_some_and(|stem| {
-                            !stem.contains('/')
-                                && text
-                                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                                    .any(|w| w == stem)
-                        })
-                });
-            if !listed {
-                findings.push(format!(
-                    "ARCHITECTURE.md: {krate}/{f} is not in the code map"
-                ));
-            }
-        }
-        for n in &named {
-            if n.ends_with(".rs") && !ours.contains(&n.as_str()) {
-                findings.push(format!(
-                    "ARCHITECTURE.md: the code map names {krate}/{n}, which does not exist"
-                ));
-            }
-        }
-    }
     findings
+}
+
+/// Whether `text` contains `word` with no name character (alphanumeric, `-`, `_`) around it.
+fn names(text: &str, word: &str) -> bool {
+    let name_char = |c: char| c.is_alphanumeric() || c == '-' || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(name_char) && !after.is_some_and(name_char)
+    })
 }
 
 /// Rule 2: a backend crate's manifest naming another backend crate.
@@ -306,57 +238,65 @@ pub fn crate_root_rules(krate: &str, root: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
-    const MAP: &str = "# A\n\n## Code map\n\n```\nCargo.toml   x\ncore/        the core\n  src/lib.rs          root\n  src/a/mod.rs        a\n    b.rs              b, beside mod.rs\n  tests/x.rs, y.rs    two tests\n  tests/*.rs          alpha, beta,\n                      gamma\nother/       more\n  src/main.rs         main\n```\n\n## Next\n";
-
     fn members() -> Vec<String> {
-        vec!["core".into(), "other".into()]
-    }
-
-    fn files(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+        vec!["core".into(), "other-tool".into()]
     }
 
     #[test]
-    fn a_complete_map_passes() {
-        let all = files(&[
-            "core/src/lib.rs",
-            "core/src/a/mod.rs",
-            "core/src/a/b.rs",
-            "core/tests/x.rs",
-            "core/tests/y.rs",
-            "core/tests/alpha.rs",
-            "core/tests/gamma.rs",
-            "other/src/main.rs",
-        ]);
-        assert_eq!(code_map(MAP, &members(), &all), Vec::<String>::new());
+    fn a_file_without_module_docs_fails() {
+        assert!(module_docs("core/src/a.rs", "//! What a is for.\n\nuse x;\n").is_empty());
+        assert!(module_docs("core/tests/t.rs", "//!\n").is_empty());
+        let readme = "#![doc = include_str!(\"../README.md\")]\n";
+        assert!(
+            module_docs("core/src/lib.rs", readme).is_empty(),
+            "crate root"
+        );
+        assert!(
+            module_docs("other-tool/src/main.rs", readme).is_empty(),
+            "crate root"
+        );
+        for (file, text) in [
+            ("core/src/a.rs", "use x;\n"),
+            ("core/src/a.rs", "\n//! Docs after a blank line.\n"),
+            ("core/src/a.rs", "/// An item's docs.\nfn f() {}\n"),
+            ("core/src/a.rs", "// A plain comment.\n"),
+            ("core/src/a.rs", ""),
+            ("core/src/a.rs", readme),
+            ("core/src/lib/x.rs", readme),
+            ("core/src/lib.rs", "#![forbid(unsafe_code)]\n"),
+        ] {
+            let found = module_docs(file, text);
+            assert_eq!(found.len(), 1, "{file}: {text:?}");
+            assert!(found[0].starts_with(file), "{found:?}");
+        }
     }
 
     #[test]
-    fn an_unmapped_file_a_stale_entry_and_a_missing_crate_fail() {
-        let some = files(&["core/src/lib.rs", "core/src/new.rs", "core/tests/delta.rs"]);
-        let found = code_map(MAP, &members(), &some);
-        let text = found.join("\n");
+    fn a_map_with_a_section_per_crate_passes() {
+        let map =
+            "# Architecture\n\n## Bird's-eye view\n\n## `core`: the contract\n\n## other-tool\n";
+        assert_eq!(architecture_map(map, &members()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_missing_section_or_an_oversized_map_fails() {
+        // `core` only as part of a longer name, in a deeper heading or in the text: no section.
+        let map = "# A\n\n## core-extra\n\n### core\n\ncore\n\n## other-tool\n";
+        let found = architecture_map(map, &members());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("no section"), "{found:?}");
+        assert!(found[0].ends_with("the crate core"), "{found:?}");
+
+        let mut big = "## core\n## other-tool\n".to_owned();
+        big.push_str(&"x".repeat(MAP_LIMIT - big.len()));
         assert!(
-            text.contains("core/src/new.rs is not in the code map"),
-            "{text}"
+            architecture_map(&big, &members()).is_empty(),
+            "at the limit"
         );
-        assert!(
-            text.contains("core/tests/delta.rs is not in the code map"),
-            "{text}"
-        );
-        assert!(
-            text.contains("names core/src/a/b.rs, which does not exist"),
-            "{text}"
-        );
-        let mut three = members();
-        three.push("third".into());
-        let found = code_map(MAP, &three, &files(&[]));
-        assert!(
-            found
-                .iter()
-                .any(|f| f.contains("no section for the crate third/")),
-            "{found:?}"
-        );
+        big.push('x');
+        let found = architecture_map(&big, &members());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("25001 bytes"), "{found:?}");
     }
 
     #[test]
