@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 mod allowlist;
 mod bench;
 mod conform;
+mod gates;
 mod install;
 mod listing;
 mod prod;
@@ -29,6 +30,9 @@ commands:
   servers              check (and where possible install) the server binaries the suite needs
   enrolled             the backends the test binaries enrol and how many scenarios each runs
                        (what `test` judges the conformance rows against)
+  gates                the publishing gates (a step of `test`): `cargo +MSRV check`, dlock-any's
+                       features one at a time, dlock-etcd without tls, crates.io and docs.rs
+                       metadata, license texts, `cargo package` of every publishable crate
   tidy                 workspace rules: the code map in ARCHITECTURE.md, backend crates
                        independent, test hooks behind `testing`, crate roots
 ";
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
         Some("servers") => install::ensure_servers(),
         Some("tidy") => tidy::run(&conform::workspace_root()),
+        Some("gates") => gates::run(&conform::workspace_root()),
         Some("enrolled") => enrolled(),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
@@ -116,7 +121,7 @@ fn nice_cargo() -> Command {
     cmd
 }
 
-/// The compile-only checks: clippy, the containers provider, the docs.
+/// The compile-only checks: clippy, the containers provider, the docs, the publishing gates.
 fn compile_checks() -> Result<(), String> {
     step(
         "clippy",
@@ -146,7 +151,8 @@ fn compile_checks() -> Result<(), String> {
         nice_cargo()
             .args(["doc", "--workspace", "--no-deps"])
             .env("RUSTDOCFLAGS", "-D warnings"),
-    )
+    )?;
+    gates::run(&conform::workspace_root())
 }
 
 fn test() -> Result<(), String> {
