@@ -33,8 +33,9 @@ commands:
   gates                the publishing gates (a step of `test`): `cargo +MSRV check`, dlock-any's
                        features one at a time, dlock-etcd without tls, crates.io and docs.rs
                        metadata, license texts, `cargo package` of every publishable crate
-  tidy                 workspace rules: the code map in ARCHITECTURE.md, backend crates
-                       independent, test hooks behind `testing`, crate roots
+  tidy                 workspace rules: `//!` module docs, ARCHITECTURE.md a map of every
+                       crate, backend crates independent, test hooks behind `testing`,
+                       crate roots
 ";
 
 fn main() -> ExitCode {
