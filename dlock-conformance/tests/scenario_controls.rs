@@ -314,12 +314,33 @@ fn family_cancel_catches_a_cancelled_request_left_queued() {
     );
 }
 
-/// The correct memory backend passes the same run, on all three primitives.
+/// The correct memory backend passes the same run, on every primitive (reads too).
 #[test]
 fn family_cancel_passes_on_the_reference() {
     let row = passes(Scenario::FamilyCancel);
     assert!(
-        row.summary().contains("election,write,permit"),
+        row.summary().contains("election,write,read,permit"),
+        "{}",
+        row.summary()
+    );
+}
+
+/// Readers granted past a queued writer are caught by `family_edges`.
+#[test]
+fn family_edges_catches_readers_barging_past_a_waiting_writer() {
+    caught(
+        Defect::ReadersBarge,
+        Scenario::FamilyEdges,
+        "let in ahead of it",
+    );
+}
+
+/// The correct memory backend passes the same run, on every primitive.
+#[test]
+fn family_edges_passes_on_the_reference() {
+    let row = passes(Scenario::FamilyEdges);
+    assert!(
+        row.summary().contains("permits,read_write,election"),
         "{}",
         row.summary()
     );
