@@ -144,11 +144,11 @@ async fn contention_round(
                     let mut t = lock(&track);
                     t.grants[w] += 1;
                     t.waits.push(granted - asked);
-                    if t.last != Some(w) {
-                        if let Some(rs) = t.release_start {
-                            t.handoffs.push(granted.saturating_duration_since(rs));
-                            t.switches += 1;
-                        }
+                    if t.last != Some(w)
+                        && let Some(rs) = t.release_start
+                    {
+                        t.handoffs.push(granted.saturating_duration_since(rs));
+                        t.switches += 1;
                     }
                     t.last = Some(w);
                 }

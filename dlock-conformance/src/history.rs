@@ -436,10 +436,8 @@ impl History {
                     hit(h);
                 }
             }
-            if !seen_current {
-                if let Some(h) = holds.iter_mut().find(|h| h.granted > b0) {
-                    hit(h);
-                }
+            if !seen_current && let Some(h) = holds.iter_mut().find(|h| h.granted > b0) {
+                hit(h);
             }
         }
         holds
@@ -569,11 +567,11 @@ impl History {
         let mut n = 0;
         let mut worst = Duration::ZERO;
         for h in self.holds() {
-            if let (Some(lost), Some(p)) = (h.lost, h.promised) {
-                if lost > p {
-                    n += 1;
-                    worst = worst.max(lost - p);
-                }
+            if let (Some(lost), Some(p)) = (h.lost, h.promised)
+                && lost > p
+            {
+                n += 1;
+                worst = worst.max(lost - p);
             }
         }
         (n, worst)

@@ -424,14 +424,14 @@ async fn soak(
         .iter()
         .flat_map(|l| l.iter())
         .for_each(|p| p.set(Mode::Pass));
-    if let Some(f) = frozen {
-        if tokio::time::timeout(ttl * 10, f).await.is_err() {
-            nemeses
-                .frozen_failures
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push("the last frozen holder did not finish in 10 × TTL".into());
-        }
+    if let Some(f) = frozen
+        && tokio::time::timeout(ttl * 10, f).await.is_err()
+    {
+        nemeses
+            .frozen_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push("the last frozen holder did not finish in 10 × TTL".into());
     }
     let counts = Arc::clone(&load.counts);
     let resource = Arc::clone(&load.resource);
@@ -588,16 +588,16 @@ async fn freeze_a_holder(
     if !resource.op(client, token) {
         nemeses.frozen_rejected.fetch_add(1, Ordering::SeqCst);
     }
-    if let Some(rest) = holder.expect("lost", Duration::from_secs(5)).await {
-        if let Some(at) = field(&rest, "at_ns") {
-            history.push(Event {
-                client,
-                kind: Kind::Lost,
-                token,
-                at: instant_of_mono(at),
-                until: None,
-            });
-        }
+    if let Some(rest) = holder.expect("lost", Duration::from_secs(5)).await
+        && let Some(at) = field(&rest, "at_ns")
+    {
+        history.push(Event {
+            client,
+            kind: Kind::Lost,
+            token,
+            at: instant_of_mono(at),
+            until: None,
+        });
     }
     if let Some(latest) = promised(&mut holder).await {
         history.promise(client, token, latest);

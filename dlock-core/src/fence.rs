@@ -102,13 +102,13 @@ impl<T> FenceGuard<T> {
         op: impl FnOnce(&mut T) -> R,
     ) -> Result<R, FenceRejected> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(highest) = guard.0 {
-            if token < highest {
-                return Err(FenceRejected {
-                    offered: token,
-                    highest,
-                });
-            }
+        if let Some(highest) = guard.0
+            && token < highest
+        {
+            return Err(FenceRejected {
+                offered: token,
+                highest,
+            });
         }
         guard.0 = Some(token);
         Ok(op(&mut guard.1))

@@ -125,13 +125,12 @@ impl Held {
         if state.count > 0 {
             return None;
         }
-        if let Some(table) = table.as_mut() {
-            if table
+        if let Some(table) = table.as_mut()
+            && table
                 .get(&self.name)
                 .is_some_and(|h| std::ptr::eq(Arc::as_ptr(h), self))
-            {
-                table.remove(&self.name);
-            }
+        {
+            table.remove(&self.name);
         }
         state.lease.take()
     }

@@ -313,10 +313,10 @@ impl EtcdLockerBuilder {
             None => self.prefix.clone(),
         };
         self.check_tls()?;
-        if let Some((user, _)) = &self.user {
-            if user.is_empty() {
-                return Err(Error::invalid_option("user", "the user name is empty"));
-            }
+        if let Some((user, _)) = &self.user
+            && user.is_empty()
+        {
+            return Err(Error::invalid_option("user", "the user name is empty"));
         }
         for (option, t) in [
             ("request_timeout", self.request_timeout),
@@ -384,13 +384,13 @@ impl EtcdLockerBuilder {
     /// (parsed into a client configuration, no I/O), each on its own so that the error names
     /// the option. Error messages never quote the key.
     fn check_tls(&self) -> Result<(), Error> {
-        if let Some(pem) = &self.root_pem {
-            if !contains(pem, b"-----BEGIN CERTIFICATE-----") {
-                return Err(Error::invalid_option(
-                    "tls_root_certificates",
-                    "expected one or more PEM certificates (-----BEGIN CERTIFICATE-----)",
-                ));
-            }
+        if let Some(pem) = &self.root_pem
+            && !contains(pem, b"-----BEGIN CERTIFICATE-----")
+        {
+            return Err(Error::invalid_option(
+                "tls_root_certificates",
+                "expected one or more PEM certificates (-----BEGIN CERTIFICATE-----)",
+            ));
         }
         if let Some((cert, key)) = &self.identity_pem {
             if !contains(cert, b"-----BEGIN CERTIFICATE-----") {

@@ -101,10 +101,10 @@ impl EtcdChanges {
             match ev.event_type() {
                 EventType::Put => {
                     let rev = kv.create_revision();
-                    if let Some(old) = self.revs.insert(key.clone(), rev) {
-                        if old != rev {
-                            self.range.remove(&old);
-                        }
+                    if let Some(old) = self.revs.insert(key.clone(), rev)
+                        && old != rev
+                    {
+                        self.range.remove(&old);
                     }
                     if self
                         .range

@@ -28,10 +28,10 @@ impl EtcdLocker {
                 }
             },
         };
-        if let Some(s) = current.as_ref() {
-            if s.is_live() {
-                return Ok(Arc::clone(s));
-            }
+        if let Some(s) = current.as_ref()
+            && s.is_live()
+        {
+            return Ok(Arc::clone(s));
         }
         if let Some(old) = current.take() {
             let id = old.id();

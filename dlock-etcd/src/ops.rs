@@ -126,10 +126,10 @@ impl Etcd {
             };
             if errors::is_stale_auth(&e) {
                 // Credentials refused now is final; a refresh without reply is retried.
-                if let Err(refused) = self.refresh_auth(member, until).await {
-                    if !refused.is_retryable() {
-                        return Err(refused);
-                    }
+                if let Err(refused) = self.refresh_auth(member, until).await
+                    && !refused.is_retryable()
+                {
+                    return Err(refused);
                 }
             }
             let err = errors::map(what, e);

@@ -231,10 +231,10 @@ impl KeepAlive {
             tracing::debug!(lease = format_args!("{:x}", self.lease()), error = %e, "keep-alive attempt failed");
             if stale_auth {
                 // The next try opens a new stream with a new token.
-                if let Err(refused) = self.etcd.refresh_auth(member, until).await {
-                    if !refused.is_retryable() {
-                        return Err(refused);
-                    }
+                if let Err(refused) = self.etcd.refresh_auth(member, until).await
+                    && !refused.is_retryable()
+                {
+                    return Err(refused);
                 }
             } else if e.kind() != dlock_core::ErrorKind::Unavailable {
                 return Err(e);

@@ -353,13 +353,13 @@ impl ZkLockerBuilder {
             None => self.connect.clone(),
         };
         let ttl = validate_ttl(self.ttl)?;
-        if let Some(tick) = self.server_tick {
-            if tick < Duration::from_millis(1) || tick > Duration::from_secs(60) {
-                return Err(Error::invalid_option(
-                    "server_tick_time",
-                    format!("{tick:?} is outside 1 ms..=60 s"),
-                ));
-            }
+        if let Some(tick) = self.server_tick
+            && (tick < Duration::from_millis(1) || tick > Duration::from_secs(60))
+        {
+            return Err(Error::invalid_option(
+                "server_tick_time",
+                format!("{tick:?} is outside 1 ms..=60 s"),
+            ));
         }
         validate_root(&self.root)?;
         if let Some(ns) = &self.namespace {

@@ -185,17 +185,15 @@ impl Contender {
             let Some(index) = sorted.iter().position(|n| *n == me) else {
                 return Err(self.vanished());
             };
-            if !agreed {
-                if let Rule::Lease { permits } = self.rule {
-                    let ahead = sorted.get(..index).unwrap_or_default();
-                    match check_permits(&self.sess, &self.parent, ahead, permits).await {
-                        Ok(None) => agreed = true,
-                        Ok(Some(e)) => return Err(Retry::Fatal(e)),
-                        Err(e) => {
-                            self.classify(e)?;
-                            pause().await;
-                            continue;
-                        }
+            if !agreed && let Rule::Lease { permits } = self.rule {
+                let ahead = sorted.get(..index).unwrap_or_default();
+                match check_permits(&self.sess, &self.parent, ahead, permits).await {
+                    Ok(None) => agreed = true,
+                    Ok(Some(e)) => return Err(Retry::Fatal(e)),
+                    Err(e) => {
+                        self.classify(e)?;
+                        pause().await;
+                        continue;
                     }
                 }
             }

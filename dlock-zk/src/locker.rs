@@ -205,19 +205,19 @@ impl ZkLocker {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(s) = self.current() {
-            if !s.is_ended() {
-                return Ok(s);
-            }
+        if let Some(s) = self.current()
+            && !s.is_ended()
+        {
+            return Ok(s);
         }
         let mut slot = self.inner.slot.lock().await;
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(s) = slot.as_ref() {
-            if !s.is_ended() {
-                return Ok(Arc::clone(s));
-            }
+        if let Some(s) = slot.as_ref()
+            && !s.is_ended()
+        {
+            return Ok(Arc::clone(s));
         }
         let s = Session::open(&self.inner.cfg, Arc::clone(&self.inner.counters)).await?;
         self.inner
@@ -390,12 +390,12 @@ impl ZkLocker {
                 ));
             }
             let pause = Duration::from_millis(20).saturating_mul(restarts.min(25));
-            if let Some(d) = deadline {
-                if Instant::now() + pause >= d {
-                    return Err(Error::Timeout {
-                        waited: began.elapsed(),
-                    });
-                }
+            if let Some(d) = deadline
+                && Instant::now() + pause >= d
+            {
+                return Err(Error::Timeout {
+                    waited: began.elapsed(),
+                });
             }
             tokio::time::sleep(pause).await;
         }

@@ -152,17 +152,17 @@ async fn check(
 async fn run_checks(ctx: &Ctx, rows: &mut Vec<Row>) {
     let bound = check_bound(ctx.ttl);
     for (i, &(name, run)) in CHECKS.iter().enumerate() {
-        if i >= MEASURING {
-            if let Some(failed) = rows.iter().find(|r| r.is_fail()) {
-                rows.push(Row::skip(
-                    name,
-                    format!(
-                        "not run: {} failed (the lease is not usable here)",
-                        failed.name
-                    ),
-                ));
-                continue;
-            }
+        if i >= MEASURING
+            && let Some(failed) = rows.iter().find(|r| r.is_fail())
+        {
+            rows.push(Row::skip(
+                name,
+                format!(
+                    "not run: {} failed (the lease is not usable here)",
+                    failed.name
+                ),
+            ));
+            continue;
         }
         let row = match tokio::time::timeout(bound, run(ctx)).await {
             Ok(Ok(row)) => row,

@@ -111,13 +111,13 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
             None
         };
         let belief_end = lost.map_or(deadline, |l| l.min(deadline));
-        if let Some(l) = lost {
-            if l > deadline + SCHED {
-                violations.push(format!(
-                    "restart-{i}: lost() fired {:?} after the lease's deadline",
-                    l - deadline
-                ));
-            }
+        if let Some(l) = lost
+            && l > deadline + SCHED
+        {
+            violations.push(format!(
+                "restart-{i}: lost() fired {:?} after the lease's deadline",
+                l - deadline
+            ));
         }
         if keeps && granted < belief_end {
             violations.push(format!(

@@ -260,7 +260,7 @@ pub(crate) async fn one_way_delay(ctx: &Ctx) -> Result<(), Verdict> {
             violations.push(format!("{:?} in: {v}", began.elapsed()));
         }
         samples += 1;
-        if samples % 5 == 0 {
+        if samples.is_multiple_of(5) {
             let asked = Instant::now();
             if let Some(stolen) = contender.try_acquire(&lock).await? {
                 violations.push(format!(

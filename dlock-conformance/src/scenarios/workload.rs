@@ -257,10 +257,10 @@ impl Worker {
             self.observe(&lease, &mut promised);
             self.history.release(self.id, token);
             let _ = lease.release().await;
-            if let Ok(reason) = watcher.await {
-                if reason != LossReason::Released {
-                    c.losses.fetch_add(1, Ordering::SeqCst);
-                }
+            if let Ok(reason) = watcher.await
+                && reason != LossReason::Released
+            {
+                c.losses.fetch_add(1, Ordering::SeqCst);
             }
         }
     }

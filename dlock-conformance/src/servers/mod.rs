@@ -436,32 +436,32 @@ impl Cluster {
             return Err(HarnessError::Io("a cluster needs at least one node".into()));
         }
         let tls = TlsFiles::from_env(kind)?;
-        if tls.is_some() == options.tls.is_some() {
-            if let Some(addrs) = external::addrs(kind, nodes)? {
-                let transport = match &tls {
-                    Some(files) => Transport::Tls(files.client_config()?),
-                    None => Transport::Plain,
-                };
-                let nodes = addrs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, a)| Node::external(kind, i, a, transport.clone()))
-                    .collect();
-                return Ok(Cluster {
-                    kind,
-                    nodes,
-                    external: true,
-                    serving: Box::new(Mutex::new(Serving {
-                        options: options.clone(),
-                        tls,
-                        generation: 0,
-                    })),
-                    peers: local::Peers::Direct,
-                    dir: None,
-                    _ports: None,
-                    links: None,
-                });
-            }
+        if tls.is_some() == options.tls.is_some()
+            && let Some(addrs) = external::addrs(kind, nodes)?
+        {
+            let transport = match &tls {
+                Some(files) => Transport::Tls(files.client_config()?),
+                None => Transport::Plain,
+            };
+            let nodes = addrs
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| Node::external(kind, i, a, transport.clone()))
+                .collect();
+            return Ok(Cluster {
+                kind,
+                nodes,
+                external: true,
+                serving: Box::new(Mutex::new(Serving {
+                    options: options.clone(),
+                    tls,
+                    generation: 0,
+                })),
+                peers: local::Peers::Direct,
+                dir: None,
+                _ports: None,
+                links: None,
+            });
         }
         Cluster::start_retrying(kind, nodes, false, options)
     }

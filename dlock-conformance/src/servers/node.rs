@@ -165,18 +165,18 @@ impl Node {
         let since = Instant::now();
         let transport = self.transport();
         loop {
-            if let Some(child) = lock(&self.child).as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let logs = self.logs();
-                    return Err(HarnessError::NotReady {
-                        what: format!(
-                            "{}, step {step}: exited with {status}{}",
-                            self.describe(),
-                            port_taken_hint(&logs)
-                        ),
-                        logs,
-                    });
-                }
+            if let Some(child) = lock(&self.child).as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let logs = self.logs();
+                return Err(HarnessError::NotReady {
+                    what: format!(
+                        "{}, step {step}: exited with {status}{}",
+                        self.describe(),
+                        port_taken_hint(&logs)
+                    ),
+                    logs,
+                });
             }
             if local::probe_via(self.kind, self.addr, &transport) {
                 return Ok(());
@@ -306,10 +306,10 @@ impl Node {
     }
 
     fn publish_pid(&self, pid: Option<u32>) {
-        if let Some(slot) = &self.pid_slot {
-            if let Some(p) = lock(slot).get_mut(self.index) {
-                *p = pid;
-            }
+        if let Some(slot) = &self.pid_slot
+            && let Some(p) = lock(slot).get_mut(self.index)
+        {
+            *p = pid;
         }
     }
 

@@ -200,7 +200,7 @@ impl MemoryLockerBuilder {
         let at_deadline = match self.defect {
             Some(Defect::LossAtDeadline) => true,
             Some(Defect::LossAtDeadlineSometimes) => {
-                SOMETIMES.fetch_add(1, Ordering::Relaxed) % 3 == 0
+                SOMETIMES.fetch_add(1, Ordering::Relaxed).is_multiple_of(3)
             }
             _ => false,
         };
@@ -299,7 +299,7 @@ impl Backend {
     /// Tells `st`'s election observers that `leader` leads now (or proclaimed a new value).
     fn announce(&self, st: &mut NameState, leader: &Leader) {
         st.announced += 1;
-        if self.defect == Some(Defect::ObserverSkips) && st.announced % 2 == 0 {
+        if self.defect == Some(Defect::ObserverSkips) && st.announced.is_multiple_of(2) {
             return;
         }
         st.observers.retain(|tx| tx.send(leader.clone()).is_ok());

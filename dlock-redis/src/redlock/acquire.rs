@@ -107,65 +107,65 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
         }
     }
 
-    if granted.len() >= b.quorum {
-        if let Some((token, laggards)) = token_plan(&granted) {
-            let at_max = granted.len() - laggards.len();
-            // Which nodes hold a counter >= the token now.
-            let mut at_token = vec![false; n];
-            for &(i, c) in &granted {
-                at_token[i] = c >= token;
-            }
-            let mut raised = 0;
-            if at_max < b.quorum {
-                // Write the token back, so that a majority holds a counter >= token.
-                if let Some(left) = validity(inner.ttl, start.elapsed()) {
-                    let budget = budget.min(left);
-                    let results = join_all(laggards.iter().map(|&i| {
-                        let node = &b.nodes[i];
-                        async move {
-                            let mut inv = scripts().raise_fence.prepare_invoke();
-                            inv.key(&keys.fence).arg(token);
-                            node.invoke::<i64>("fence write-back", &inv, budget, &b.counters)
-                                .await
+    if granted.len() >= b.quorum
+        && let Some((token, laggards)) = token_plan(&granted)
+    {
+        let at_max = granted.len() - laggards.len();
+        // Which nodes hold a counter >= the token now.
+        let mut at_token = vec![false; n];
+        for &(i, c) in &granted {
+            at_token[i] = c >= token;
+        }
+        let mut raised = 0;
+        if at_max < b.quorum {
+            // Write the token back, so that a majority holds a counter >= token.
+            if let Some(left) = validity(inner.ttl, start.elapsed()) {
+                let budget = budget.min(left);
+                let results = join_all(laggards.iter().map(|&i| {
+                    let node = &b.nodes[i];
+                    async move {
+                        let mut inv = scripts().raise_fence.prepare_invoke();
+                        inv.key(&keys.fence).arg(token);
+                        node.invoke::<i64>("fence write-back", &inv, budget, &b.counters)
+                            .await
+                    }
+                }))
+                .await;
+                for (&i, r) in laggards.iter().zip(results) {
+                    match r {
+                        Ok(_) => {
+                            raised += 1;
+                            at_token[i] = true;
                         }
-                    }))
-                    .await;
-                    for (&i, r) in laggards.iter().zip(results) {
-                        match r {
-                            Ok(_) => {
-                                raised += 1;
-                                at_token[i] = true;
-                            }
-                            Err(e) => causes.push(cause(&b.nodes[i].display, e)),
-                        }
+                        Err(e) => causes.push(cause(&b.nodes[i].display, e)),
                     }
                 }
             }
-            if at_max + raised >= b.quorum && validity(inner.ttl, start.elapsed()).is_some() {
-                // Every node not known to hold a counter >= the token is raised in the
-                // background: off the grant's path, and nothing at all when every node granted
-                // at the same counter.
-                let below: Vec<usize> = (0..n).filter(|&i| !at_token[i]).collect();
-                if !below.is_empty() {
-                    raise::raise_detached(b, &below, &keys.fence, token);
-                }
-                guard.dirty = false;
-                let held = RHeld {
-                    keys: keys.clone(),
-                    owner: std::mem::take(&mut guard.owner),
-                };
-                return Outcome::Granted(inner.driver.register(
-                    name.clone(),
-                    FencingToken(token),
-                    start,
-                    held,
-                ));
-            }
-            causes.push(NodeError {
-                node: "(all)".into(),
-                cause: "the validity ran out or the fence write-back missed a majority".into(),
-            });
         }
+        if at_max + raised >= b.quorum && validity(inner.ttl, start.elapsed()).is_some() {
+            // Every node not known to hold a counter >= the token is raised in the
+            // background: off the grant's path, and nothing at all when every node granted
+            // at the same counter.
+            let below: Vec<usize> = (0..n).filter(|&i| !at_token[i]).collect();
+            if !below.is_empty() {
+                raise::raise_detached(b, &below, &keys.fence, token);
+            }
+            guard.dirty = false;
+            let held = RHeld {
+                keys: keys.clone(),
+                owner: std::mem::take(&mut guard.owner),
+            };
+            return Outcome::Granted(inner.driver.register(
+                name.clone(),
+                FencingToken(token),
+                start,
+                held,
+            ));
+        }
+        causes.push(NodeError {
+            node: "(all)".into(),
+            cause: "the validity ran out or the fence write-back missed a majority".into(),
+        });
     }
 
     // No lock: unlock every node, including those that seemed to refuse.

@@ -85,10 +85,10 @@ pub fn watched(addr: std::net::SocketAddr, path: &str) -> bool {
 pub async fn node_of(raw: &zookeeper_client::Client, parent: &str, session: i64) -> Option<String> {
     for child in contenders(raw, parent).await {
         let path = format!("{parent}/{child}");
-        if let Ok(Some(stat)) = raw.check_stat(&path).await {
-            if stat.ephemeral_owner == session {
-                return Some(path);
-            }
+        if let Ok(Some(stat)) = raw.check_stat(&path).await
+            && stat.ephemeral_owner == session
+        {
+            return Some(path);
         }
     }
     None
@@ -138,10 +138,10 @@ pub async fn expire_session(
         let z = z.clone();
         async move {
             for child in contenders(&z, parent).await {
-                if let Ok(Some(stat)) = z.check_stat(&format!("{parent}/{child}")).await {
-                    if stat.ephemeral_owner == id {
-                        return false;
-                    }
+                if let Ok(Some(stat)) = z.check_stat(&format!("{parent}/{child}")).await
+                    && stat.ephemeral_owner == id
+                {
+                    return false;
                 }
             }
             true
