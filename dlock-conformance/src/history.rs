@@ -172,8 +172,9 @@ pub fn deleting_now() {
     let _ = DELETE_AT.try_with(|at| at.set(Some(at.get().map_or(now, |t| t.min(now)))));
 }
 
-/// The break errors a history may hold: at most one in this many recorded breaks (a failed
-/// break's victim is unknown and attributed by timing, which can excuse more than it hit).
+/// The break errors a history may hold: at most one in this many recorded breaks, rounded up
+/// (so one in a short run) — a failed break's victim is unknown and attributed by timing,
+/// which can excuse more than it hit.
 pub const BREAKS_PER_ERROR: usize = 20;
 
 /// Breaks the holder of `name` in `namespace` and records the break in `history`, dated from

@@ -1,7 +1,7 @@
 //! The publishing gates: compile-only checks of what users of the published crates get.
 //!
-//! A step of `cargo xtask test` (with the other compile steps, at nice 10, beside the production
-//! rows) and on their own as `cargo xtask gates`:
+//! A step of `cargo xtask test` (a child `cargo xtask gates` at nice 19 beside the test step,
+//! whose scenarios leave about half the CPU idle) and on their own as `cargo xtask gates`:
 //!
 //! 1. **MSRV**: the root manifest's `rust-version` checks the whole workspace, every target
 //!    (`cargo +MSRV check --workspace --all-targets`; the toolchain is installed when missing).

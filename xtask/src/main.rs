@@ -122,7 +122,8 @@ fn nice_cargo() -> Command {
     cmd
 }
 
-/// The compile-only checks: clippy, the containers provider, the docs, the publishing gates.
+/// The compile-only checks: clippy, the containers provider, the docs (the publishing gates
+/// run beside the test step, see [`Gates`]).
 fn compile_checks() -> Result<(), String> {
     step(
         "clippy",
@@ -152,8 +153,59 @@ fn compile_checks() -> Result<(), String> {
         nice_cargo()
             .args(["doc", "--workspace", "--no-deps"])
             .env("RUSTDOCFLAGS", "-D warnings"),
-    )?;
-    gates::run(&conform::workspace_root())
+    )
+}
+
+/// The publishing gates ([`gates::run`]) in a child `cargo xtask gates` at nice 19, beside the
+/// test step: its scenarios mostly sleep on TTLs and leave about half the CPU idle, which a
+/// compiler at nice 19 takes without delaying them. Its output goes to a log, printed once it
+/// ends.
+struct Gates {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Gates {
+    fn start(root: &std::path::Path) -> Result<Gates, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find xtask itself: {e}"))?;
+        let log =
+            std::env::temp_dir().join(format!("dlock-xtask-gates-{}.log", std::process::id()));
+        let file = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let err = file
+            .try_clone()
+            .map_err(|e| format!("cannot open {} twice: {e}", log.display()))?;
+        eprintln!(
+            "\n==> gates (beside the test step, nice 19; output in {})",
+            log.display()
+        );
+        let child = Command::new("nice")
+            .args(["-n", "19"])
+            .arg(exe)
+            .arg("gates")
+            .current_dir(root)
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("step `gates` could not start: {e}"))?;
+        Ok(Gates { child, log })
+    }
+
+    /// Waits for the gates, prints their output, and fails when they failed.
+    fn finish(mut self) -> Result<(), String> {
+        let status = self
+            .child
+            .wait()
+            .map_err(|e| format!("waiting for the gates: {e}"))?;
+        let out = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.log);
+        eprintln!("\n==> gates (output)\n{out}");
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("step `gates` failed ({status})"))
+        }
+    }
 }
 
 fn test() -> Result<(), String> {
@@ -180,6 +232,7 @@ fn test() -> Result<(), String> {
     // Scenarios mostly sleep on TTLs: run many at once on this 2-core machine. Every test runs
     // (no fail-fast); the production rows ran above.
     let threads = std::env::var("RUST_TEST_THREADS").unwrap_or_else(|_| "24".into());
+    let gates = Gates::start(&conform::workspace_root())?;
     let tested = step(
         "test",
         cargo()
@@ -205,8 +258,10 @@ fn test() -> Result<(), String> {
         )
     });
     let _ = std::fs::remove_dir_all(&report_dir);
+    let gated = gates.finish();
     tested?;
     prod_ran?;
+    gated?;
     judged.map_err(|e| format!("step `conformance table` failed: {e}"))?;
     // A one-minute randomized fault soak: fails on any violation (promise, belief overlap,
     // token order, fenced safety). The 10-minute soak is `cargo xtask conform --soak 10m`.

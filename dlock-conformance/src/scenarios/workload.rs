@@ -396,10 +396,10 @@ impl Findings {
         say("belief overlap", &self.overlaps);
         say("token violation", &self.tokens);
         say("fenced-safety violation", &self.fenced);
-        if self.break_errors * BREAKS_PER_ERROR > self.breaks {
+        if self.break_errors > self.breaks.div_ceil(BREAKS_PER_ERROR) {
             why.push(format!(
-                "break errors: {} of {} forced breaks failed (at most one in {BREAKS_PER_ERROR}): \
-                 their victims are unknown and their timing excuses more than they hit",
+                "break errors: {} of {} forced breaks failed (at most one in {BREAKS_PER_ERROR}, \
+                 rounded up): their victims are unknown and their timing excuses more than they hit",
                 self.break_errors, self.breaks
             ));
         }
