@@ -12,6 +12,8 @@ use dlock_core::{
 };
 use tokio::task::JoinHandle;
 
+use super::election::election;
+use super::family::{rw, semaphore};
 use super::util::{name, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
@@ -27,7 +29,8 @@ const STILL_WAITING: Duration = Duration::from_millis(300);
 pub(crate) const NO_FAMILY: &str = "the backend has no Election, RwLocker or Semaphore";
 
 /// The family's edges (see the module docs); a part whose primitive the backend lacks is not
-/// run, and a backend with none of them skips.
+/// run, and a backend with none of them skips. (A primitive declared but missing makes the
+/// client helpers skip, and an unlisted skip fails.)
 pub(crate) async fn family_edges(ctx: &Ctx) -> Result<(), Verdict> {
     let declared = ctx.capabilities().await?.primitives;
     if !(declared.semaphore || declared.read_write || declared.election) {
@@ -61,36 +64,6 @@ pub(crate) async fn family_edges(ctx: &Ctx) -> Result<(), Verdict> {
     }
     ctx.figure("parts", ran.join(","));
     Ok(())
-}
-
-async fn semaphore(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Semaphore>, Verdict> {
-    ctx.backend()
-        .semaphore(opts)
-        .await
-        .map_err(|e| Verdict::Fail(format!("cannot build a semaphore client: {e}")))?
-        .ok_or_else(|| {
-            Verdict::Fail("Capabilities::primitives says semaphore, but there is none".into())
-        })
-}
-
-async fn rw(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn RwLocker>, Verdict> {
-    ctx.backend()
-        .rw(opts)
-        .await
-        .map_err(|e| Verdict::Fail(format!("cannot build a read-write client: {e}")))?
-        .ok_or_else(|| {
-            Verdict::Fail("Capabilities::primitives says read_write, but there is none".into())
-        })
-}
-
-async fn election(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Election>, Verdict> {
-    ctx.backend()
-        .election(opts)
-        .await
-        .map_err(|e| Verdict::Fail(format!("cannot build an election client: {e}")))?
-        .ok_or_else(|| {
-            Verdict::Fail("Capabilities::primitives says election, but there is none".into())
-        })
 }
 
 fn wait(ctx: &Ctx) -> AcquireOptions {

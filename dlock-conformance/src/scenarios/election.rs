@@ -16,7 +16,7 @@ use crate::ClientOptions;
 pub(crate) const NO_ELECTION: &str = "the backend has no Election";
 
 /// A new election client with `opts`.
-async fn election(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Election>, Verdict> {
+pub(super) async fn election(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Election>, Verdict> {
     ctx.backend()
         .election(opts)
         .await

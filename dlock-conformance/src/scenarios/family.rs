@@ -19,7 +19,7 @@ pub(crate) const NO_RW: &str = "the backend has no RwLocker";
 /// The skip reason of a backend without a semaphore.
 pub(crate) const NO_SEMAPHORE: &str = "the backend has no Semaphore";
 
-async fn rw(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn RwLocker>, Verdict> {
+pub(super) async fn rw(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn RwLocker>, Verdict> {
     ctx.backend()
         .rw(opts)
         .await
@@ -27,7 +27,10 @@ async fn rw(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn RwLocker>, Verdict
         .ok_or_else(|| Verdict::Skip(NO_RW.into()))
 }
 
-async fn semaphore(ctx: &Ctx, opts: ClientOptions) -> Result<Arc<dyn Semaphore>, Verdict> {
+pub(super) async fn semaphore(
+    ctx: &Ctx,
+    opts: ClientOptions,
+) -> Result<Arc<dyn Semaphore>, Verdict> {
     ctx.backend()
         .semaphore(opts)
         .await
