@@ -1,9 +1,9 @@
-//! From a [`LockerUrl`] to a backend's builder, and the built locker as the core traits.
+//! From a [`LockerUrl`] to a backend's builder, and the built locker as a `dyn Locker`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use dlock_core::{Election, Error, Locker, MemoryLocker, MemoryServer, RwLocker, Semaphore};
+use dlock_core::{Error, Locker, MemoryLocker, MemoryServer};
 
 #[cfg(feature = "etcd")]
 use dlock_etcd::EtcdLocker;
@@ -18,101 +18,20 @@ use crate::url::TlsFiles;
 use crate::url::encode;
 use crate::url::{LockerUrl, Scheme};
 
-/// A locker as its backend built it.
-pub(crate) enum Built {
-    Memory(MemoryLocker),
-    #[cfg(feature = "redis")]
-    Redis(RedisLocker),
-    #[cfg(feature = "redis")]
-    Redlock(RedlockLocker),
-    #[cfg(feature = "etcd")]
-    Etcd(EtcdLocker),
-    #[cfg(feature = "zk")]
-    Zk(ZkLocker),
-}
-
-impl Built {
-    pub(crate) fn into_locker(self) -> Arc<dyn Locker> {
-        match self {
-            Built::Memory(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redis(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redlock(l) => Arc::new(l),
-            #[cfg(feature = "etcd")]
-            Built::Etcd(l) => Arc::new(l),
-            #[cfg(feature = "zk")]
-            Built::Zk(l) => Arc::new(l),
-        }
-    }
-
-    pub(crate) fn into_election(self) -> Result<Arc<dyn Election>, Error> {
-        Ok(match self {
-            Built::Memory(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redis(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redlock(_) => return Err(redlock_mutex_only("elections")),
-            #[cfg(feature = "etcd")]
-            Built::Etcd(l) => Arc::new(l),
-            #[cfg(feature = "zk")]
-            Built::Zk(l) => Arc::new(l),
-        })
-    }
-
-    pub(crate) fn into_rw(self) -> Result<Arc<dyn RwLocker>, Error> {
-        Ok(match self {
-            Built::Memory(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redis(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redlock(_) => return Err(redlock_mutex_only("read-write locks")),
-            #[cfg(feature = "etcd")]
-            Built::Etcd(l) => Arc::new(l),
-            #[cfg(feature = "zk")]
-            Built::Zk(l) => Arc::new(l),
-        })
-    }
-
-    pub(crate) fn into_semaphore(self) -> Result<Arc<dyn Semaphore>, Error> {
-        Ok(match self {
-            Built::Memory(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redis(l) => Arc::new(l),
-            #[cfg(feature = "redis")]
-            Built::Redlock(_) => return Err(redlock_mutex_only("semaphores")),
-            #[cfg(feature = "etcd")]
-            Built::Etcd(l) => Arc::new(l),
-            #[cfg(feature = "zk")]
-            Built::Zk(l) => Arc::new(l),
-        })
-    }
-}
-
-#[cfg(feature = "redis")]
-fn redlock_mutex_only(what: &str) -> Error {
-    Error::invalid_option(
-        "url.scheme",
-        format!(
-            "scheme: redlock:// offers only the mutex, not {what} (no single server records them); use redis://"
-        ),
-    )
-}
-
 /// Builds the locker `url` names (see the crate docs for each scheme's mapping).
-pub(crate) async fn build(url: &LockerUrl) -> Result<Built, Error> {
+pub(crate) async fn build(url: &LockerUrl) -> Result<Arc<dyn Locker>, Error> {
     match url.scheme() {
-        Scheme::Memory => memory(url).map(Built::Memory),
+        Scheme::Memory => Ok(Arc::new(memory(url)?)),
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
-            redis(url).map(Built::Redis)
+            Ok(Arc::new(redis(url)?))
         }
         #[cfg(feature = "redis")]
-        Scheme::Redlock => redlock(url).map(Built::Redlock),
+        Scheme::Redlock => Ok(Arc::new(redlock(url)?)),
         #[cfg(feature = "etcd")]
-        Scheme::Etcd | Scheme::EtcdTls => etcd(url).await.map(Built::Etcd),
+        Scheme::Etcd | Scheme::EtcdTls => Ok(Arc::new(etcd(url).await?)),
         #[cfg(feature = "zk")]
-        Scheme::Zk | Scheme::ZkTls => zk(url).await.map(Built::Zk),
+        Scheme::Zk | Scheme::ZkTls => Ok(Arc::new(zk(url).await?)),
         // Parsing rejects the schemes of disabled features.
         #[allow(unreachable_patterns)]
         other => Err(Error::invalid_option(

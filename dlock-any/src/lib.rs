@@ -25,35 +25,12 @@ pub use url::{HostPort, LockerUrl, Scheme};
 /// rejects (before any I/O), or a TLS file that cannot be read; what the backend's builder
 /// fails with otherwise ([`Error::Unavailable`] when a ZooKeeper ensemble or an authenticating
 /// etcd cannot be reached, [`Error::AccessDenied`] for refused credentials, …).
+///
+/// The primitives a backend offers beside the mutex are reached through the locker:
+/// [`Locker::into_election`], [`Locker::into_rw_locker`] and [`Locker::into_semaphore`]
+/// (`None` for `redlock://`, which offers only the mutex).
 pub async fn connect(url: &str) -> Result<Arc<dyn Locker>, Error> {
     url.parse::<LockerUrl>()?.connect().await
-}
-
-/// Connects to the backend a URL names and returns its [`Election`].
-///
-/// # Errors
-/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
-/// only the mutex.
-pub async fn connect_election(url: &str) -> Result<Arc<dyn Election>, Error> {
-    url.parse::<LockerUrl>()?.connect_election().await
-}
-
-/// Connects to the backend a URL names and returns its [`RwLocker`] (read-write locks).
-///
-/// # Errors
-/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
-/// only the mutex.
-pub async fn connect_rw(url: &str) -> Result<Arc<dyn RwLocker>, Error> {
-    url.parse::<LockerUrl>()?.connect_rw().await
-}
-
-/// Connects to the backend a URL names and returns its [`Semaphore`].
-///
-/// # Errors
-/// As [`connect`]; and [`Error::InvalidOption`] (`url.scheme`) for `redlock://`, which offers
-/// only the mutex.
-pub async fn connect_semaphore(url: &str) -> Result<Arc<dyn Semaphore>, Error> {
-    url.parse::<LockerUrl>()?.connect_semaphore().await
 }
 
 impl LockerUrl {
@@ -62,31 +39,7 @@ impl LockerUrl {
     /// # Errors
     /// As [`connect`], without the parse errors.
     pub async fn connect(&self) -> Result<Arc<dyn Locker>, Error> {
-        Ok(connect::build(self).await?.into_locker())
-    }
-
-    /// Connects and returns the backend's [`Election`]; see [`connect_election`].
-    ///
-    /// # Errors
-    /// As [`connect_election`], without the parse errors.
-    pub async fn connect_election(&self) -> Result<Arc<dyn Election>, Error> {
-        connect::build(self).await?.into_election()
-    }
-
-    /// Connects and returns the backend's [`RwLocker`]; see [`connect_rw`].
-    ///
-    /// # Errors
-    /// As [`connect_rw`], without the parse errors.
-    pub async fn connect_rw(&self) -> Result<Arc<dyn RwLocker>, Error> {
-        connect::build(self).await?.into_rw()
-    }
-
-    /// Connects and returns the backend's [`Semaphore`]; see [`connect_semaphore`].
-    ///
-    /// # Errors
-    /// As [`connect_semaphore`], without the parse errors.
-    pub async fn connect_semaphore(&self) -> Result<Arc<dyn Semaphore>, Error> {
-        connect::build(self).await?.into_semaphore()
+        connect::build(self).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! Unit tests: every URL shape and every bad-URL error.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{LockerUrl, Scheme, UrlError, UrlPart};
@@ -397,19 +398,16 @@ async fn memory_lockers_share_a_server_per_namespace() {
 
 #[tokio::test]
 async fn family_handles_by_url() {
-    let url = "memory:?namespace=unit-family";
-    crate::connect_election(url).await.expect("election");
-    crate::connect_rw(url).await.expect("rw");
-    crate::connect_semaphore(url).await.expect("semaphore");
-    let err = match crate::connect_election("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").await {
-        Ok(_) => panic!("redlock has no elections"),
-        Err(e) => e,
-    };
-    assert!(matches!(
-        err,
-        dlock_core::Error::InvalidOption {
-            option: "url.scheme",
-            ..
-        }
-    ));
+    let locker = crate::connect("memory:?namespace=unit-family")
+        .await
+        .expect("memory");
+    assert!(Arc::clone(&locker).into_election().is_some());
+    assert!(Arc::clone(&locker).into_rw_locker().is_some());
+    assert!(locker.into_semaphore().is_some());
+    let redlock = crate::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+        .await
+        .expect("redlock connects lazily");
+    assert!(Arc::clone(&redlock).into_election().is_none(), "mutex only");
+    assert!(Arc::clone(&redlock).into_rw_locker().is_none());
+    assert!(redlock.into_semaphore().is_none());
 }

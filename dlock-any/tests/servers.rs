@@ -81,7 +81,7 @@ async fn redis_by_url() {
     let locker = dlock_any::connect(&url).await.expect("connect");
     assert_eq!(locker.ttl(), Duration::from_secs(2));
     // The family handles work by URL too.
-    let election = dlock_any::connect_election(&url).await.expect("election");
+    let election = locker.into_election().expect("redis offers elections");
     let name = LockName::new("any/election").expect("name");
     let lead = election
         .campaign(&name, b"me", AcquireOptions::wait(Duration::from_secs(10)))
@@ -116,7 +116,10 @@ async fn etcd_by_url() {
         namespace()
     );
     exclude_and_release(&url).await;
-    dlock_any::connect_rw(&url).await.expect("rw");
+    let locker = dlock_any::connect(&url).await.expect("connect");
+    locker
+        .into_rw_locker()
+        .expect("etcd offers read-write locks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,7 +131,8 @@ async fn zk_by_url() {
         namespace()
     );
     exclude_and_release(&url).await;
-    dlock_any::connect_semaphore(&url).await.expect("semaphore");
+    let locker = dlock_any::connect(&url).await.expect("connect");
+    locker.into_semaphore().expect("zk offers semaphores");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

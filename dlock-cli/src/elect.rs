@@ -1,9 +1,10 @@
 //! `dlock elect` (run a command while leading an election) and `dlock leader` (who leads).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use dlock_any::LockerUrl;
-use dlock_core::{AcquireOptions, LockName};
+use dlock_core::{AcquireOptions, Election, Error, LockName};
 use serde_json::json;
 
 use crate::exit::{self, Failure};
@@ -23,7 +24,7 @@ pub(crate) fn main(url: Option<&str>, args: ElectArgs) -> Result<ExitCode, Failu
 async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitCode, Failure> {
     let mut signals = Signals::new()?;
     let election = match or_signal(&mut signals, async {
-        url.connect_election()
+        connect_election(&url)
             .await
             .map_err(|e| Failure::from_error(&e))
     })
@@ -73,7 +74,7 @@ pub(crate) fn leader(url: Option<&str>, args: LeaderArgs, json: bool) -> Result<
     let rt = runtime()?;
     let found = rt
         .block_on(async {
-            let election = url.connect_election().await?;
+            let election = connect_election(&url).await?;
             election.leader(&name).await
         })
         .map_err(|e| {
@@ -102,4 +103,21 @@ pub(crate) fn leader(url: Option<&str>, args: LeaderArgs, json: bool) -> Result<
         println!("election {name}: term {} value {value}", leader.term);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The election of the backend `url` names.
+///
+/// # Errors
+/// What connecting fails with; [`Error::InvalidOption`] (`url.scheme`) for a backend that
+/// offers only the mutex (`redlock://`).
+async fn connect_election(url: &LockerUrl) -> Result<Arc<dyn Election>, Error> {
+    url.connect().await?.into_election().ok_or_else(|| {
+        Error::invalid_option(
+            "url.scheme",
+            format!(
+                "scheme: {}:// offers only the mutex, not elections",
+                url.scheme()
+            ),
+        )
+    })
 }

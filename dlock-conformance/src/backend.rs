@@ -187,34 +187,32 @@ pub trait TestBackend: Send + Sync + 'static {
     /// Whatever building the locker returns.
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error>;
 
-    /// A new, independent [`Election`] client (own connection / session), or `Ok(None)` when
-    /// the backend has no election: the election scenarios then skip, saying so.
+    /// A new, independent client's [`Election`] ([`TestBackend::client`]'s
+    /// [`Locker::into_election`]), or `Ok(None)` when the backend has no election: the
+    /// election scenarios then skip, saying so.
     ///
     /// # Errors
     /// Whatever building the client returns.
     async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        let _ = opts;
-        Ok(None)
+        Ok(self.client(opts).await?.into_election())
     }
 
-    /// A new, independent [`RwLocker`] client, or `Ok(None)` when the backend has no
+    /// A new, independent client's [`RwLocker`], or `Ok(None)` when the backend has no
     /// read-write lock: the read-write scenarios then skip, saying so.
     ///
     /// # Errors
     /// Whatever building the client returns.
     async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        let _ = opts;
-        Ok(None)
+        Ok(self.client(opts).await?.into_rw_locker())
     }
 
-    /// A new, independent [`Semaphore`] client, or `Ok(None)` when the backend has no
+    /// A new, independent client's [`Semaphore`], or `Ok(None)` when the backend has no
     /// semaphore: the semaphore scenarios then skip, saying so.
     ///
     /// # Errors
     /// Whatever building the client returns.
     async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        let _ = opts;
-        Ok(None)
+        Ok(self.client(opts).await?.into_semaphore())
     }
 
     /// Everything the backend keeps at the server under `namespace` right now (keys, nodes,

@@ -6,10 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dlock_core::memory::Defect;
-use dlock_core::{
-    Election, Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer, RwLocker,
-    Semaphore,
-};
+use dlock_core::{Error, FencingToken, LockName, Locker, MemoryLocker, MemoryServer};
 
 use crate::{ClientOptions, ServerExpiry, TestBackend};
 
@@ -83,18 +80,6 @@ impl TestBackend for MemoryBackend {
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(self.locker(&opts)?))
-    }
-
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
-    }
-
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
-    }
-
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {

@@ -10,7 +10,8 @@ use dlock_conformance::scenarios::{Fencing, run_control};
 use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend};
 use dlock_core::memory::Defect;
 use dlock_core::{
-    AcquireOptions, Error, FencingToken, Lease, LockName, Locker, RwLocker, Semaphore,
+    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, LockState, Locker,
+    RwLocker, Semaphore, Stats,
 };
 
 /// How many leases hold a name under `namespace` at the memory server (its `held:` entries).
@@ -43,6 +44,39 @@ async fn lie_above(
     ))
 }
 
+/// The mutex of a lying wrapper is its inner locker's.
+macro_rules! inner_locker {
+    ($wrapper:ty) => {
+        #[async_trait]
+        impl Locker for $wrapper {
+            async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+                self.inner.acquire(name, opts).await
+            }
+            async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+                self.inner.try_acquire(name).await
+            }
+            async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+                self.inner.inspect(name).await
+            }
+            fn ttl(&self) -> Duration {
+                self.inner.ttl()
+            }
+            fn capabilities(&self) -> Capabilities {
+                self.inner.capabilities()
+            }
+            fn stats(&self) -> Stats {
+                self.inner.stats()
+            }
+            async fn close(&self) -> Result<(), Error> {
+                self.inner.close().await
+            }
+        }
+    };
+}
+
+inner_locker!(LyingSemaphore);
+inner_locker!(LyingRw);
+
 /// A semaphore over [`Defect::SemaphoreOverflow`] (one permit more than it has) that answers
 /// the overflowing grant `Unavailable`.
 struct LyingSemaphore {
@@ -70,14 +104,6 @@ impl Semaphore for LyingSemaphore {
         )
         .await
     }
-
-    fn ttl(&self) -> Duration {
-        self.inner.ttl()
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        self.inner.close().await
-    }
 }
 
 /// A read-write lock over [`Defect::WriterWithReaders`] (a writer granted while readers hold)
@@ -98,14 +124,6 @@ impl RwLocker for LyingRw {
     async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         let lease = self.inner.write(name, opts).await?;
         lie_above(&self.backend, &self.namespace, 1, lease, &self.kept).await
-    }
-
-    fn ttl(&self) -> Duration {
-        self.inner.ttl()
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        self.inner.close().await
     }
 }
 

@@ -9,12 +9,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{AcquireOptions, Error, FencingToken, Lease, LockName, LossReason};
+use crate::{AcquireOptions, Error, FencingToken, Lease, LockName, Locker, LossReason};
 
 /// The largest value a campaign or a proclamation may carry.
 pub const MAX_VALUE_LEN: usize = 64 * 1024;
@@ -87,9 +86,10 @@ pub trait Proclaim: Send + Sync + 'static {
     async fn proclaim(&self, lease: &Lease, value: &[u8]) -> Result<(), Error>;
 }
 
-/// Leader election on one backend. Object-safe, like [`Locker`](crate::Locker).
+/// Leader election on one backend. Object-safe, like [`Locker`](crate::Locker), and
+/// reached from one with `Locker::as_*`; its `ttl` and `close` are the locker's.
 #[async_trait]
-pub trait Election: Send + Sync + 'static {
+pub trait Election: Locker {
     /// Campaigns for `name` with `value`: waits in line (FIFO) until this campaign leads,
     /// until `opts.wait` elapses, or until the future is dropped.
     ///
@@ -126,20 +126,6 @@ pub trait Election: Send + Sync + 'static {
     /// # Cancel safety
     /// Cancel-safe: a dropped call leaves no observation behind.
     async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error>;
-
-    /// The leadership TTL: how long a crashed leader can keep the name.
-    fn ttl(&self) -> Duration;
-
-    /// Closes the election's locker, as [`Locker::close`](crate::Locker::close) does: every
-    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
-    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
-    ///
-    /// # Errors
-    /// As [`Locker::close`](crate::Locker::close).
-    ///
-    /// # Cancel safety
-    /// As [`Locker::close`](crate::Locker::close).
-    async fn close(&self) -> Result<(), Error>;
 }
 
 /// Leading one election: a [`Lease`] on its name, with a term and a value.
@@ -159,12 +145,12 @@ impl fmt::Debug for Leadership {
     }
 }
 
-impl Leadership {
-    /// A leadership on `lease`, whose value `proclaim` writes. For backend authors.
-    pub fn new(lease: Lease, proclaim: Arc<dyn Proclaim>) -> Self {
-        Leadership { lease, proclaim }
-    }
+/// A leadership on `lease`, whose value `proclaim` writes. For backend authors.
+pub fn leadership(lease: Lease, proclaim: Arc<dyn Proclaim>) -> Leadership {
+    Leadership { lease, proclaim }
+}
 
+impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &LockName {
         self.lease.name()

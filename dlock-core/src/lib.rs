@@ -3,6 +3,7 @@
 
 mod background;
 mod capabilities;
+mod contract;
 mod election;
 mod error;
 mod fence;
@@ -43,17 +44,21 @@ pub(crate) use backend::*;
 pub mod backend {
     //! What a backend crate needs beyond the user API: the shared renewal driver and the
     //! contract it renews through, the request counters behind [`Stats`](crate::Stats), the
-    //! clock-drift and loss-margin rules every lease deadline follows, the input validators
-    //! each backend runs before any I/O, and [`Proclaim`], a backend's write of a leader's
+    //! clock-drift and loss-margin rules every lease deadline follows, the TTL check each
+    //! builder runs before any I/O, and [`Proclaim`], a backend's write of a leader's
     //! value.
+    //!
+    //! The user traits ([`Locker`](crate::Locker) and the family) are implemented once in
+    //! this crate over [`LockBackend`] and its siblings, with the closed check and every input
+    //! check, so a backend writes neither.
     //!
     //! Users of a backend never need these. They are less stable than the crate root: they
     //! change when a backend needs something new of the shared machinery.
 
     pub use crate::background::Background;
-    pub use crate::election::{Proclaim, validate_value};
+    pub use crate::contract::{ElectionBackend, LockBackend, RwBackend, SemaphoreBackend};
+    pub use crate::election::{Proclaim, leadership};
     pub use crate::options::{drift, loss_margin, validate_ttl};
     pub use crate::renewal::{RenewBackend, Renewal, RenewalDriver};
-    pub use crate::semaphore::validate_permits;
     pub use crate::stats::Counters;
 }

@@ -5,12 +5,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Stats};
+use crate::{
+    AcquireOptions, Capabilities, Election, Error, Lease, LockName, LockState, RwLocker, Semaphore,
+    Stats,
+};
 
 /// A distributed mutex client. Every backend implements it with the same semantics.
 ///
 /// The trait is object-safe: select a backend from configuration and keep an
-/// `Arc<dyn Locker>`.
+/// `Arc<dyn Locker>`. The primitives a backend offers beside the mutex are reached through
+/// it: [`Locker::into_election`], [`Locker::into_rw_locker`], [`Locker::into_semaphore`].
+///
+/// Backends do not implement it directly: they implement
+/// [`backend::LockBackend`](crate::backend::LockBackend), and this crate implements `Locker`
+/// over it once, with the closed check and the option checks in one place.
 #[async_trait]
 pub trait Locker: Send + Sync + 'static {
     /// Waits until the lock is granted, until `opts.wait` elapses, or until the future is
@@ -79,6 +87,24 @@ pub trait Locker: Send + Sync + 'static {
     /// The locker is closed and its leases ended once the future is first polled; dropping it
     /// abandons the deletes not yet done (those entries expire at their TTL).
     async fn close(&self) -> Result<(), Error>;
+
+    /// This locker as its backend's leader election, when the backend offers one
+    /// ([`Primitives::election`](crate::Primitives::election)); `None` otherwise.
+    fn into_election(self: Arc<Self>) -> Option<Arc<dyn Election>> {
+        None
+    }
+
+    /// This locker as its backend's read-write lock, when the backend offers one
+    /// ([`Primitives::read_write`](crate::Primitives::read_write)); `None` otherwise.
+    fn into_rw_locker(self: Arc<Self>) -> Option<Arc<dyn RwLocker>> {
+        None
+    }
+
+    /// This locker as its backend's counting semaphore, when the backend offers one
+    /// ([`Primitives::semaphore`](crate::Primitives::semaphore)); `None` otherwise.
+    fn into_semaphore(self: Arc<Self>) -> Option<Arc<dyn Semaphore>> {
+        None
+    }
 }
 
 #[async_trait]
@@ -109,5 +135,17 @@ impl<L: Locker + ?Sized> Locker for Arc<L> {
 
     fn stats(&self) -> Stats {
         (**self).stats()
+    }
+
+    fn into_election(self: Arc<Self>) -> Option<Arc<dyn Election>> {
+        L::into_election(Arc::clone(&self))
+    }
+
+    fn into_rw_locker(self: Arc<Self>) -> Option<Arc<dyn RwLocker>> {
+        L::into_rw_locker(Arc::clone(&self))
+    }
+
+    fn into_semaphore(self: Arc<Self>) -> Option<Arc<dyn Semaphore>> {
+        L::into_semaphore(Arc::clone(&self))
     }
 }

@@ -364,18 +364,6 @@ impl<B: RenewBackend> RenewalDriver<B> {
         self.shared.closed.load(Ordering::Acquire)
     }
 
-    /// `Ok` while the driver is open.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] once [`RenewalDriver::close`] was called.
-    pub fn check_open(&self) -> Result<(), Error> {
-        if self.is_closed() {
-            Err(Error::Closed)
-        } else {
-            Ok(())
-        }
-    }
-
     /// Starts the task on the current runtime unless it runs; restarts it if it died.
     fn ensure_task(&self) {
         let mut slot = lock(&self.shared.task);

@@ -1,13 +1,12 @@
 //! Read-write locks: readers share a name, a writer holds it alone, and waiting is FIFO across
 //! modes, so a queued writer is not starved by readers that keep arriving.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Error, Lease, LockName};
+use crate::{AcquireOptions, Error, Lease, LockName, Locker};
 
-/// A read-write lock on one backend. Object-safe, like [`Locker`](crate::Locker).
+/// A read-write lock on one backend. Object-safe, like [`Locker`](crate::Locker), and
+/// reached from one with `Locker::as_*`; its `ttl` and `close` are the locker's.
 ///
 /// Every lease, read or write, is a [`Lease`]: renewed by the locker's one driver, lost before
 /// the server could let a conflicting holder in, and carrying a fencing token above every
@@ -17,7 +16,7 @@ use crate::{AcquireOptions, Error, Lease, LockName};
 /// Waiting is FIFO across modes: a reader that arrives while a writer waits queues behind the
 /// writer, and readers at the head of the queue are granted together.
 #[async_trait]
-pub trait RwLocker: Send + Sync + 'static {
+pub trait RwLocker: Locker {
     /// Waits for a shared (read) lease on `name`: granted while no writer holds the name and
     /// no writer queued earlier waits.
     ///
@@ -37,18 +36,4 @@ pub trait RwLocker: Send + Sync + 'static {
     /// # Cancel safety
     /// Dropping the future withdraws the request; nothing is left behind.
     async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error>;
-
-    /// The lease TTL: how long a crashed holder can block others.
-    fn ttl(&self) -> Duration;
-
-    /// Closes the read-write lock's locker, as [`Locker::close`](crate::Locker::close) does: every
-    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
-    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
-    ///
-    /// # Errors
-    /// As [`Locker::close`](crate::Locker::close).
-    ///
-    /// # Cancel safety
-    /// As [`Locker::close`](crate::Locker::close).
-    async fn close(&self) -> Result<(), Error>;
 }

@@ -1,10 +1,8 @@
 //! Counting semaphores: at most `permits` holders of one name at a time, FIFO waiting.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 
-use crate::{AcquireOptions, Error, Lease, LockName};
+use crate::{AcquireOptions, Error, Lease, LockName, Locker};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -23,14 +21,15 @@ pub fn validate_permits(permits: u32) -> Result<(), Error> {
     Ok(())
 }
 
-/// A counting semaphore on one backend. Object-safe, like [`Locker`](crate::Locker).
+/// A counting semaphore on one backend. Object-safe, like [`Locker`](crate::Locker), and
+/// reached from one with `Locker::as_*`; its `ttl` and `close` are the locker's.
 ///
 /// A permit is a [`Lease`]: renewed by the locker's one driver, lost before the server could
 /// hand the permit to someone else, with a fencing token above every earlier permit's of the
 /// same name. Every holder of one name must agree on the number of permits: the first
 /// acquire records it, and an acquire with another number fails instead of changing it.
 #[async_trait]
-pub trait Semaphore: Send + Sync + 'static {
+pub trait Semaphore: Locker {
     /// Waits for one of the `permits` permits of `name` (FIFO).
     ///
     /// # Errors
@@ -46,18 +45,4 @@ pub trait Semaphore: Send + Sync + 'static {
         permits: u32,
         opts: AcquireOptions,
     ) -> Result<Lease, Error>;
-
-    /// The lease TTL: how long a crashed holder can keep its permit.
-    fn ttl(&self) -> Duration;
-
-    /// Closes the semaphore's locker, as [`Locker::close`](crate::Locker::close) does: every
-    /// lease it holds ends with [`LossReason::Closed`](crate::LossReason::Closed), its server
-    /// entries are deleted and its session ended, and later calls fail with [`Error::Closed`].
-    ///
-    /// # Errors
-    /// As [`Locker::close`](crate::Locker::close).
-    ///
-    /// # Cancel safety
-    /// As [`Locker::close`](crate::Locker::close).
-    async fn close(&self) -> Result<(), Error>;
 }

@@ -161,7 +161,7 @@ impl EtcdLocker {
 
     /// Acquires the mutex `name` (or tries once), our key carrying `value`: the lease and
     /// our key.
-    pub(crate) async fn lock(
+    pub(crate) async fn lock_mutex(
         &self,
         name: &LockName,
         wait: Option<Duration>,
@@ -190,7 +190,6 @@ impl EtcdLocker {
         try_only: bool,
         value: &[u8],
     ) -> Result<Option<(Lease, String)>, Error> {
-        self.inner.driver.check_open()?;
         let started = Instant::now();
         let result = self
             .lock_until(name, q, wait, try_only, started, value)

@@ -14,13 +14,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Proclaim, validate_value};
+use dlock_core::backend::{ElectionBackend, Proclaim, leadership};
 use dlock_core::{
-    AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease,
-    LockName, Locker, LossReason,
+    AcquireOptions, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease, LockName,
+    LossReason,
 };
 use etcd_client::{
     Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
@@ -189,16 +188,14 @@ impl LeaderChanges for EtcdChanges {
 }
 
 #[async_trait]
-impl Election for EtcdLocker {
-    async fn campaign(
+impl ElectionBackend for EtcdLocker {
+    async fn run_campaign(
         &self,
         name: &LockName,
         value: &[u8],
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
-        validate_value(value)?;
-        opts.validate()?;
-        let Some((lease, key)) = self.lock(name, opts.wait, false, value).await? else {
+        let Some((lease, key)) = self.lock_mutex(name, opts.wait, false, value).await? else {
             return Err(errors::unexpected("campaign", "no lease after waiting"));
         };
         let rev = i64::try_from(lease.token().get())
@@ -208,11 +205,10 @@ impl Election for EtcdLocker {
             key,
             rev,
         };
-        Ok(Leadership::new(lease, Arc::new(proclaim)))
+        Ok(leadership(lease, Arc::new(proclaim)))
     }
 
-    async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
-        self.inner.driver.check_open()?;
+    async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let opts = GetOptions::new()
             .with_prefix()
@@ -232,8 +228,7 @@ impl Election for EtcdLocker {
         }))
     }
 
-    async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
-        self.inner.driver.check_open()?;
+    async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let etcd = &self.inner.etcd;
         let resp = etcd
@@ -279,13 +274,5 @@ impl Election for EtcdLocker {
             pending: last.clone().into_iter().collect(),
             last,
         }))
-    }
-
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }

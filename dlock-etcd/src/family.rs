@@ -2,11 +2,9 @@
 //! predecessor watch, renewal driver) with another key range and grant rule per primitive
 //! (see `queue.rs`, and the crate documentation's "Read-write lock and semaphore").
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use dlock_core::backend::validate_permits;
-use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::backend::{RwBackend, SemaphoreBackend};
+use dlock_core::{AcquireOptions, Error, Lease, LockName};
 
 use crate::errors;
 use crate::keys;
@@ -15,7 +13,7 @@ use crate::permits::count_value;
 use crate::queue::Queue;
 
 impl EtcdLocker {
-    /// Waits in `q` for `name`, as [`Locker::acquire`] does.
+    /// Waits in `q` for `name`, as [`Locker::acquire`](dlock_core::Locker::acquire) does.
     async fn acquire_in(
         &self,
         name: &LockName,
@@ -23,7 +21,6 @@ impl EtcdLocker {
         opts: AcquireOptions,
         value: &[u8],
     ) -> Result<Lease, Error> {
-        opts.validate()?;
         match self.lock_in(name, q, opts.wait, false, value).await? {
             Some((lease, _)) => Ok(lease),
             None => Err(errors::unexpected("acquire", "no lease after waiting")),
@@ -47,23 +44,15 @@ impl EtcdLocker {
 /// recipe's waiters filter on, so a recipe waiter can take the lock while a dlock lease holds
 /// it (a double hold; see the crate README).
 #[async_trait]
-impl RwLocker for EtcdLocker {
-    async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+impl RwBackend for EtcdLocker {
+    async fn lock_read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         let q = Queue::read(&self.range_of(name));
         self.acquire_in(name, &q, opts, &[]).await
     }
 
-    async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+    async fn lock_write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         let q = Queue::write(&self.range_of(name));
         self.acquire_in(name, &q, opts, &[]).await
-    }
-
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }
 
@@ -72,23 +61,14 @@ impl RwLocker for EtcdLocker {
 /// hold, and the earliest live key's count is the semaphore's. The fencing token is the key's
 /// create revision. One locker may hold several permits of a name.
 #[async_trait]
-impl Semaphore for EtcdLocker {
-    async fn acquire_permit(
+impl SemaphoreBackend for EtcdLocker {
+    async fn lock_permit(
         &self,
         name: &LockName,
         permits: u32,
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
-        validate_permits(permits)?;
         let q = Queue::permits(&self.range_of(name), permits);
         self.acquire_in(name, &q, opts, &count_value(permits)).await
-    }
-
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }

@@ -70,7 +70,6 @@ async fn lease_left(etcd: &Etcd, id: i64) -> Result<Option<Option<Duration>>, Er
 impl EtcdLocker {
     /// [`Locker::inspect`](dlock_core::Locker::inspect): the mutex of `name` as etcd holds it.
     pub(crate) async fn inspect_mutex(&self, name: &LockName) -> Result<LockState, Error> {
-        self.inner.driver.check_open()?;
         let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
         let q = Queue::mutex(range);
         let etcd = &self.inner.etcd;

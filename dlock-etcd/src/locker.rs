@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Counters, RenewalDriver};
-use dlock_core::{AcquireOptions, Capabilities, Error, Lease, LockName, Locker, Primitives, Stats};
+use dlock_core::backend::{Counters, LockBackend, RenewalDriver};
+use dlock_core::{
+    AcquireOptions, Capabilities, Election, Error, Lease, LockName, Primitives, RwLocker,
+    Semaphore, Stats,
+};
 use etcd_client::Client;
 use tokio::time::Instant;
 
@@ -170,18 +173,21 @@ impl EtcdLocker {
 }
 
 #[async_trait]
-impl Locker for EtcdLocker {
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
-        match self.lock(name, opts.wait, false, &[]).await? {
+impl LockBackend for EtcdLocker {
+    fn closed(&self) -> bool {
+        self.inner.driver.is_closed()
+    }
+
+    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        match self.lock_mutex(name, opts.wait, false, &[]).await? {
             Some((lease, _)) => Ok(lease),
             None => Err(errors::unexpected("acquire", "no lease after waiting")),
         }
     }
 
-    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         Ok(self
-            .lock(name, None, true, &[])
+            .lock_mutex(name, None, true, &[])
             .await?
             .map(|(lease, _)| lease))
     }
@@ -190,7 +196,7 @@ impl Locker for EtcdLocker {
     /// that is a mutex key, as the grant decides), then `LeaseTimeToLive` of the holder's
     /// lease: the token is the key's create revision, `expires_within` the lease's remaining
     /// whole seconds plus one (etcd rounds down), `waiting` the other mutex keys.
-    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+    async fn state(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
         self.inspect_mutex(name).await
     }
 
@@ -199,27 +205,27 @@ impl Locker for EtcdLocker {
     /// from the first session grant on; before it, the asked TTL rounded up. Lease deadlines
     /// are always computed from the asked TTL rounded up to whole seconds (the TTL asked of
     /// etcd, so never later than the server's), not from a longer TTL etcd granted.
-    fn ttl(&self) -> Duration {
+    fn lease_ttl(&self) -> Duration {
         Duration::from_secs(self.inner.granted_ttl_secs.load(Ordering::Relaxed))
             .max(self.inner.cfg.ttl)
     }
 
     /// Ends every lease, deletes its key (guarded, all at once) and revokes the session lease
     /// (which deletes whatever keys of the session remain, queued ones included).
-    async fn close(&self) -> Result<(), Error> {
+    async fn shutdown(&self) -> Result<(), Error> {
         self.inner.driver.close().await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn guarantees(&self) -> Capabilities {
         // etcd's lessor checks expiry every 500 ms; the waiter then needs a watch event and a
         // read.
-        Capabilities::new(self.ttl())
+        Capabilities::new(self.lease_ttl())
             .with_fair_queue(true, true)
             .with_crash_release_slack(Duration::from_millis(1000))
             .with_primitives(Primitives::ALL)
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         let mut stats = self.inner.etcd.counters.snapshot();
         let driver = self.inner.driver_counters.snapshot();
         stats.renewals = driver.renewals;
@@ -227,5 +233,17 @@ impl Locker for EtcdLocker {
         // The session's sentinel is internal: the driver counts neither its grant nor its loss.
         stats.losses = driver.losses;
         stats
+    }
+
+    fn election(self: Arc<Self>) -> Option<Arc<dyn Election>> {
+        Some(self)
+    }
+
+    fn rw(self: Arc<Self>) -> Option<Arc<dyn RwLocker>> {
+        Some(self)
+    }
+
+    fn semaphore(self: Arc<Self>) -> Option<Arc<dyn Semaphore>> {
+        Some(self)
     }
 }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Proclaim, validate_value};
+use dlock_core::backend::{ElectionBackend, Proclaim, leadership};
 use dlock_core::{
-    AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease,
-    LockName, Locker, LossReason,
+    AcquireOptions, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease, LockName,
+    LossReason,
 };
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
@@ -28,7 +28,7 @@ use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;
 
-/// How many times [`ZkLocker::leader`] lists the queue again when the leader it read resigned
+/// How many times [`Election::leader`](dlock_core::Election::leader) lists the queue again when the leader it read resigned
 /// before its value could be read.
 const LEADER_READS: usize = 32;
 
@@ -211,27 +211,25 @@ impl Proclaim for ZkProclaim {
 /// campaign's value; the lowest leads, the term is its node's czxid. See the README's
 /// "Election" section.
 #[async_trait]
-impl Election for ZkLocker {
+impl ElectionBackend for ZkLocker {
     /// Creates an EPHEMERAL_SEQUENTIAL `latch-` node holding `value` and waits for it to be the
-    /// lowest, exactly as [`ZkLocker::acquire`] waits (FIFO, each waiter watching only its
+    /// lowest, exactly as [`Locker::acquire`](dlock_core::Locker::acquire) waits (FIFO, each waiter watching only its
     /// predecessor).
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for a value longer than
     /// [`MAX_VALUE_LEN`](dlock_core::MAX_VALUE_LEN) or a bad wait (before any I/O); otherwise as
-    /// [`ZkLocker::acquire`].
+    /// [`Locker::acquire`](dlock_core::Locker::acquire).
     ///
     /// # Cancel safety
     /// Dropping the future removes our node in the background, as for
-    /// [`ZkLocker::acquire`].
-    async fn campaign(
+    /// [`Locker::acquire`](dlock_core::Locker::acquire).
+    async fn run_campaign(
         &self,
         name: &LockName,
         value: &[u8],
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
-        validate_value(value)?;
-        opts.validate()?;
         let queue = Queue {
             rule: Rule::First(LATCH_MARKER),
             payload: Arc::from(value),
@@ -256,7 +254,7 @@ impl Election for ZkLocker {
                 history: Vec::new(),
             }),
         };
-        Ok(Leadership::new(grant.lease, Arc::new(proclaim)))
+        Ok(leadership(grant.lease, Arc::new(proclaim)))
     }
 
     /// A `sync` (routed through the leader) and the listing of the queue, then the data of its
@@ -269,7 +267,7 @@ impl Election for ZkLocker {
     ///
     /// # Cancel safety
     /// Cancel-safe: it only reads.
-    async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
+    async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
         let sess = self.session().await?;
         let parent = self.lock_path(name);
         let client = &sess.client;
@@ -332,32 +330,22 @@ impl Election for ZkLocker {
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the watch.
-    async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
+    async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         let sess = self.session().await?;
         let changes = ZkChanges::start(sess, self.lock_path(name)).await?;
         Ok(Box::new(changes))
-    }
-
-    /// The negotiated session timeout, as [`Locker::ttl`]: a crashed leader's session expires
-    /// within it (plus up to a server tick).
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }
 
 #[cfg(feature = "testing")]
 impl ZkLocker {
-    /// Observes `name` as [`Election::observe`] does, running `after_listing` with the
+    /// Observes `name` as [`Election::observe`](dlock_core::Election::observe) does, running `after_listing` with the
     /// observer's client once, right after the first snapshot's listing of the queue is
     /// answered (to make a change land between the listing and what follows it). Only with the
     /// `testing` feature; not a stable API.
     ///
     /// # Errors
-    /// As [`Election::observe`].
+    /// As [`Election::observe`](dlock_core::Election::observe).
     #[cfg(feature = "testing")]
     pub async fn observe_with_hook_for_test<F, Fut>(
         &self,

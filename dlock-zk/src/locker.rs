@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::Counters;
+use dlock_core::backend::{Counters, LockBackend};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, ErrorKind, FencingStrength, FencingToken, Lease, LockName,
-    Locker, Primitives, Stats,
+    Primitives, Stats,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -69,7 +69,7 @@ struct Inner {
     counters: Arc<Counters>,
     acls: zk::Acls<'static>,
     no_container: Arc<AtomicBool>,
-    /// Set by [`Locker::close`]: no session is opened or used again.
+    /// Set by [`Locker::close`](dlock_core::Locker::close): no session is opened or used again.
     closed: AtomicBool,
     /// The current session; replaced after it ends.
     slot: Mutex<Option<Arc<Session>>>,
@@ -161,7 +161,7 @@ impl ZkLocker {
     /// session is deleted. Only with the `testing` feature; not a stable API.
     ///
     /// # Errors
-    /// As [`Locker::acquire`].
+    /// As [`Locker::acquire`](dlock_core::Locker::acquire).
     #[cfg(feature = "testing")]
     pub async fn recover_protected_for_test(
         &self,
@@ -187,7 +187,7 @@ impl ZkLocker {
         }
     }
 
-    /// Whether [`Locker::close`] was called.
+    /// Whether [`Locker::close`](dlock_core::Locker::close) was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
     }
@@ -437,7 +437,11 @@ fn duration_ms(d: Duration) -> u64 {
 }
 
 #[async_trait]
-impl Locker for ZkLocker {
+impl LockBackend for ZkLocker {
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
     /// Queues for the lock and waits for its turn.
     ///
     /// # Errors
@@ -448,8 +452,7 @@ impl Locker for ZkLocker {
     /// # Cancel safety
     /// Dropping the future removes our node in the background (retried until it is gone or the
     /// session ends).
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
+    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         match self.attempt(name, opts.wait, false).await? {
             Some(lease) => Ok(lease),
             None => Err(Error::backend(
@@ -462,12 +465,12 @@ impl Locker for ZkLocker {
     /// Creates a node and checks once; if it is not the lowest, deletes it and returns `None`.
     ///
     /// # Errors
-    /// As [`ZkLocker::acquire`], without `Timeout`: when the ensemble does not answer within
+    /// As [`Locker::acquire`](dlock_core::Locker::acquire), without `Timeout`: when the ensemble does not answer within
     /// twice the negotiated session timeout, [`Error::Unavailable`].
     ///
     /// # Cancel safety
-    /// As [`ZkLocker::acquire`].
-    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+    /// As [`Locker::acquire`](dlock_core::Locker::acquire).
+    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         // One attempt, bounded (twice the session timeout, room for a reconnect) when the
         // ensemble does not answer.
         self.attempt(name, Some(self.negotiated_timeout() * 2), true)
@@ -480,23 +483,23 @@ impl Locker for ZkLocker {
     /// the ensemble's leader knows.
     ///
     /// # Errors
-    /// [`Error::Closed`] after [`Locker::close`]; [`Error::Unavailable`] when the ensemble
+    /// [`Error::Closed`] after [`Locker::close`](dlock_core::Locker::close); [`Error::Unavailable`] when the ensemble
     /// cannot be reached; [`Error::Backend`] when the server refuses.
     ///
     /// # Cancel safety
     /// Cancel-safe: it only reads.
-    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
+    async fn state(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
         self.inspect_mutex(name).await
     }
 
-    fn ttl(&self) -> Duration {
+    fn lease_ttl(&self) -> Duration {
         self.negotiated_timeout()
     }
 
     /// Ends every lease and deletes its node (by its own path, all at once), and lets the
     /// session go: the client library sends `closeSession` once nothing uses the session any
     /// more (a waiter still in flight, or the state watcher within a third of the timeout).
-    async fn close(&self) -> Result<(), Error> {
+    async fn shutdown(&self) -> Result<(), Error> {
         self.inner.closed.store(true, Ordering::Release);
         let session = self.inner.slot.lock().await.take();
         self.inner
@@ -510,7 +513,7 @@ impl Locker for ZkLocker {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn guarantees(&self) -> Capabilities {
         let ttl = self.negotiated_timeout();
         // The server expires sessions on tick boundaries (tickTime <= timeout / 2), after the
         // last packet it received; allow for that plus the watch notification.
@@ -521,7 +524,19 @@ impl Locker for ZkLocker {
             .with_primitives(Primitives::ALL)
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         self.inner.counters.snapshot()
+    }
+
+    fn election(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Election>> {
+        Some(self)
+    }
+
+    fn rw(self: Arc<Self>) -> Option<Arc<dyn dlock_core::RwLocker>> {
+        Some(self)
+    }
+
+    fn semaphore(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Semaphore>> {
+        Some(self)
     }
 }

@@ -1,11 +1,10 @@
-//! The ZooKeeper [`RwLocker`]: the mutex's queue with `__READ__` and `__WRIT__` nodes (the
+//! The ZooKeeper [`RwLocker`](dlock_core::RwLocker): the mutex's queue with `__READ__` and `__WRIT__` nodes (the
 //! layout of Curator's `InterProcessReadWriteLock`), a reader holding while no write node
 //! precedes it, a writer when first (see `rule`).
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker, RwLocker};
+use dlock_core::backend::RwBackend;
+use dlock_core::{AcquireOptions, Error, Lease, LockName};
 
 use crate::locker::{Queue, ZkLocker};
 use crate::rule::Rule;
@@ -18,7 +17,6 @@ impl ZkLocker {
         opts: AcquireOptions,
         rule: Rule,
     ) -> Result<Lease, Error> {
-        opts.validate()?;
         let queue = Queue {
             rule,
             payload: self.payload(),
@@ -41,20 +39,20 @@ impl ZkLocker {
 /// predecessor. The fencing token is the node's `czxid`. See the README's "Read-write lock and
 /// semaphore" section.
 #[async_trait]
-impl RwLocker for ZkLocker {
+impl RwBackend for ZkLocker {
     /// Creates an EPHEMERAL_SEQUENTIAL `__READ__` node and waits until no write node precedes
     /// it (readers queued together are granted together; a reader behind a waiting writer
     /// waits for it).
     ///
     /// # Errors
-    /// As [`ZkLocker::acquire`]: [`Error::InvalidOption`] for a bad wait (before any I/O),
+    /// As [`Locker::acquire`](dlock_core::Locker::acquire): [`Error::InvalidOption`] for a bad wait (before any I/O),
     /// [`Error::Timeout`] when the wait elapses (our node is removed first),
     /// [`Error::Unavailable`] when no server could be reached, [`Error::Backend`] when the
     /// server refuses.
     ///
     /// # Cancel safety
-    /// Dropping the future removes our node in the background, as for [`ZkLocker::acquire`].
-    async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+    /// Dropping the future removes our node in the background, as for [`Locker::acquire`](dlock_core::Locker::acquire).
+    async fn lock_read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         self.rw_acquire(name, opts, Rule::Read).await
     }
 
@@ -62,20 +60,11 @@ impl RwLocker for ZkLocker {
     /// read and write nodes.
     ///
     /// # Errors
-    /// As [`RwLocker::read`].
+    /// As [`RwLocker::read`](dlock_core::RwLocker::read).
     ///
     /// # Cancel safety
-    /// As [`RwLocker::read`].
-    async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+    /// As [`RwLocker::read`](dlock_core::RwLocker::read).
+    async fn lock_write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         self.rw_acquire(name, opts, Rule::Write).await
-    }
-
-    /// The negotiated session timeout, as [`Locker::ttl`].
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }

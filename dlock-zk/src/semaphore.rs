@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::validate_permits;
-use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName, Locker, Semaphore};
+use dlock_core::backend::SemaphoreBackend;
+use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -89,7 +89,7 @@ fn left(deadline: Option<Instant>) -> Option<Duration> {
 /// permit's fencing token is its lease node's `czxid`. See the README's "Read-write lock and
 /// semaphore" section.
 #[async_trait]
-impl Semaphore for ZkLocker {
+impl SemaphoreBackend for ZkLocker {
     /// Takes the guard mutex (`locks`, FIFO), checks `permits` against the count the holders
     /// recorded, creates an EPHEMERAL_SEQUENTIAL `lease-` node recording it, waits until fewer
     /// than `permits` lease nodes precede it, and releases the guard. If the guard is lost
@@ -98,19 +98,17 @@ impl Semaphore for ZkLocker {
     /// # Errors
     /// [`Error::InvalidOption`] for a permit count outside 1..=[`dlock_core::MAX_PERMITS`] or a
     /// bad wait (before any I/O), or for a count that differs from the one the holders recorded
-    /// (nothing is left behind); otherwise as [`ZkLocker::acquire`].
+    /// (nothing is left behind); otherwise as [`Locker::acquire`](dlock_core::Locker::acquire).
     ///
     /// # Cancel safety
     /// Dropping the future removes our guard and lease nodes in the background, as for
-    /// [`ZkLocker::acquire`].
-    async fn acquire_permit(
+    /// [`Locker::acquire`](dlock_core::Locker::acquire).
+    async fn lock_permit(
         &self,
         name: &LockName,
         permits: u32,
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
-        validate_permits(permits)?;
-        opts.validate()?;
         let began = Instant::now();
         let deadline = opts.wait.map(|w| began + w);
         let data: std::sync::Arc<[u8]> = lease_payload(&self.payload(), permits).into();
@@ -172,16 +170,6 @@ impl Semaphore for ZkLocker {
                 None => {}
             }
         }
-    }
-
-    /// The negotiated session timeout, as [`Locker::ttl`]: a crashed holder's session expires
-    /// within it (plus up to a server tick).
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }
 

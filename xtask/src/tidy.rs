@@ -6,6 +6,8 @@
 //! 2. The backend crates do not depend on each other.
 //! 3. No public `*_for_test` function outside the `testing` cargo feature.
 //! 4. Every library crate users build on has its README as crate docs and forbids unsafe code.
+//! 5. The contract is core's: no backend crate implements a user trait (`Locker`, `Election`,
+//!    `RwLocker`, `Semaphore`) or checks options, permits, values or a closed locker itself.
 //!
 //! Each rule is a function from file contents to findings, so its tests can show it failing.
 
@@ -57,6 +59,9 @@ pub fn run(root: &Path) -> Result<(), String> {
         if f.contains("/src/") {
             findings.extend(ungated_hooks(f, &text));
         }
+        if BACKENDS.iter().any(|b| f.starts_with(&format!("{b}/src/"))) {
+            findings.extend(contract_outside_core(f, &text));
+        }
     }
     for m in &members {
         if NOT_USER_LIBRARIES.iter().any(|(n, _)| n == m) {
@@ -69,7 +74,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     }
     if findings.is_empty() {
         eprintln!(
-            "tidy: {} files in {} crates: module docs, architecture map, backend dependencies, test hooks, crate roots all fine",
+            "tidy: {} files in {} crates: module docs, architecture map, backend dependencies, test hooks, crate roots, contract in core all fine",
             files.len(),
             members.len()
         );
@@ -217,6 +222,48 @@ pub fn ungated_hooks(file: &str, text: &str) -> Vec<String> {
     found
 }
 
+/// What only core's contract does: implement the user traits, and check input or a closed
+/// locker before the backend is asked.
+const CORE_ONLY: [(&str, &str); 8] = [
+    (
+        "impl Locker for",
+        "implements `Locker` (implement `backend::LockBackend`)",
+    ),
+    (
+        "impl Election for",
+        "implements `Election` (implement `backend::ElectionBackend`)",
+    ),
+    (
+        "impl RwLocker for",
+        "implements `RwLocker` (implement `backend::RwBackend`)",
+    ),
+    (
+        "impl Semaphore for",
+        "implements `Semaphore` (implement `backend::SemaphoreBackend`)",
+    ),
+    ("opts.validate(", "checks acquire options"),
+    ("validate_permits(", "checks a permit count"),
+    ("validate_value(", "checks a leader's value"),
+    ("check_open(", "checks for a closed locker"),
+];
+
+/// Rule 5: a backend's source doing what core's contract does once for every backend.
+pub fn contract_outside_core(file: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for (pattern, what) in CORE_ONLY {
+            if code.contains(pattern) {
+                found.push(format!(
+                    "{file}:{}: {what}, which core's contract does for every backend",
+                    i + 1
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// Rule 4: a user-facing crate's root without its README as docs or without
 /// `forbid(unsafe_code)`.
 pub fn crate_root_rules(krate: &str, root: &str) -> Vec<String> {
@@ -316,6 +363,16 @@ mod tests {
         let found = ungated_hooks("f.rs", text);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].starts_with("f.rs:7:"), "{found:?}");
+    }
+
+    #[test]
+    fn a_backend_checking_input_or_implementing_a_user_trait_fails() {
+        let bad = "impl Semaphore for X {\n    fn f() { opts.validate()?; self.driver.check_open()?; }\n}\n";
+        let found = contract_outside_core("dlock-zk/src/x.rs", bad);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("dlock-zk/src/x.rs:1: implements `Semaphore`"));
+        let good = "impl SemaphoreBackend for X {}\n// opts.validate() is core's\n";
+        assert!(contract_outside_core("dlock-zk/src/x.rs", good).is_empty());
     }
 
     #[test]

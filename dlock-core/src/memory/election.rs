@@ -2,17 +2,15 @@
 //! unbounded channel per observer that the server feeds on every grant and proclamation.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio::time::Instant;
 
 use super::{Backend, MemoryLocker};
-use crate::election::validate_value;
 use crate::{
-    AcquireOptions, Election, Error, Leader, LeaderChanges, Leadership, Lease, LockName, Locker,
-    LossReason, Proclaim,
+    AcquireOptions, ElectionBackend, Error, Leader, LeaderChanges, Leadership, Lease, LockName,
+    LossReason, Proclaim, leadership,
 };
 
 /// Writes the value of one leadership at the memory server.
@@ -70,14 +68,13 @@ impl LeaderChanges for MemoryChanges {
 }
 
 #[async_trait]
-impl Election for MemoryLocker {
-    async fn campaign(
+impl ElectionBackend for MemoryLocker {
+    async fn run_campaign(
         &self,
         name: &LockName,
         value: &[u8],
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
-        validate_value(value)?;
         let (lease, owner) = self
             .acquire_with(name, opts, value, super::Mode::Exclusive)
             .await?;
@@ -86,11 +83,10 @@ impl Election for MemoryLocker {
             name: name.as_str().to_owned(),
             owner,
         };
-        Ok(Leadership::new(lease, Arc::new(proclaim)))
+        Ok(leadership(lease, Arc::new(proclaim)))
     }
 
-    async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
-        self.driver.check_open()?;
+    async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
         self.counters.add_requests(1);
         let now = Instant::now();
         let names = self.backend.server.names();
@@ -104,8 +100,7 @@ impl Election for MemoryLocker {
             }))
     }
 
-    async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
-        self.driver.check_open()?;
+    async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         self.counters.add_requests(1);
         let now = Instant::now();
         let (tx, rx) = unbounded_channel();
@@ -119,13 +114,5 @@ impl Election for MemoryLocker {
         }
         st.observers.push(tx);
         Ok(Box::new(MemoryChanges { rx }))
-    }
-
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }

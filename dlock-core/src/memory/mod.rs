@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::options::validate_ttl;
 use crate::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, HolderState,
-    Leader, Lease, LockName, LockState, Locker, LossReason, Primitives, RenewBackend, Renewal,
+    Leader, Lease, LockBackend, LockName, LockState, LossReason, Primitives, RenewBackend, Renewal,
     RenewalDriver, Stats,
 };
 
@@ -224,7 +224,7 @@ impl MemoryLockerBuilder {
     }
 }
 
-/// An in-process [`Locker`]: FIFO, herd-free, fenced, renewed by the shared driver.
+/// An in-process [`Locker`](crate::Locker): FIFO, herd-free, fenced, renewed by the shared driver.
 ///
 /// Cloning is cheap: a clone shares the server, the renewal driver and the counters.
 #[derive(Clone)]
@@ -609,8 +609,6 @@ impl MemoryLocker {
         value: &[u8],
         mode: Mode,
     ) -> Result<(Lease, u64), Error> {
-        opts.validate()?;
-        self.driver.check_open()?;
         let began = Instant::now();
         let until = opts.wait.map(|w| began + w);
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
@@ -693,13 +691,16 @@ impl MemoryLocker {
 }
 
 #[async_trait]
-impl Locker for MemoryLocker {
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+impl LockBackend for MemoryLocker {
+    fn closed(&self) -> bool {
+        self.driver.is_closed()
+    }
+
+    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         Ok(self.acquire_with(name, opts, &[], Mode::Exclusive).await?.0)
     }
 
-    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        self.driver.check_open()?;
+    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         let owner = self.backend.server.ids.fetch_add(1, Ordering::Relaxed) + 1;
         let start = Instant::now();
         self.counters.add_requests(1);
@@ -714,8 +715,7 @@ impl Locker for MemoryLocker {
         }
     }
 
-    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
-        self.driver.check_open()?;
+    async fn state(&self, name: &LockName) -> Result<LockState, Error> {
         self.counters.add_requests(1);
         let now = Instant::now();
         let names = self.backend.server.names();
@@ -742,12 +742,12 @@ impl Locker for MemoryLocker {
         Ok(LockState::new(holder, Some(waiting)))
     }
 
-    fn ttl(&self) -> Duration {
+    fn lease_ttl(&self) -> Duration {
         self.backend.ttl
     }
 
-    /// Ends and releases every lease (see [`Locker::close`]); the server stays up for others.
-    async fn close(&self) -> Result<(), Error> {
+    /// Ends and releases every lease (see [`Locker::close`](crate::Locker::close)); the server stays up for others.
+    async fn shutdown(&self) -> Result<(), Error> {
         if self.backend.defect == Some(Defect::CloseKeepsEntries) {
             self.driver.lose_all(&LossReason::Closed);
             return Ok(());
@@ -755,7 +755,7 @@ impl Locker for MemoryLocker {
         self.driver.close().await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn guarantees(&self) -> Capabilities {
         Capabilities::new(self.backend.ttl)
             .with_fair_queue(true, self.backend.defect != Some(Defect::WakeAll))
             .with_fencing(FencingStrength::Linearizable)
@@ -763,7 +763,19 @@ impl Locker for MemoryLocker {
             .with_primitives(Primitives::ALL)
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         self.counters.snapshot()
+    }
+
+    fn election(self: Arc<Self>) -> Option<Arc<dyn crate::Election>> {
+        Some(self)
+    }
+
+    fn rw(self: Arc<Self>) -> Option<Arc<dyn crate::RwLocker>> {
+        Some(self)
+    }
+
+    fn semaphore(self: Arc<Self>) -> Option<Arc<dyn crate::Semaphore>> {
+        Some(self)
     }
 }

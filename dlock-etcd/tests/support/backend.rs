@@ -10,9 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
-use dlock_core::{
-    Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
-};
+use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{
     self, Certificate, GetOptions, Identity, SortOrder, SortTarget, TlsOptions,
@@ -294,18 +292,6 @@ impl TestBackend for EtcdBackend {
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(self.locker(&opts).await?))
-    }
-
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
     /// Every key under the namespace (queue keys of waiters and holders). Keys of expired

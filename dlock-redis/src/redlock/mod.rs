@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, LockBackend, RenewalDriver, validate_ttl};
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Locker, Primitives,
-    Stats,
+    AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Primitives, Stats,
 };
 
 use crate::conn;
@@ -357,35 +356,35 @@ impl RedlockLockerBuilder {
 }
 
 #[async_trait]
-impl Locker for RedlockLocker {
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
-        self.inner.driver.check_open()?;
+impl LockBackend for RedlockLocker {
+    fn closed(&self) -> bool {
+        self.inner.driver.is_closed()
+    }
+
+    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         acquire::acquire(&self.inner, name, opts.wait).await
     }
 
-    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        self.inner.driver.check_open()?;
+    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         acquire::try_acquire(&self.inner, name).await
     }
 
     /// Reads every node at once (one read-only script each, within the node timeout): the
     /// holder is the owner value a quorum of them hold; see `redlock::inspect`.
-    async fn inspect(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
-        self.inner.driver.check_open()?;
+    async fn state(&self, name: &LockName) -> Result<dlock_core::LockState, Error> {
         inspect::inspect(&self.inner, name).await
     }
 
-    fn ttl(&self) -> Duration {
+    fn lease_ttl(&self) -> Duration {
         self.inner.ttl
     }
 
     /// Ends every lease and deletes its key on every node (guarded deletes, all at once).
-    async fn close(&self) -> Result<(), Error> {
+    async fn shutdown(&self) -> Result<(), Error> {
         self.inner.driver.close().await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn guarantees(&self) -> Capabilities {
         Capabilities::new(self.inner.ttl)
             .with_fair_queue(false, false)
             .with_fencing(FencingStrength::Assumed)
@@ -395,7 +394,7 @@ impl Locker for RedlockLocker {
             .with_primitives(Primitives::MUTEX_ONLY)
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         self.inner.counters.snapshot()
     }
 }

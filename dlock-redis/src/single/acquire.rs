@@ -110,7 +110,6 @@ pub(super) async fn try_acquire(
     inner: &Arc<Inner>,
     name: &LockName,
 ) -> Result<Option<(Lease, String)>, Error> {
-    inner.driver.check_open()?;
     let mut p = pending(inner, Keys::new(&inner.prefix, name));
     let start = Instant::now();
     p.dirty = true;
@@ -136,7 +135,6 @@ pub(super) async fn acquire(
     name: &LockName,
     wait: Option<Duration>,
 ) -> Result<(Lease, String), Error> {
-    inner.driver.check_open()?;
     if wait == Some(Duration::ZERO) {
         return at_once(try_acquire(inner, name).await?);
     }

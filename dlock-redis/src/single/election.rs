@@ -17,10 +17,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Proclaim, validate_value};
+use dlock_core::backend::{ElectionBackend, Proclaim, leadership};
 use dlock_core::{
-    AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease,
-    LockName, Locker, LossReason,
+    AcquireOptions, Error, FencingToken, Leader, LeaderChanges, Leadership, Lease, LockName,
+    LossReason,
 };
 use redis::Script;
 use redis::streams::StreamReadReply;
@@ -232,15 +232,13 @@ impl LeaderChanges for RedisChanges {
 }
 
 #[async_trait]
-impl Election for RedisLocker {
-    async fn campaign(
+impl ElectionBackend for RedisLocker {
+    async fn run_campaign(
         &self,
         name: &LockName,
         value: &[u8],
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
-        validate_value(value)?;
-        opts.validate()?;
         let (lease, owner) = acquire::acquire(&self.inner, name, opts.wait).await?;
         let term = lease.token().get();
         match announce(&self.inner, name, &owner, term, value, "campaign").await {
@@ -258,17 +256,15 @@ impl Election for RedisLocker {
             inner: Arc::clone(&self.inner),
             owner,
         };
-        Ok(Leadership::new(lease, Arc::new(proclaim)))
+        Ok(leadership(lease, Arc::new(proclaim)))
     }
 
-    async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
-        self.inner.driver.check_open()?;
+    async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
         Ok(read(&self.inner, name).await?.leader)
     }
 
-    async fn observe(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
+    async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
         let inner = &self.inner;
-        inner.driver.check_open()?;
         let node = Arc::clone(&inner.backend.node.display);
         let conn = inner
             .backend
@@ -286,13 +282,5 @@ impl Election for RedisLocker {
             first: leader,
             budget: BLOCK + inner.request_timeout,
         }))
-    }
-
-    fn ttl(&self) -> Duration {
-        Locker::ttl(self)
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        Locker::close(self).await
     }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::validate_permits;
-use dlock_core::{AcquireOptions, Error, Lease, LockName, RwLocker, Semaphore};
+use dlock_core::backend::{RwBackend, SemaphoreBackend};
+use dlock_core::{AcquireOptions, Error, Lease, LockName};
 use tokio::time::Instant;
 
 use super::backend::Slot;
@@ -112,7 +112,6 @@ async fn acquire(
     mode: Mode,
     wait: Option<Duration>,
 ) -> Result<Lease, Error> {
-    inner.driver.check_open()?;
     let wait = Wait::start(wait);
     let keys = Keys::new(&inner.prefix, name);
     let family = FamilyKeys::of(&keys);
@@ -198,15 +197,14 @@ async fn acquire(
 /// arrives while a writer waits queues behind it), readers at the head granted together.
 /// In fair and spin mode alike (the queue is what keeps writers from starving).
 #[async_trait]
-impl RwLocker for RedisLocker {
+impl RwBackend for RedisLocker {
     /// # Errors
     /// As [`Locker::acquire`](dlock_core::Locker::acquire).
     ///
     /// # Cancel safety
     /// Dropping the future withdraws the request in the background (its queue entry, and a
     /// grant whose reply was not seen); nothing is left behind.
-    async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
+    async fn lock_read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         acquire(&self.inner, name, Mode::Read, opts.wait).await
     }
 
@@ -214,25 +212,16 @@ impl RwLocker for RedisLocker {
     /// As [`Locker::acquire`](dlock_core::Locker::acquire).
     ///
     /// # Cancel safety
-    /// As [`read`](Self::read).
-    async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
+    /// As [`lock_read`](Self::lock_read).
+    async fn lock_write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         acquire(&self.inner, name, Mode::Write, opts.wait).await
-    }
-
-    fn ttl(&self) -> Duration {
-        self.inner.ttl
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        dlock_core::Locker::close(self).await
     }
 }
 
 /// A counting semaphore of one name on one Redis server: at most N live holders, FIFO.
 /// N is recorded with the holders (`p<N>` in their members and queue entries).
 #[async_trait]
-impl Semaphore for RedisLocker {
+impl SemaphoreBackend for RedisLocker {
     /// # Errors
     /// [`Error::InvalidOption`] for a permit count outside 1..=[`MAX_PERMITS`](dlock_core::MAX_PERMITS)
     /// (before any I/O), or one that differs from the count of the permits held or awaited;
@@ -240,23 +229,13 @@ impl Semaphore for RedisLocker {
     ///
     /// # Cancel safety
     /// Dropping the future withdraws the request in the background; nothing is left behind.
-    async fn acquire_permit(
+    async fn lock_permit(
         &self,
         name: &LockName,
         permits: u32,
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
-        validate_permits(permits)?;
-        opts.validate()?;
         acquire(&self.inner, name, Mode::Permit(permits), opts.wait).await
-    }
-
-    fn ttl(&self) -> Duration {
-        self.inner.ttl
-    }
-
-    async fn close(&self) -> Result<(), Error> {
-        dlock_core::Locker::close(self).await
     }
 }
 

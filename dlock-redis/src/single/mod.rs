@@ -15,10 +15,10 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, LockBackend, RenewalDriver, validate_ttl};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, FencingStrength, HolderState, Lease, LockName, LockState,
-    Locker, Primitives, Stats,
+    Primitives, Stats,
 };
 
 use crate::conn::{self, Node};
@@ -873,13 +873,16 @@ impl RedisLockerBuilder {
 }
 
 #[async_trait]
-impl Locker for RedisLocker {
-    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        opts.validate()?;
+impl LockBackend for RedisLocker {
+    fn closed(&self) -> bool {
+        self.inner.driver.is_closed()
+    }
+
+    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         Ok(acquire::acquire(&self.inner, name, opts.wait).await?.0)
     }
 
-    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
         Ok(acquire::try_acquire(&self.inner, name)
             .await?
             .map(|(lease, _)| lease))
@@ -892,9 +895,8 @@ impl Locker for RedisLocker {
     /// The token shown is the fence counter: a grant sets the lock key and the counter in one
     /// script, and no other grant of the name can raise the counter while the key holds that
     /// owner (the read-write lock and semaphore share the counter, but a name is one primitive).
-    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+    async fn state(&self, name: &LockName) -> Result<LockState, Error> {
         let inner = &self.inner;
-        inner.driver.check_open()?;
         let keys = keys::Keys::new(&inner.prefix, name);
         let node = &inner.backend.node;
         let view = inspect::read(
@@ -916,17 +918,17 @@ impl Locker for RedisLocker {
         Ok(LockState::new(holder, inner.fair.then_some(view.waiting)))
     }
 
-    fn ttl(&self) -> Duration {
+    fn lease_ttl(&self) -> Duration {
         self.inner.ttl
     }
 
     /// Ends every lease and deletes its key (one guarded delete each, all at once); the
     /// connections close when the last clone of the locker is dropped.
-    async fn close(&self) -> Result<(), Error> {
+    async fn shutdown(&self) -> Result<(), Error> {
         self.inner.driver.close().await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn guarantees(&self) -> Capabilities {
         Capabilities::new(self.inner.ttl)
             .with_fair_queue(self.inner.fair, self.inner.fair)
             .with_fencing(FencingStrength::Linearizable)
@@ -934,7 +936,19 @@ impl Locker for RedisLocker {
             .with_primitives(Primitives::ALL)
     }
 
-    fn stats(&self) -> Stats {
+    fn counters(&self) -> Stats {
         self.inner.counters.snapshot()
+    }
+
+    fn election(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Election>> {
+        Some(self)
+    }
+
+    fn rw(self: Arc<Self>) -> Option<Arc<dyn dlock_core::RwLocker>> {
+        Some(self)
+    }
+
+    fn semaphore(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Semaphore>> {
+        Some(self)
     }
 }

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 pub use dlock_conformance::servers::redis_cluster::form;
 use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions};
 use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
-use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::RedisLocker;
 
 use super::{ClusterRef, backend_err, leftovers_of};
@@ -100,18 +100,6 @@ impl TestBackend for ClusterBackend {
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(self.locker(&opts)?))
-    }
-
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
-    }
-
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
-    }
-
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts)?)))
     }
 
     /// Live keys and queue entries under `namespace` on every master (each holds its slots'

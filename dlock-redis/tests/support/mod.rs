@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
-use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
 /// The Redis Cluster topology and its conformance backend.
@@ -355,30 +355,6 @@ impl TestBackend for RedisBackend {
                 }
                 Ok(Arc::new(b.build()?))
             }
-        }
-    }
-
-    /// Election on the single node (fair or spin); Redlock has none.
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        match self.kind {
-            Kind::Single | Kind::Spin => Ok(Some(Arc::new(self.single(&opts)?))),
-            Kind::Redlock => Ok(None),
-        }
-    }
-
-    /// The read-write lock on the single node (fair or spin); Redlock has none.
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        match self.kind {
-            Kind::Single | Kind::Spin => Ok(Some(Arc::new(self.single(&opts)?))),
-            Kind::Redlock => Ok(None),
-        }
-    }
-
-    /// The semaphore on the single node (fair or spin); Redlock has none.
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        match self.kind {
-            Kind::Single | Kind::Spin => Ok(Some(Arc::new(self.single(&opts)?))),
-            Kind::Redlock => Ok(None),
         }
     }
 

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions};
 use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
-use dlock_core::{Election, Error, FencingToken, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::{RedisLocker, RedisLockerBuilder};
 
 use super::{ClusterRef, Kind, RedisBackend};
@@ -667,18 +667,6 @@ impl TestBackend for SentinelBackend {
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(self.locker(&opts).await?))
-    }
-
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {

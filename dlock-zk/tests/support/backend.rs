@@ -8,9 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
-use dlock_core::{
-    Election, Error, FencingStrength, FencingToken, LockName, Locker, RwLocker, Semaphore,
-};
+use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_zk::{DEFAULT_ROOT, ZkAcl, ZkLocker, ZkLockerBuilder};
 use zookeeper_client as zkc;
 
@@ -197,21 +195,6 @@ impl TestBackend for ZkBackend {
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(self.locker(&opts).await?))
-    }
-
-    /// A locker built exactly as [`ZkBackend::client`] builds one, as an [`Election`].
-    async fn election(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Election>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    /// A locker built exactly as [`ZkBackend::client`] builds one, as a [`RwLocker`].
-    async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
-    }
-
-    /// A locker built exactly as [`ZkBackend::client`] builds one, as a [`Semaphore`].
-    async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
-        Ok(Some(Arc::new(self.locker(&opts).await?)))
     }
 
     /// Every contender node under the namespace (`<lock parent>/<node>`, and a semaphore's
