@@ -211,7 +211,7 @@ fn feature_checks(root: &Path, packages: &[Value]) -> Result<(), String> {
         let out = cmd
             .output()
             .map_err(|e| format!("step `{name}` could not start: {e}"))?;
-        let found = diagnostics(&String::from_utf8_lossy(&out.stdout));
+        let found = crate::cargo_json::diagnostics(&out.stdout);
         if !out.status.success() || !found.is_empty() {
             return Err(format!(
                 "step `{name}` failed ({}, {} diagnostics):\n{}",
@@ -230,24 +230,6 @@ fn lone_features(package: &Value) -> Vec<String> {
         .as_object()
         .map(|f| f.keys().filter(|k| *k != "default").cloned().collect())
         .unwrap_or_default()
-}
-
-/// The warnings and errors rustc reported in cargo's `--message-format json` output, rendered.
-/// Registry crates' warnings never appear (cargo caps their lints), so these are the
-/// workspace's own.
-fn diagnostics(json_lines: &str) -> Vec<String> {
-    json_lines
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-message")
-        .filter(|m| matches!(m["message"]["level"].as_str(), Some("warning" | "error")))
-        .map(|m| {
-            m["message"]["rendered"]
-                .as_str()
-                .unwrap_or("(a diagnostic without text)")
-                .to_owned()
-        })
-        .collect()
 }
 
 /// Whether cargo metadata's package may be published: no `publish = false` (an empty list).
@@ -436,19 +418,6 @@ mod tests {
     fn every_feature_but_default_is_checked_alone() {
         let p = json!({"features": {"default": ["redis", "zk"], "redis": [], "zk": []}});
         assert_eq!(lone_features(&p), vec!["redis".to_owned(), "zk".to_owned()]);
-    }
-
-    #[test]
-    fn warnings_and_errors_of_the_json_stream_fail_a_check() {
-        let out = [
-            r#"{"reason":"compiler-artifact","package_id":"x"}"#,
-            r#"{"reason":"compiler-message","message":{"level":"warning","rendered":"warning: unused import"}}"#,
-            r#"{"reason":"compiler-message","message":{"level":"note","rendered":"note: x"}}"#,
-            "not json",
-            r#"{"reason":"build-finished","success":true}"#,
-        ]
-        .join("\n");
-        assert_eq!(diagnostics(&out), vec!["warning: unused import".to_owned()]);
     }
 
     #[test]

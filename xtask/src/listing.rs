@@ -54,22 +54,8 @@ impl Listing {
     /// A binary that cannot be built or listed, or one that enrols a module xtask's
     /// [`BACKENDS`] does not know (it would never be run or judged).
     fn add_listed(&mut self, root: &Path, selection: &[&str]) -> Result<(), String> {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let shown = selection.join(" ");
-        let out = Command::new(&cargo)
-            .current_dir(root)
-            .args(["test", "-q", "--no-run", "--message-format=json"])
-            .args(selection)
-            .output()
-            .map_err(|e| format!("cannot run cargo to build the tests of {shown}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "cannot build the tests of {shown} ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        for exe in executables(&String::from_utf8_lossy(&out.stdout)) {
+        let what = format!("the tests of {}", selection.join(" "));
+        for (exe, _) in crate::cargo_json::test_executables(root, selection, "build", &what)? {
             let listed = Command::new(&exe)
                 .current_dir(root)
                 .args(["--list", "--format", "terse"])
@@ -125,16 +111,6 @@ impl Listing {
             .cloned()
             .collect()
     }
-}
-
-/// The test executables in cargo's `--message-format=json` build output.
-fn executables(messages: &str) -> Vec<String> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
-        .filter_map(|m| m["executable"].as_str().map(String::from))
-        .collect()
 }
 
 /// Parses one binary's `--list --format terse` output (`path::to::test: test` lines) into the enrolled
@@ -196,14 +172,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["fifo", "mutual_exclusion"]
         );
-    }
-
-    #[test]
-    fn test_executables_are_read_from_cargo_messages() {
-        let messages = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/conformance-1"}
-{"reason":"compiler-artifact","profile":{"test":false},"executable":null}
-{"reason":"build-finished","success":true}"#;
-        assert_eq!(executables(messages), ["/t/conformance-1"]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::process::{Command, ExitCode};
 
 mod allowlist;
 mod bench;
+mod cargo_json;
 mod conform;
 mod gates;
 mod install;

@@ -41,24 +41,16 @@ pub fn start(root: &Path, report_dir: &Path) -> Result<Running, String> {
         .collect();
     targets.sort_unstable();
     targets.dedup();
-    let mut selection = vec!["test", "-q", "--no-run", "--message-format=json"];
-    for (krate, target) in &targets {
-        selection.extend(["-p", krate, "--test", target]);
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
-        .current_dir(root)
-        .args(&selection)
-        .output()
-        .map_err(|e| format!("cannot run cargo to find the production rows' binaries: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cannot build the production rows' binaries ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let found = executables(&String::from_utf8_lossy(&out.stdout));
+    let selection: Vec<&str> = targets
+        .iter()
+        .flat_map(|(krate, target)| ["-p", krate, "--test", target])
+        .collect();
+    let found = crate::cargo_json::test_executables(
+        root,
+        &selection,
+        "find",
+        "the production rows' binaries",
+    )?;
     if found.len() != targets.len() {
         return Err(format!(
             "expected {} production-row binaries, cargo built {}: {found:?}",
@@ -124,23 +116,6 @@ impl Running {
     }
 }
 
-/// The test executables in cargo's `--message-format=json` output, each with its package's
-/// directory (where cargo runs it).
-fn executables(messages: &str) -> Vec<(String, PathBuf)> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
-        .filter_map(|m| {
-            let exe = m["executable"].as_str()?.to_string();
-            let dir = Path::new(m["manifest_path"].as_str()?)
-                .parent()?
-                .to_path_buf();
-            Some((exe, dir))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,18 +140,5 @@ mod tests {
                 "{test} would be skipped"
             );
         }
-    }
-
-    #[test]
-    fn executables_come_with_their_package_dir() {
-        let messages = r#"{"reason":"compiler-artifact","manifest_path":"/w/dlock-zk/Cargo.toml","profile":{"test":true},"executable":"/t/conformance_prod-1"}
-{"reason":"compiler-artifact","manifest_path":"/w/x/Cargo.toml","profile":{"test":false},"executable":null}"#;
-        assert_eq!(
-            executables(messages),
-            [(
-                "/t/conformance_prod-1".to_string(),
-                PathBuf::from("/w/dlock-zk")
-            )]
-        );
     }
 }
