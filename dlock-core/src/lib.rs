@@ -3,6 +3,7 @@
 
 mod background;
 mod capabilities;
+mod common;
 mod contract;
 mod election;
 mod error;
@@ -22,6 +23,7 @@ mod token;
 mod with_lock;
 
 pub use capabilities::{Capabilities, FencingStrength, Primitives};
+pub use common::{CommonOptions, MAX_NAMESPACE_LEN, validate_namespace};
 pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{BoxError, Error, ErrorKind, LossReason, NameError, NodeError, Result};
 pub use fence::{FenceGuard, FenceRejected};
@@ -41,24 +43,4 @@ pub use with_lock::{LeaseView, LockerExt};
 // The crate's own modules name the backend tier from the root, as they always did.
 pub(crate) use backend::*;
 
-pub mod backend {
-    //! What a backend crate needs beyond the user API: the shared renewal driver and the
-    //! contract it renews through, the request counters behind [`Stats`](crate::Stats), the
-    //! clock-drift and loss-margin rules every lease deadline follows, the TTL check each
-    //! builder runs before any I/O, and [`Proclaim`], a backend's write of a leader's
-    //! value.
-    //!
-    //! The user traits ([`Locker`](crate::Locker) and the family) are implemented once in
-    //! this crate over [`LockBackend`] and its siblings, with the closed check and every input
-    //! check, so a backend writes neither.
-    //!
-    //! Users of a backend never need these. They are less stable than the crate root: they
-    //! change when a backend needs something new of the shared machinery.
-
-    pub use crate::background::Background;
-    pub use crate::contract::{ElectionBackend, LockBackend, RwBackend, SemaphoreBackend};
-    pub use crate::election::{Proclaim, leadership};
-    pub use crate::options::{drift, loss_margin, validate_ttl};
-    pub use crate::renewal::{RenewBackend, Renewal, RenewalDriver};
-    pub use crate::stats::Counters;
-}
+pub mod backend;
