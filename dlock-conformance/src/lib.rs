@@ -17,6 +17,7 @@ mod backend;
 pub mod faults;
 mod gate;
 pub mod history;
+pub mod kit;
 mod macros;
 pub mod memory;
 #[cfg(feature = "criterion")]
