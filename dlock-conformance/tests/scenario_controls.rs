@@ -335,6 +335,16 @@ fn family_edges_catches_readers_barging_past_a_waiting_writer() {
     );
 }
 
+/// A proclamation written whoever leads is caught by `family_edges`' broken leader.
+#[test]
+fn family_edges_catches_a_proclamation_without_its_leader_entry() {
+    caught(
+        Defect::UnguardedProclaim,
+        Scenario::FamilyEdges,
+        "after the leader's entry was deleted",
+    );
+}
+
 /// The correct memory backend passes the same run, on every primitive.
 #[test]
 fn family_edges_passes_on_the_reference() {

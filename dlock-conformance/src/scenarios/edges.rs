@@ -1,7 +1,8 @@
 //! The family primitives' edges, for every backend that has them: bad permit counts and
 //! election values refused with a typed error before any I/O, a permit count that disagrees
 //! with the semaphore's refused without disturbing it, a reader queued behind a waiting
-//! writer, and a fresh name with no leader.
+//! writer, a fresh name with no leader, and a leader whose entry was deleted unable to
+//! proclaim.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -339,7 +340,31 @@ async fn fresh_leader(ctx: &Ctx, e: &dyn Election) -> Result<(), Verdict> {
     leading.resign().await?;
     let after = e.leader(&lock).await?;
     ensure!(after.is_none(), "after resigning, {after:?} leads");
+    broken_leader(ctx, e).await?;
     nothing_left(ctx, "the election").await
+}
+
+/// A leader whose entry was deleted at the server cannot proclaim: the write is guarded by
+/// its own entry, so it fails as lost, and nobody is recorded leading with that value.
+async fn broken_leader(ctx: &Ctx, e: &dyn Election) -> Result<(), Verdict> {
+    let lock = name("edges-broken-leader")?;
+    let leading = e.campaign(&lock, b"before", wait(ctx)).await?;
+    ensure!(
+        ctx.backend().break_entry(ctx.ns(), &lock).await?,
+        "the leader's entry was not found to break"
+    );
+    let proclaimed = leading.proclaim(b"after").await;
+    ensure!(
+        matches!(&proclaimed, Err(e) if e.kind() == ErrorKind::Lost),
+        "a proclamation after the leader's entry was deleted gave {proclaimed:?}, not lost"
+    );
+    let now = e.leader(&lock).await?;
+    ensure!(
+        now.as_ref().is_none_or(|l| l.value != b"after"),
+        "the refused proclamation is recorded: {now:?}"
+    );
+    drop(leading);
+    Ok(())
 }
 
 /// Nothing of the namespace is left at the server within a second (releases may finish

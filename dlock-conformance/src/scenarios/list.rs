@@ -124,8 +124,9 @@ macro_rules! __scenarios {
             /// For each family primitive the backend has: zero or too many permits and an
             /// election value too long refused as invalid input before any I/O; a permit count
             /// other than the semaphore's refused without disturbing its waiter or a correct
-            /// count; a reader behind a waiting writer waits for it; a fresh name has no leader
-            /// and a refused proclamation changes nothing.
+            /// count; a reader behind a waiting writer waits for it; a fresh name has no leader,
+            /// a refused proclamation changes nothing, and a leader whose entry was deleted at
+            /// the server cannot proclaim.
             FamilyEdges = edges::family_edges,
             /// A writer cut off while a reader waits, then a reader cut off while a writer waits: each
             /// waiter granted within TTL + slack, after the holder's `lost()` fired, with a higher token.

@@ -85,6 +85,9 @@ pub enum Defect {
     /// `close()` ends the leases on the client but deletes nothing at the server: the locks
     /// stay held there until their TTL runs out, and the closed locker still grants.
     CloseKeepsEntries,
+    /// A leader's proclamation is written whoever the server records as leader (no guard on
+    /// the holder's own entry): a leader whose entry is gone still "proclaims".
+    UnguardedProclaim,
     /// `inspect` counts the holder's own queue entry among the waiters, as a reader of a
     /// ZooKeeper or etcd queue that forgets the holder is its first entry would.
     InspectCountsHolder,
