@@ -220,8 +220,8 @@ impl TestBackend for ZkBackend {
         Ok(out)
     }
 
-    /// Deletes the holder's node (the lowest sequence), as an operator would.
-    /// Deletes the first queue node; returns its czxid, the fencing token of its grant.
+    /// Deletes the holder's node (the lowest sequence of the mutex's or the election's
+    /// nodes), as an operator would; returns its czxid, the fencing token of its grant.
     async fn break_holder(
         &self,
         namespace: &str,
@@ -233,8 +233,9 @@ impl TestBackend for ZkBackend {
             .await?
             .into_iter()
             .filter_map(|n| {
-                let seq = n.rsplit_once("lock-")?.1.parse().ok()?;
-                Some((seq, n))
+                // A mutex's `lock-` nodes or an election's `latch-` nodes.
+                let (_, seq) = n.rsplit_once("lock-").or_else(|| n.rsplit_once("latch-"))?;
+                Some((seq.parse().ok()?, n))
             })
             .collect();
         nodes.sort();
