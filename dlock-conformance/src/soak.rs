@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::faults::{Direction, Mode, Proxy};
 use crate::history::{Event, History, Kind};
 use crate::scenarios::holder::{HolderProcess, field};
-use crate::scenarios::util::instant_of_mono;
+use crate::scenarios::util::{instant_of_mono, via_proxies};
 use crate::scenarios::workload::{Counts, Findings, Plan, Workload};
 use crate::scenarios::{Ctx, Fencing, Scenario, Verdict};
 use crate::{ClientOptions, TestBackend};
@@ -301,14 +301,8 @@ async fn soak(
     let mut clients: Vec<Arc<dyn Locker>> = Vec::new();
     let mut links: Vec<Arc<Vec<Proxy>>> = Vec::new();
     for _ in 0..WORKERS {
-        let mut opts = ClientOptions::new(ctx.ns(), ttl);
-        if !addrs.is_empty() {
-            let proxies = addrs
-                .iter()
-                .map(|a| Proxy::start(*a))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-            opts = opts.via(proxies.iter().map(Proxy::addr).collect());
+        let (proxies, opts) = via_proxies(&addrs, ClientOptions::new(ctx.ns(), ttl))?;
+        if !proxies.is_empty() {
             links.push(Arc::new(proxies));
         }
         clients.push(

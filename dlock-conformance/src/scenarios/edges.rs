@@ -15,10 +15,10 @@ use tokio::task::JoinHandle;
 
 use super::election::election;
 use super::family::{rw, semaphore};
-use super::util::{name, within};
+use super::util::{name, via_proxies, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
-use crate::faults::{Mode, Proxy};
+use crate::faults::Mode;
 
 /// How long a refused input may take: it is refused before any I/O, and the links are
 /// blackholed, so anything that waits on the network takes a request timeout or hangs.
@@ -90,17 +90,10 @@ fn invalid<T>(what: &str, result: Result<T, Error>) -> Result<(), Verdict> {
 /// each refused as invalid input within [`REFUSED_WITHIN`] (a client that asked the server
 /// first would hang or time out).
 async fn refused_before_io(ctx: &Ctx, semaphores: bool, elections: bool) -> Result<(), Verdict> {
-    let proxies = ctx
-        .backend()
-        .node_addrs()
-        .into_iter()
-        .map(Proxy::start)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let mut opts = ClientOptions::new(ctx.ns(), ctx.ttl());
-    if !proxies.is_empty() {
-        opts = opts.via(proxies.iter().map(Proxy::addr).collect());
-    }
+    let (proxies, opts) = via_proxies(
+        &ctx.backend().node_addrs(),
+        ClientOptions::new(ctx.ns(), ctx.ttl()),
+    )?;
     let lock = name("edges-input")?;
     let sem = if semaphores {
         Some(semaphore(ctx, opts.clone()).await?)

@@ -5,8 +5,8 @@ use std::time::Duration;
 use dlock_core::AcquireOptions;
 use tokio::time::Instant;
 
-use super::slow::{NO_LINK, proxied};
-use super::util::{name, settle, wait_growth, within};
+use super::slow::NO_LINK;
+use super::util::{name, proxied, settle, wait_growth, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::{Direction, Mode};

@@ -6,10 +6,10 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, FencingStrength, LockName, LossReason};
 use tokio::time::Instant;
 
-use super::util::{break_holder, name, within};
+use super::util::{break_holder, name, via_proxies, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
-use crate::faults::{Mode, Proxy};
+use crate::faults::Mode;
 use crate::history::{Event, History, Kind};
 
 /// Scheduling allowance on top of a deadline when checking that `lost()` fired in time.
@@ -155,21 +155,11 @@ fn us_round(ms: f64) -> f64 {
 /// backends stop its renewal instead) while a contender waits.
 async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
     let ttl = ctx.ttl();
-    let proxies = ctx
-        .backend()
-        .node_addrs()
-        .iter()
-        .map(|a| Proxy::start(*a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let holder = if proxies.is_empty() {
-        ctx.client().await?
-    } else {
-        ctx.client_with(
-            ClientOptions::new(ctx.ns(), ttl).via(proxies.iter().map(Proxy::addr).collect()),
-        )
-        .await?
-    };
+    let (proxies, opts) = via_proxies(
+        &ctx.backend().node_addrs(),
+        ClientOptions::new(ctx.ns(), ttl),
+    )?;
+    let holder = ctx.client_with(opts).await?;
     let contender = ctx.client().await?;
     let slack = ctx.crash_slack(&contender.capabilities());
     let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;

@@ -1,33 +1,14 @@
 //! Client↔server link faults through the proxy: a short blip, a lost release reply.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, Locker};
 use tokio::time::Instant;
 
-use super::util::{name, within};
+use super::util::{name, proxied, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
-use crate::faults::{Direction, Mode, Proxy};
-
-/// A client whose every node link goes through its own proxy.
-async fn proxied(ctx: &Ctx) -> Result<Option<(Arc<dyn Locker>, Vec<Proxy>)>, Verdict> {
-    let addrs = ctx.backend().node_addrs();
-    if addrs.is_empty() {
-        return Ok(None);
-    }
-    let proxies = addrs
-        .iter()
-        .map(|a| Proxy::start(*a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let via = proxies.iter().map(Proxy::addr).collect();
-    let client = ctx
-        .client_with(ClientOptions::new(ctx.ns(), ctx.ttl()).via(via))
-        .await?;
-    Ok(Some((client, proxies)))
-}
+use crate::faults::{Direction, Mode};
 
 fn no_link() -> Verdict {
     Verdict::Skip("in-process backend: there is no client↔server connection to fault".into())
@@ -36,7 +17,8 @@ fn no_link() -> Verdict {
 /// The holder's links go silent for 0.3 × TTL: the lease survives with the same token, no
 /// contender gets in, and renewal carries on afterwards.
 pub(crate) async fn short_blip(ctx: &Ctx) -> Result<(), Verdict> {
-    let Some((holder, proxies)) = proxied(ctx).await? else {
+    let Some((holder, proxies)) = proxied(ctx, ClientOptions::new(ctx.ns(), ctx.ttl())).await?
+    else {
         return Err(no_link());
     };
     let contender = ctx.client().await?;
@@ -83,7 +65,8 @@ pub(crate) async fn short_blip(ctx: &Ctx) -> Result<(), Verdict> {
 /// the connections are reset); the release reports an error or completes, within a bound. The
 /// lock passes on, and the retried release of the old grant never deletes the new holder's lock.
 pub(crate) async fn release_reply_lost(ctx: &Ctx) -> Result<(), Verdict> {
-    let Some((holder, proxies)) = proxied(ctx).await? else {
+    let Some((holder, proxies)) = proxied(ctx, ClientOptions::new(ctx.ns(), ctx.ttl())).await?
+    else {
         return Err(no_link());
     };
     let (b, c) = (ctx.client().await?, ctx.client().await?);

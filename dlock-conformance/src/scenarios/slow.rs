@@ -7,7 +7,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, LockName, Locker};
 use tokio::time::Instant;
 
-use super::util::{name, within};
+use super::util::{name, proxied, within};
 use super::{Ctx, Verdict, ensure};
 use crate::faults::{Direction, Mode, Proxy};
 use crate::{ClientOptions, ServerExpiry};
@@ -21,25 +21,6 @@ const RENEWAL_DELAY: Duration = Duration::from_millis(150);
 /// The in-process backend's skip reason (shared with the other link-fault scenarios).
 pub(crate) const NO_LINK: &str =
     "in-process backend: there is no client↔server connection to fault";
-
-/// A client whose every node link goes through its own proxy.
-pub(crate) async fn proxied(
-    ctx: &Ctx,
-    opts: ClientOptions,
-) -> Result<Option<(Arc<dyn Locker>, Vec<Proxy>)>, Verdict> {
-    let addrs = ctx.backend().node_addrs();
-    if addrs.is_empty() {
-        return Ok(None);
-    }
-    let proxies = addrs
-        .iter()
-        .map(|a| Proxy::start(*a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-    let via = proxies.iter().map(Proxy::addr).collect();
-    let client = ctx.client_with(opts.via(via)).await?;
-    Ok(Some((client, proxies)))
-}
 
 fn upstream_bytes(proxies: &[Proxy]) -> u64 {
     proxies.iter().map(|p| p.bytes(Direction::Upstream)).sum()

@@ -9,6 +9,7 @@ use std::time::Duration;
 use dlock_core::{Error, Lease};
 use tokio::time::Instant;
 
+use super::util::via_proxies;
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::{Mode, Proxy};
@@ -22,18 +23,7 @@ pub(crate) struct Link {
 impl Link {
     /// Proxies for every node, and `opts` routed through them.
     pub(crate) fn start(ctx: &Ctx, opts: ClientOptions) -> Result<(Link, ClientOptions), Verdict> {
-        let proxies = ctx
-            .backend()
-            .node_addrs()
-            .iter()
-            .map(|a| Proxy::start(*a))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
-        let opts = if proxies.is_empty() {
-            opts
-        } else {
-            opts.via(proxies.iter().map(Proxy::addr).collect())
-        };
+        let (proxies, opts) = via_proxies(&ctx.backend().node_addrs(), opts)?;
         Ok((Link { proxies }, opts))
     }
 

@@ -2,10 +2,47 @@
 
 use std::time::Duration;
 
-use dlock_core::{FencingToken, LockName};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use dlock_core::{FencingToken, LockName, Locker};
 use tokio::time::Instant;
 
 use super::{Ctx, Verdict};
+use crate::ClientOptions;
+use crate::faults::Proxy;
+
+/// One proxy per node of `addrs`, and `opts` routed through them (`opts` unchanged and no
+/// proxy for an in-process backend, which has no nodes).
+pub(crate) fn via_proxies(
+    addrs: &[SocketAddr],
+    opts: ClientOptions,
+) -> Result<(Vec<Proxy>, ClientOptions), Verdict> {
+    let proxies = addrs
+        .iter()
+        .map(|a| Proxy::start(*a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Verdict::Fail(format!("cannot start a proxy: {e}")))?;
+    if proxies.is_empty() {
+        return Ok((proxies, opts));
+    }
+    let via = proxies.iter().map(Proxy::addr).collect();
+    Ok((proxies, opts.via(via)))
+}
+
+/// A client whose every node link goes through its own proxy; `None` for an in-process
+/// backend.
+pub(crate) async fn proxied(
+    ctx: &Ctx,
+    opts: ClientOptions,
+) -> Result<Option<(Arc<dyn Locker>, Vec<Proxy>)>, Verdict> {
+    let addrs = ctx.backend().node_addrs();
+    if addrs.is_empty() {
+        return Ok(None);
+    }
+    let (proxies, opts) = via_proxies(&addrs, opts)?;
+    Ok(Some((ctx.client_with(opts).await?, proxies)))
+}
 
 /// A valid lock name (the scenarios only use literal, valid names).
 /// Breaks the holder of `lock` from the server side: the tokens it broke (see
