@@ -23,15 +23,13 @@ pub(crate) async fn build(url: &LockerUrl) -> Result<Arc<dyn Locker>, Error> {
     match url.scheme() {
         Scheme::Memory => Ok(Arc::new(memory(url)?)),
         #[cfg(feature = "redis")]
-        Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
-            Ok(Arc::new(redis(url)?))
-        }
+        Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster => Ok(Arc::new(redis(url)?)),
         #[cfg(feature = "redis")]
         Scheme::Redlock => Ok(Arc::new(redlock(url)?)),
         #[cfg(feature = "etcd")]
-        Scheme::Etcd | Scheme::EtcdTls => Ok(Arc::new(etcd(url).await?)),
+        Scheme::Etcd => Ok(Arc::new(etcd(url).await?)),
         #[cfg(feature = "zk")]
-        Scheme::Zk | Scheme::ZkTls => Ok(Arc::new(zk(url).await?)),
+        Scheme::Zk => Ok(Arc::new(zk(url).await?)),
         // Parsing rejects the schemes of disabled features.
         #[allow(unreachable_patterns)]
         other => Err(Error::invalid_option(
@@ -90,9 +88,10 @@ fn tls_pem(files: &TlsFiles) -> Result<(Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8
     Ok((ca, identity))
 }
 
-/// `redis://[user:password@]host:port[/db]` (or `rediss://`) for one host of `url`.
+/// `redis://[user:password@]host:port[/db]` (`rediss://` over TLS) for one host of `url`.
 #[cfg(feature = "redis")]
-fn redis_node_url(url: &LockerUrl, scheme: &str, host: &crate::HostPort) -> String {
+fn redis_node_url(url: &LockerUrl, host: &crate::HostPort) -> String {
+    let scheme = if url.is_tls() { "rediss" } else { "redis" };
     let mut s = format!("{scheme}://");
     if let Some(password) = url.password() {
         s.push_str(&encode(url.user().unwrap_or("")));
@@ -112,17 +111,7 @@ fn redis_node_url(url: &LockerUrl, scheme: &str, host: &crate::HostPort) -> Stri
 fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     let mut b = RedisLocker::builder();
     match url.scheme() {
-        Scheme::Redis | Scheme::Rediss => {
-            let host = &url.hosts()[0];
-            b = b.url(redis_node_url(url, url.scheme().as_str(), host));
-            let (ca, identity) = tls_pem(&url.tls)?;
-            if let Some(ca) = ca {
-                b = b.tls_root_certificates(ca);
-            }
-            if let Some((cert, key)) = identity {
-                b = b.tls_client_identity(cert, key);
-            }
-        }
+        Scheme::Redis => b = b.url(redis_node_url(url, &url.hosts()[0])),
         Scheme::RedisSentinel => {
             let addrs: Vec<String> = url.hosts().iter().map(ToString::to_string).collect();
             b = b.sentinels(addrs, url.path().unwrap_or_default());
@@ -135,13 +124,10 @@ fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
             if let Some(p) = &url.sentinel_password {
                 b = b.sentinel_password(p.clone());
             }
+            b = b.tls(url.is_tls());
         }
         _ => {
-            let nodes: Vec<String> = url
-                .hosts()
-                .iter()
-                .map(|h| redis_node_url(url, "redis", h))
-                .collect();
+            let nodes: Vec<String> = url.hosts().iter().map(|h| redis_node_url(url, h)).collect();
             b = b.cluster(nodes);
         }
     }
@@ -151,16 +137,19 @@ fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     if let Some(ns) = url.namespace() {
         b = b.namespace(ns);
     }
+    let (ca, identity) = tls_pem(&url.tls)?;
+    if let Some(ca) = ca {
+        b = b.tls_root_certificates(ca);
+    }
+    if let Some((cert, key)) = identity {
+        b = b.tls_client_identity(cert, key);
+    }
     b.build()
 }
 
 #[cfg(feature = "redis")]
 fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
-    let nodes: Vec<String> = url
-        .hosts()
-        .iter()
-        .map(|h| redis_node_url(url, "redis", h))
-        .collect();
+    let nodes: Vec<String> = url.hosts().iter().map(|h| redis_node_url(url, h)).collect();
     let mut b = RedlockLocker::builder().nodes(nodes);
     if let Some(ttl) = url.ttl() {
         b = b.ttl(ttl);
@@ -168,16 +157,19 @@ fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     if let Some(ns) = url.namespace() {
         b = b.namespace(ns);
     }
+    let (ca, identity) = tls_pem(&url.tls)?;
+    if let Some(ca) = ca {
+        b = b.tls_root_certificates(ca);
+    }
+    if let Some((cert, key)) = identity {
+        b = b.tls_client_identity(cert, key);
+    }
     b.build()
 }
 
 #[cfg(feature = "etcd")]
 async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
-    let http = if url.scheme().is_tls() {
-        "https"
-    } else {
-        "http"
-    };
+    let http = if url.is_tls() { "https" } else { "http" };
     let endpoints: Vec<String> = url
         .hosts()
         .iter()

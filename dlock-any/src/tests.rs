@@ -60,8 +60,8 @@ fn redis_single() {
 #[test]
 fn rediss_with_tls_files() {
     let u = ok("rediss://h:6390?ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/k.pem");
-    assert_eq!(u.scheme(), Scheme::Rediss);
-    assert!(u.scheme().is_tls());
+    assert_eq!(u.scheme(), Scheme::Redis);
+    assert!(u.is_tls());
     assert_eq!(
         u.tls.ca.as_deref(),
         Some(std::path::Path::new("/etc/ca.pem"))
@@ -69,10 +69,42 @@ fn rediss_with_tls_files() {
     assert!(u.tls.cert.is_some() && u.tls.key.is_some());
     assert_eq!(
         u.to_string(),
-        "rediss://h:6390?ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/k.pem"
+        "redis+tls://h:6390?ca=/etc/ca.pem&cert=/etc/c.pem&key=/etc/k.pem"
     );
+    assert_eq!(ok(&u.to_string()), u, "`rediss://` is `redis+tls://`");
     // `ca` is optional: the system's roots.
     assert!(ok("rediss://h").tls.ca.is_none());
+}
+
+#[test]
+fn every_network_scheme_comes_over_tls() {
+    for (url, scheme) in [
+        ("redis+tls://h", Scheme::Redis),
+        (
+            "redis+sentinel+tls://s1,s2/mymaster?ca=ca.pem",
+            Scheme::RedisSentinel,
+        ),
+        (
+            "redis+cluster+tls://n1,n2?ca=ca.pem&cert=c.pem&key=k.pem",
+            Scheme::RedisCluster,
+        ),
+        ("REDLOCK+TLS://n1,n2,n3?ca=ca.pem", Scheme::Redlock),
+        ("etcd+tls://e1", Scheme::Etcd),
+        ("zk+tls://z1?ca=ca.pem", Scheme::Zk),
+    ] {
+        let u = ok(url);
+        assert_eq!(u.scheme(), scheme, "{url}");
+        assert!(u.is_tls(), "{url}");
+        assert!(u.to_string().contains("+tls://"), "{u}");
+        assert_eq!(ok(&u.to_string()), u, "{url} round trips");
+    }
+    assert!(!ok("redlock://n1,n2,n3").is_tls());
+    // TLS files only over TLS; `memory:` has no TLS.
+    assert_eq!(
+        bad("redlock://n1?ca=ca.pem").part(),
+        &UrlPart::Parameter("ca".into())
+    );
+    assert_eq!(bad("memory+tls:").part(), &UrlPart::Scheme);
 }
 
 #[test]
@@ -110,7 +142,7 @@ fn etcd_shapes() {
     let u = ok("etcd://root:pw@e1");
     assert_eq!((u.user(), u.password()), (Some("root"), Some("pw")));
     let u = ok("etcd+tls://e1?ca=ca.pem&cert=c.pem&key=k.pem&ttl=5s");
-    assert_eq!(u.scheme(), Scheme::EtcdTls);
+    assert_eq!((u.scheme(), u.is_tls()), (Scheme::Etcd, true));
     assert!(u.tls.ca.is_some());
     assert_eq!(u.ttl(), Some(Duration::from_secs(5)));
     // TLS files are optional for etcd (system roots).
@@ -127,7 +159,7 @@ fn zk_shapes() {
     let u = ok("zk://alice:pw@z1");
     assert_eq!(u.to_string(), "zk://alice:***@z1:2181");
     let u = ok("zk+tls://z1?ca=ca.pem");
-    assert_eq!(u.scheme(), Scheme::ZkTls);
+    assert_eq!((u.scheme(), u.is_tls()), (Scheme::Zk, true));
 }
 
 #[test]
@@ -203,7 +235,7 @@ fn bad_scheme() {
     }
     let e = bad("mysql://h");
     assert!(e.to_string().contains("unknown scheme"), "{e}");
-    assert!(e.to_string().contains("etcd+tls://"), "{e}");
+    assert!(e.to_string().contains("etcd[+tls]://"), "{e}");
 }
 
 #[test]

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use crate::error::{UrlError, UrlPart};
 
-/// Which backend (and which deployment of it) a URL names.
+/// Which backend (and which deployment of it) a URL names. Every scheme but `memory:` also
+/// comes over TLS, written with `+tls` (`redis+sentinel+tls://`; `rediss://` is
+/// `redis+tls://`): see [`LockerUrl::is_tls`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Scheme {
     /// `redis://`: one Redis server.
     Redis,
-    /// `rediss://`: one Redis server over TLS.
-    Rediss,
     /// `redis+sentinel://`: the master that Redis Sentinel names.
     RedisSentinel,
     /// `redis+cluster://`: a Redis Cluster, given by some of its nodes.
@@ -23,42 +23,35 @@ pub enum Scheme {
     Redlock,
     /// `etcd://`: an etcd cluster.
     Etcd,
-    /// `etcd+tls://`: an etcd cluster over TLS.
-    EtcdTls,
     /// `zk://`: a ZooKeeper ensemble.
     Zk,
-    /// `zk+tls://`: a ZooKeeper ensemble over TLS.
-    ZkTls,
     /// `memory:`: dlock-core's in-process memory server, for tests and demos.
     Memory,
 }
 
+/// The suffix of a scheme over TLS.
+const TLS_SUFFIX: &str = "+tls";
+
 impl Scheme {
-    const ALL: [Scheme; 10] = [
+    const ALL: [Scheme; 7] = [
         Scheme::Redis,
-        Scheme::Rediss,
         Scheme::RedisSentinel,
         Scheme::RedisCluster,
         Scheme::Redlock,
         Scheme::Etcd,
-        Scheme::EtcdTls,
         Scheme::Zk,
-        Scheme::ZkTls,
         Scheme::Memory,
     ];
 
-    /// The scheme as written in a URL (`redis+sentinel`).
+    /// The scheme as written in a URL without TLS (`redis+sentinel`).
     pub fn as_str(self) -> &'static str {
         match self {
             Scheme::Redis => "redis",
-            Scheme::Rediss => "rediss",
             Scheme::RedisSentinel => "redis+sentinel",
             Scheme::RedisCluster => "redis+cluster",
             Scheme::Redlock => "redlock",
             Scheme::Etcd => "etcd",
-            Scheme::EtcdTls => "etcd+tls",
             Scheme::Zk => "zk",
-            Scheme::ZkTls => "zk+tls",
             Scheme::Memory => "memory",
         }
     }
@@ -67,13 +60,11 @@ impl Scheme {
     /// always built in).
     pub fn feature(self) -> &'static str {
         match self {
-            Scheme::Redis
-            | Scheme::Rediss
-            | Scheme::RedisSentinel
-            | Scheme::RedisCluster
-            | Scheme::Redlock => "redis",
-            Scheme::Etcd | Scheme::EtcdTls => "etcd",
-            Scheme::Zk | Scheme::ZkTls => "zk",
+            Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster | Scheme::Redlock => {
+                "redis"
+            }
+            Scheme::Etcd => "etcd",
+            Scheme::Zk => "zk",
             Scheme::Memory => "memory",
         }
     }
@@ -91,18 +82,13 @@ impl Scheme {
             .is_none_or(|(_, on)| *on)
     }
 
-    /// Whether the connection uses TLS.
-    pub fn is_tls(self) -> bool {
-        matches!(self, Scheme::Rediss | Scheme::EtcdTls | Scheme::ZkTls)
-    }
-
     /// The port a host without one gets.
     pub fn default_port(self) -> u16 {
         match self {
-            Scheme::Redis | Scheme::Rediss | Scheme::RedisCluster | Scheme::Redlock => 6379,
+            Scheme::Redis | Scheme::RedisCluster | Scheme::Redlock => 6379,
             Scheme::RedisSentinel => 26379,
-            Scheme::Etcd | Scheme::EtcdTls => 2379,
-            Scheme::Zk | Scheme::ZkTls => 2181,
+            Scheme::Etcd => 2379,
+            Scheme::Zk => 2181,
             Scheme::Memory => 0,
         }
     }
@@ -110,16 +96,16 @@ impl Scheme {
     /// The most hosts the scheme takes.
     fn max_hosts(self) -> usize {
         match self {
-            Scheme::Redis | Scheme::Rediss => 1,
+            Scheme::Redis => 1,
             Scheme::Memory => 0,
             _ => usize::MAX,
         }
     }
 
-    /// The query parameters the scheme takes besides `ttl` and `namespace`.
+    /// The query parameters the scheme takes besides `ttl` and `namespace` (and besides
+    /// `ca`, `cert` and `key` over TLS).
     fn extra_params(self) -> &'static [&'static str] {
         match self {
-            Scheme::Rediss | Scheme::EtcdTls | Scheme::ZkTls => &["ca", "cert", "key"],
             Scheme::RedisSentinel => &["sentinel_password"],
             _ => &[],
         }
@@ -189,6 +175,8 @@ pub(crate) struct TlsFiles {
 #[derive(Clone, PartialEq, Eq)]
 pub struct LockerUrl {
     scheme: Scheme,
+    /// Written with `+tls` (or as `rediss://`).
+    over_tls: bool,
     user: Option<String>,
     password: Option<String>,
     hosts: Vec<HostPort>,
@@ -204,6 +192,12 @@ impl LockerUrl {
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    /// Whether the servers are reached over TLS: the scheme was written with `+tls` (or as
+    /// `rediss://`).
+    pub fn is_tls(&self) -> bool {
+        self.over_tls
     }
 
     /// The hosts of the authority, in the order given (empty for `memory:`).
@@ -282,7 +276,8 @@ impl fmt::Display for LockerUrl {
         if self.scheme == Scheme::Memory {
             f.write_str("memory:")?;
         } else {
-            write!(f, "{}://", self.scheme)?;
+            let tls = if self.over_tls { TLS_SUFFIX } else { "" };
+            write!(f, "{}{tls}://", self.scheme)?;
             if self.user.is_some() || self.password.is_some() {
                 if let Some(user) = &self.user {
                     f.write_str(&encode(user))?;
@@ -342,17 +337,18 @@ impl FromStr for LockerUrl {
     }
 }
 
-/// Splits off and checks the scheme.
-fn parse_scheme(s: &str) -> Result<(Scheme, &str), UrlError> {
+/// Splits off and checks the scheme, and whether it is over TLS (`+tls`, or `rediss`).
+fn parse_scheme(s: &str) -> Result<(Scheme, bool, &str), UrlError> {
     let known = || {
-        Scheme::ALL
+        let mut names: Vec<String> = Scheme::ALL
             .iter()
             .map(|s| match s {
                 Scheme::Memory => "memory:".to_string(),
-                s => format!("{s}://"),
+                s => format!("{s}[{TLS_SUFFIX}]://"),
             })
-            .collect::<Vec<_>>()
-            .join(", ")
+            .collect();
+        names.push("rediss://".into());
+        names.join(", ")
     };
     let Some((name, rest)) = s.split_once(':') else {
         return Err(UrlError::new(
@@ -361,12 +357,23 @@ fn parse_scheme(s: &str) -> Result<(Scheme, &str), UrlError> {
         ));
     };
     let lower = name.to_ascii_lowercase();
-    let Some(scheme) = Scheme::ALL.into_iter().find(|s| s.as_str() == lower) else {
+    let (base, over_tls) = match lower.strip_suffix(TLS_SUFFIX) {
+        Some(base) => (base, true),
+        None if lower == "rediss" => ("redis", true),
+        None => (lower.as_str(), false),
+    };
+    let Some(scheme) = Scheme::ALL.into_iter().find(|s| s.as_str() == base) else {
         return Err(UrlError::new(
             UrlPart::Scheme,
             format!("unknown scheme {name:?}; known: {}", known()),
         ));
     };
+    if scheme == Scheme::Memory && over_tls {
+        return Err(UrlError::new(
+            UrlPart::Scheme,
+            "memory: is in-process: it has no TLS",
+        ));
+    }
     if !scheme.is_enabled() {
         return Err(UrlError::new(
             UrlPart::Scheme,
@@ -376,11 +383,11 @@ fn parse_scheme(s: &str) -> Result<(Scheme, &str), UrlError> {
             ),
         ));
     }
-    Ok((scheme, rest))
+    Ok((scheme, over_tls, rest))
 }
 
 fn parse(s: &str) -> Result<LockerUrl, UrlError> {
-    let (scheme, rest) = parse_scheme(s.trim())?;
+    let (scheme, over_tls, rest) = parse_scheme(s.trim())?;
     if let Some(at) = rest.find('#') {
         let part = if rest[..at].contains('?') {
             UrlPart::Value("fragment".into())
@@ -405,6 +412,7 @@ fn parse(s: &str) -> Result<LockerUrl, UrlError> {
     };
     let mut url = LockerUrl {
         scheme,
+        over_tls,
         user: None,
         password: None,
         hosts: Vec::new(),
@@ -581,7 +589,7 @@ fn parse_path(url: &mut LockerUrl, path: &str) -> Result<(), UrlError> {
     }
     let decoded = decode(raw).map_err(|m| UrlError::new(UrlPart::Path, m))?;
     match scheme {
-        Scheme::Redis | Scheme::Rediss => {
+        Scheme::Redis => {
             if !decoded.bytes().all(|b| b.is_ascii_digit()) || decoded.parse::<u32>().is_err() {
                 return Err(UrlError::new(
                     UrlPart::Path,
@@ -609,8 +617,8 @@ fn parse_path(url: &mut LockerUrl, path: &str) -> Result<(), UrlError> {
                 ),
             ));
         }
-        Scheme::Etcd | Scheme::EtcdTls => check_etcd_prefix(&decoded)?,
-        Scheme::Zk | Scheme::ZkTls => check_zk_root(&decoded)?,
+        Scheme::Etcd => check_etcd_prefix(&decoded)?,
+        Scheme::Zk => check_zk_root(&decoded)?,
         Scheme::Memory => {}
     }
     url.path = Some(decoded);
@@ -698,11 +706,18 @@ fn parse_query(url: &mut LockerUrl, query: &str) -> Result<(), UrlError> {
             None => (pair, ""),
         };
         let name = decode(name).map_err(|m| UrlError::new(UrlPart::Parameter(name.into()), m))?;
+        let tls_params: &[&str] = if url.over_tls {
+            &["ca", "cert", "key"]
+        } else {
+            &[]
+        };
         let known = ["ttl", "namespace"].contains(&name.as_str())
-            || scheme.extra_params().contains(&name.as_str());
+            || scheme.extra_params().contains(&name.as_str())
+            || tls_params.contains(&name.as_str());
         if !known {
             let mut takes = vec!["ttl", "namespace"];
             takes.extend_from_slice(scheme.extra_params());
+            takes.extend_from_slice(tls_params);
             return Err(UrlError::new(
                 UrlPart::Parameter(name.clone()),
                 format!(
@@ -765,7 +780,7 @@ fn check_credentials(url: &LockerUrl) -> Result<(), UrlError> {
     let err = |m: String| Err(UrlError::new(UrlPart::Credentials, m));
     match url.scheme {
         Scheme::Memory => err("memory: takes no credentials".into()),
-        Scheme::Etcd | Scheme::EtcdTls | Scheme::Zk | Scheme::ZkTls => {
+        Scheme::Etcd | Scheme::Zk => {
             if url.scheme.feature() == "zk" && url.user.as_deref().is_some_and(|u| u.contains(':'))
             {
                 err("a ZooKeeper digest user must not hold ':'".into())
@@ -812,7 +827,7 @@ fn check_tls(url: &LockerUrl) -> Result<(), UrlError> {
         }
         _ => {}
     }
-    if url.scheme == Scheme::ZkTls && t.ca.is_none() {
+    if url.scheme == Scheme::Zk && url.over_tls && t.ca.is_none() {
         return Err(UrlError::new(
             UrlPart::Parameter("ca".into()),
             "missing: zk+tls:// needs `ca=` (the CA that signed the servers' certificates)",

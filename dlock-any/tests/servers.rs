@@ -245,6 +245,22 @@ async fn rediss_by_url() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_tls_by_url() {
+    let c = cluster_with(
+        ServerKind::Redis,
+        3,
+        &ServerOptions::default().with_tls(true),
+    );
+    let url = format!(
+        "redlock+tls://{}?ttl=2s&namespace={}&{}",
+        authority(&c),
+        namespace(),
+        tls_query(&c)
+    );
+    exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_tls_by_url() {
     let c = cluster_with(
         ServerKind::Etcd,

@@ -67,7 +67,7 @@ fn prefix() -> String {
 fn expiry_rounding(scheme: Scheme) -> Duration {
     match scheme {
         // etcd leases count whole seconds.
-        Scheme::Etcd | Scheme::EtcdTls => Duration::from_secs(1),
+        Scheme::Etcd => Duration::from_secs(1),
         // Redis PTTL and the others: whole milliseconds.
         _ => Duration::from_millis(2),
     }
