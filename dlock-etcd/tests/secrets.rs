@@ -11,9 +11,9 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use dlock_conformance::kit::{Secrets, captured};
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_etcd::EtcdLocker;
@@ -25,147 +25,6 @@ const PASSWORD: &str = "Pw-etcd-7Qx2-secret-Lm9Z";
 /// root's password (only etcdctl uses it).
 const ROOT_PASSWORD: &str = "Root-etcd-4Hk8-secret-Tz3W";
 const USER: &str = "dlock-secrets";
-
-/// The secrets of one test and the forms in which each could leak.
-struct Secrets {
-    /// (what, a form of it).
-    forms: Vec<(String, String)>,
-}
-
-impl Secrets {
-    fn new() -> Self {
-        Secrets { forms: Vec::new() }
-    }
-
-    /// A password: its text, and its bytes as `{:?}` prints a byte slice.
-    fn password(mut self, what: &str, pw: &str) -> Self {
-        self.forms.push((what.into(), pw.into()));
-        self.forms
-            .push((format!("{what} (bytes)"), debug_bytes(pw.as_bytes())));
-        self
-    }
-
-    /// A PEM private key: every full line of its base64 body, and a run of its bytes as `{:?}`
-    /// prints a byte slice.
-    fn pem_key(mut self, what: &str, pem: &[u8]) -> Self {
-        let text = String::from_utf8_lossy(pem).into_owned();
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with("-----") && l.len() >= 40)
-        {
-            self.forms
-                .push((format!("{what} (PEM line)"), line.to_string()));
-        }
-        let mid = pem.len() / 2;
-        self.forms.push((
-            format!("{what} (bytes)"),
-            debug_bytes(&pem[mid..(mid + 24).min(pem.len())]),
-        ));
-        self
-    }
-
-    /// The forms of the secrets that occur in `text`.
-    fn leaks(&self, text: &str) -> Vec<&str> {
-        self.forms
-            .iter()
-            .filter(|(_, form)| text.contains(form.as_str()))
-            .map(|(what, _)| what.as_str())
-            .collect()
-    }
-
-    /// Fails when `text` (named `what`) contains a secret.
-    fn assert_hidden(&self, what: &str, text: &str) {
-        let leaks = self.leaks(text);
-        assert!(leaks.is_empty(), "{what} shows {leaks:?}:\n{text}");
-    }
-}
-
-/// `[1, 2, 3]` as `{:?}` prints it, without the brackets (so it matches inside a longer slice).
-fn debug_bytes(b: &[u8]) -> String {
-    let s = format!("{b:?}");
-    s.trim_start_matches('[').trim_end_matches(']').to_string()
-}
-
-/// Everything traced in this process, at every level and from every crate: a subscriber of
-/// its own that writes every span and event with all its fields (`Debug` of each value).
-fn captured() -> &'static Mutex<String> {
-    static OUT: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-    OUT.get_or_init(|| {
-        let out = Arc::new(Mutex::new(String::new()));
-        tracing::subscriber::set_global_default(Capture {
-            out: Arc::clone(&out),
-            next: std::sync::atomic::AtomicU64::new(1),
-        })
-        .expect("no other global subscriber in this test binary");
-        out
-    })
-}
-
-struct Capture {
-    out: Arc<Mutex<String>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-struct Fields<'a>(&'a mut String);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl Capture {
-    fn write(&self, head: String, record: impl FnOnce(&mut Fields<'_>)) {
-        let mut line = head;
-        record(&mut Fields(&mut line));
-        line.push('\n');
-        self.out
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_str(&line);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn register_callsite(
-        &self,
-        _: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        tracing::subscriber::Interest::always()
-    }
-
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        let m = span.metadata();
-        self.write(
-            format!("SPAN {} {} {}", m.level(), m.target(), m.name()),
-            |f| span.record(f),
-        );
-        tracing::span::Id::from_u64(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
-
-    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        self.write(format!("RECORD {}", span.into_u64()), |f| values.record(f));
-    }
-
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-
-    fn event(&self, event: &tracing::Event<'_>) {
-        let m = event.metadata();
-        self.write(format!("{} {}", m.level(), m.target()), |f| event.record(f));
-    }
-
-    fn enter(&self, _: &tracing::span::Id) {}
-
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 /// An etcd with authentication on and the user [`USER`] (password [`PASSWORD`]) whose role
 /// may read and write `dlock-test/`, issuing auth tokens that expire after 2 s unused.
@@ -324,7 +183,7 @@ fn errors_do_not_show_passwords() {
 /// identity does the same over TLS: neither the password nor the key shows.
 #[test]
 fn traces_do_not_show_the_password_or_the_key() {
-    let log = captured();
+    captured();
     let server = auth_server();
     let (cert, key) = identity_files();
     let tls_cluster = Cluster::shared_with(
@@ -371,7 +230,7 @@ fn traces_do_not_show_the_password_or_the_key() {
             .expect("acquire over TLS");
         lease.release().await.expect("release over TLS");
     });
-    let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let text = captured();
     // The capture saw the work: dlock's events, the refresh, and the HTTP/2 layer's TRACE.
     for expected in ["dlock_etcd", "auth token refreshed", "TRACE h2"] {
         assert!(

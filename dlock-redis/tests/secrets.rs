@@ -10,9 +10,9 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use dlock_conformance::kit::{Secrets, captured};
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::{RedisLocker, RedlockLocker};
@@ -24,129 +24,11 @@ const SENTINEL_PASSWORD: &str = "Sentinel-redis-2Jd7-secret-Wq4C";
 const MASTER_PASSWORD: &str = "Master-redis-6Hn1-secret-Ub8E";
 const USER: &str = "dlock-secrets";
 
-/// The secrets of one test and the forms in which each could leak.
-struct Secrets {
-    /// (what, a form of it).
-    forms: Vec<(String, String)>,
-}
-
-impl Secrets {
-    fn new() -> Self {
-        Secrets { forms: Vec::new() }
-    }
-
-    /// A password: its text, and its bytes as `{:?}` prints a byte slice.
-    fn password(mut self, what: &str, pw: &str) -> Self {
-        self.forms.push((what.into(), pw.into()));
-        let bytes = format!("{:?}", pw.as_bytes());
-        let bytes = bytes.trim_start_matches('[').trim_end_matches(']');
-        self.forms
-            .push((format!("{what} (bytes)"), bytes.to_string()));
-        self
-    }
-
-    /// The forms of the secrets that occur in `text`.
-    fn leaks(&self, text: &str) -> Vec<&str> {
-        self.forms
-            .iter()
-            .filter(|(_, form)| text.contains(form.as_str()))
-            .map(|(what, _)| what.as_str())
-            .collect()
-    }
-
-    /// Fails when `text` (named `what`) contains a secret.
-    fn assert_hidden(&self, what: &str, text: &str) {
-        let leaks = self.leaks(text);
-        assert!(leaks.is_empty(), "{what} shows {leaks:?}:\n{text}");
-    }
-}
-
 fn secrets() -> Secrets {
     Secrets::new()
         .password("password", PASSWORD)
         .password("sentinel password", SENTINEL_PASSWORD)
         .password("master password", MASTER_PASSWORD)
-}
-
-/// Everything traced in this process, at every level: a subscriber of its own that writes
-/// every span and event with all its fields (`Debug` of each value).
-fn captured() -> &'static Mutex<String> {
-    static OUT: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-    OUT.get_or_init(|| {
-        let out = Arc::new(Mutex::new(String::new()));
-        tracing::subscriber::set_global_default(Capture {
-            out: Arc::clone(&out),
-            next: std::sync::atomic::AtomicU64::new(1),
-        })
-        .expect("no other global subscriber in this test binary");
-        out
-    })
-}
-
-struct Capture {
-    out: Arc<Mutex<String>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-struct Fields<'a>(&'a mut String);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl Capture {
-    fn write(&self, head: String, record: impl FnOnce(&mut Fields<'_>)) {
-        let mut line = head;
-        record(&mut Fields(&mut line));
-        line.push('\n');
-        self.out
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_str(&line);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn register_callsite(
-        &self,
-        _: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        tracing::subscriber::Interest::always()
-    }
-
-    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
-        Some(tracing::level_filters::LevelFilter::TRACE)
-    }
-
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        let m = span.metadata();
-        self.write(
-            format!("SPAN {} {} {}", m.level(), m.target(), m.name()),
-            |f| span.record(f),
-        );
-        tracing::span::Id::from_u64(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    }
-
-    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        self.write(format!("RECORD {}", span.into_u64()), |f| values.record(f));
-    }
-
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-
-    fn event(&self, event: &tracing::Event<'_>) {
-        let m = event.metadata();
-        self.write(format!("{} {}", m.level(), m.target()), |f| event.record(f));
-    }
-
-    fn enter(&self, _: &tracing::span::Id) {}
-
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 fn name(s: &str) -> LockName {
@@ -347,7 +229,7 @@ async fn lockers_and_errors_hide_passwords() {
 /// read lock and a semaphore permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_do_not_show_the_password() {
-    let log = captured();
+    captured();
     let s = secrets();
     let ns = "dlock-test/secrets/trace";
     let (addr, _user) = acl_user(ns).await;
@@ -370,7 +252,7 @@ async fn traces_do_not_show_the_password() {
     lease.release().await.expect("release");
     read.release().await.expect("release");
     permit.release().await.expect("release");
-    let text = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let text = captured();
     assert!(
         text.contains("dlock_"),
         "the capture saw nothing of dlock ({} bytes):\n{text}",

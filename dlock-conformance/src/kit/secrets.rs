@@ -30,8 +30,8 @@ impl Secrets {
         self
     }
 
-    /// A PEM private key: every base64 line of its body, and windows across its DER bytes as
-    /// `{:?}` prints a byte slice and in hex.
+    /// A PEM private key: every base64 line of its body, a run of its PEM bytes as `{:?}`
+    /// prints a byte slice, and windows across its DER bytes as `{:?}` prints them and in hex.
     ///
     /// # Panics
     /// When `pem` is no PEM private key (a broken test).
@@ -45,6 +45,12 @@ impl Secrets {
             self.forms
                 .push((format!("{what} (PEM line)"), line.to_string()));
         }
+        // The PEM text itself as `{:?}` prints a byte slice (a PEM kept as bytes).
+        let mid = pem.len() / 2;
+        self.forms.push((
+            format!("{what} (bytes)"),
+            debug_bytes(&pem[mid..(mid + 24).min(pem.len())]),
+        ));
         let der = PrivateKeyDer::from_pem_slice(pem).expect("a PEM private key");
         let der = der.secret_der();
         // The private scalar lies past the first header bytes: windows across the whole key.
