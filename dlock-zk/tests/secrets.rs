@@ -11,10 +11,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use dlock_conformance::kit::{Secrets, captured, hex};
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_zk::{ZkAcl, ZkLocker, ZkLockerBuilder};
@@ -26,105 +26,6 @@ const USER: &str = "secret-test-user";
 const PASSWORD: &str = "pw-Xq7-never-print-me";
 const OTHER_USER: &str = "secret-test-intruder";
 const OTHER_PASSWORD: &str = "pw-Zr9-also-never-printed";
-
-/// Every log line of the process (TRACE, all targets).
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static BUF: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    BUF.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buf);
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        buf
-    })
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The forms a secret may take in text: itself, its bytes as `Debug` prints a byte slice, and
-/// in hex; for a PEM key also each base64 line of its body and windows of its DER bytes.
-struct Secret {
-    what: &'static str,
-    forms: Vec<String>,
-}
-
-impl Secret {
-    fn text(what: &'static str, s: &str) -> Secret {
-        let bytes = s.as_bytes();
-        Secret {
-            what,
-            forms: vec![
-                s.to_owned(),
-                debug_bytes(bytes),
-                hex(bytes),
-                // Serialized as a JSON or Rust string with escapes: the password has none.
-            ],
-        }
-    }
-
-    fn key(what: &'static str, pem: &[u8]) -> Secret {
-        let text = String::from_utf8(pem.to_vec()).unwrap();
-        let mut forms: Vec<String> = text
-            .lines()
-            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
-            .map(str::to_owned)
-            .collect();
-        let der = PrivateKeyDer::from_pem_slice(pem).expect("a PEM key");
-        let der = der.secret_der();
-        // The private scalar lies past the first few header bytes: windows across the key.
-        for start in (8..der.len().saturating_sub(16)).step_by(8) {
-            forms.push(debug_bytes(&der[start..start + 16]));
-            forms.push(hex(&der[start..start + 16]));
-        }
-        assert!(forms.len() > 4, "a key with a body");
-        Secret { what, forms }
-    }
-
-    /// The forms of this secret found in `text`.
-    fn found_in(&self, text: &str) -> Vec<String> {
-        self.forms
-            .iter()
-            .filter(|f| text.contains(f.as_str()))
-            .cloned()
-            .collect()
-    }
-}
-
-/// `[1, 2, 3]` without the brackets (a window inside a longer slice's `Debug`).
-fn debug_bytes(b: &[u8]) -> String {
-    let s = format!("{b:?}");
-    s[1..s.len() - 1].to_owned()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Panics naming where and which form of a secret `text` holds.
-fn assert_clean(secrets: &[Secret], where_: &str, text: &str) {
-    for s in secrets {
-        let found = s.found_in(text);
-        assert!(
-            found.is_empty(),
-            "{} shows in {where_}: {found:?}\n---\n{text}",
-            s.what
-        );
-    }
-}
 
 fn tls_server() -> Option<Arc<Cluster>> {
     match Cluster::shared_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true)) {
@@ -142,10 +43,9 @@ fn the_check_finds_every_form_of_a_secret() {
     let Some(c) = tls_server() else { return };
     let (_, identity) = tls_pem(&c.tls().unwrap());
     let (_, key) = identity.unwrap();
-    let secrets = [
-        Secret::text("the password", PASSWORD),
-        Secret::key("the key", &key),
-    ];
+    let secrets = Secrets::new()
+        .password("the password", PASSWORD)
+        .pem_key("the key", &key);
     let pem = String::from_utf8(key.clone()).unwrap();
     let der = PrivateKeyDer::from_pem_slice(&key).unwrap();
     let der = der.secret_der().to_vec();
@@ -157,24 +57,23 @@ fn the_check_finds_every_form_of_a_secret() {
         ("the key", format!("PrivateKey {{ der: {der:?} }}")),
         ("the key", format!("der={}", hex(&der))),
     ] {
-        let caught = std::panic::catch_unwind(|| assert_clean(&secrets, "a test string", &text));
+        let caught = std::panic::catch_unwind(|| secrets.assert_hidden("a test string", &text));
         assert!(caught.is_err(), "{what} not found in {text:?}");
     }
-    assert_clean(&secrets, "a clean string", "ZooKeeper session opened");
+    secrets.assert_hidden("a clean string", "ZooKeeper session opened");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_in_debug_output_errors_or_logs() {
-    let buf = logs();
+    captured();
     let Some(c) = tls_server() else { return };
     let files = c.tls().unwrap();
     let (ca, identity) = tls_pem(&files);
     let (cert, key) = identity.unwrap();
-    let secrets = [
-        Secret::text("the digest password", PASSWORD),
-        Secret::text("the second digest password", OTHER_PASSWORD),
-        Secret::key("the TLS client key", &key),
-    ];
+    let secrets = Secrets::new()
+        .password("the digest password", PASSWORD)
+        .password("the second digest password", OTHER_PASSWORD)
+        .pem_key("the TLS client key", &key);
     let connect = c.endpoints().join(",");
     let ns = support::namespace("secrets");
     let builder = |user: &str, password: &str| -> ZkLockerBuilder {
@@ -269,13 +168,13 @@ async fn no_secret_in_debug_output_errors_or_logs() {
 
     // Background work (deletes, watchers) logs a little later.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let log = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    let log = captured();
     assert!(
         log.contains("ZooKeeper session opened") && log.contains("TRACE"),
         "the capture must hold the sessions' TRACE logs:\n{log}"
     );
     shown.push(("the TRACE log", log));
-    for (where_, text) in &shown {
-        assert_clean(&secrets, where_, text);
+    for (place, text) in &shown {
+        secrets.assert_hidden(place, text);
     }
 }
