@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Election, ErrorKind, LockName};
+use dlock_core::{AcquireOptions, Election, LockName};
 use support::Etcdctl;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -104,31 +104,6 @@ fn dlock_leads_then_etcdctl_observes_and_campaigns() {
         assert_eq!(observer.line(WAIT).as_deref(), Some(ctl_key.as_str()));
         assert_eq!(observer.line(WAIT).as_deref(), Some("from-etcdctl"));
         ctl.interrupt();
-    });
-}
-
-#[test]
-fn a_proclamation_after_the_key_was_deleted_is_refused_as_lost() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("elect-deleted");
-        let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("leader").expect("valid");
-        let leading = locker
-            .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
-            .await
-            .expect("lead");
-        let range = format!("{}/", locker.etcd_mutex_name(&name));
-        let mut c = locker.client().clone();
-        c.delete(
-            range.as_str(),
-            Some(dlock_etcd::etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .expect("delete the leader's key from outside");
-        let err = leading.proclaim(b"v2").await.expect_err("the key is gone");
-        assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-        assert_eq!(locker.leader(&name).await.expect("read"), None);
     });
 }
 

@@ -38,27 +38,6 @@ fn ns(test: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
-    let ns = ns("deleted");
-    let l = locker(&ns);
-    let name = LockName::new("leader").expect("valid");
-    let leading = l
-        .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
-        .await
-        .expect("lead");
-    let key = format!("{}dlock:{{leader}}", l.key_prefix());
-    let deleted: i64 = redis::cmd("DEL")
-        .arg(&key)
-        .query_async(&mut conn().await)
-        .await
-        .expect("delete the lock key from outside");
-    assert_eq!(deleted, 1, "{key}");
-    let err = leading.proclaim(b"v2").await.expect_err("the key is gone");
-    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    assert_eq!(l.leader(&name).await.expect("read"), None);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
     let ns = ns("gap");
     let l = locker(&ns);

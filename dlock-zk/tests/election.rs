@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName};
-use support::{contenders, locker, namespace, node_of, raw, shared};
+use support::{contenders, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -52,34 +52,6 @@ async fn nodes_are_latch_nodes_holding_the_value() {
         Some(b"participant-1b".to_vec())
     );
     leading.resign().await.unwrap();
-    assert_eq!(l.leader(&name).await.unwrap(), None);
-}
-
-/// A leader whose node was deleted from outside can no longer proclaim: `Lost`, and nothing
-/// is written.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn proclaim_after_the_node_was_deleted_is_lost() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("election-lost"), TTL).await;
-    let name = LockName::new("lost").unwrap();
-    let parent = l.lock_path(&name);
-    let leading = l.campaign(&name, b"v1", wait()).await.unwrap();
-    let z = raw(connect).await;
-    let node = node_of(&z, &parent, l.session_id().unwrap())
-        .await
-        .expect("our node");
-    z.delete(&node, None).await.unwrap();
-    let e = leading
-        .proclaim(b"v2")
-        .await
-        .expect_err("proclaim must fail");
-    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
-    assert!(contenders(&z, &parent).await.is_empty());
-    // The parent records no proclamation either.
-    if let Ok((data, _)) = z.get_data(&parent).await {
-        assert!(data.is_empty(), "{:?}", String::from_utf8_lossy(&data));
-    }
     assert_eq!(l.leader(&name).await.unwrap(), None);
 }
 
