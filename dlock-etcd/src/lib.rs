@@ -19,6 +19,8 @@ mod reconcile;
 mod relocate;
 mod session;
 mod slots;
+#[cfg(feature = "tls")]
+mod tls;
 mod wait;
 mod wait_permits;
 mod watch;
