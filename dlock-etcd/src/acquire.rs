@@ -7,7 +7,7 @@ use dlock_core::{Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
 use crate::enqueue::{Behind, Enqueue};
-use crate::errors;
+use crate::error;
 use crate::keys;
 use crate::locker::EtcdLocker;
 use crate::ops::Etcd;
@@ -372,7 +372,7 @@ impl EtcdLocker {
             }
         };
         if enq.rev <= 0 {
-            return Err(errors::unexpected(
+            return Err(error::unexpected(
                 "enqueue transaction",
                 format!("create revision {}", enq.rev),
             ));
@@ -414,7 +414,7 @@ impl EtcdLocker {
                     .await
                 }
                 (Behind::Permits(_), Rule::Last) => {
-                    return Err(errors::unexpected(
+                    return Err(error::unexpected(
                         "enqueue",
                         "a permit count for a queue without permits",
                     ));
@@ -458,7 +458,7 @@ impl EtcdLocker {
             slot: Mutex::new(slot),
         });
         let token =
-            u64::try_from(rev).map_err(|_| errors::unexpected("grant", "negative revision"))?;
+            u64::try_from(rev).map_err(|_| error::unexpected("grant", "negative revision"))?;
         let lease = inner
             .driver
             .register(name.clone(), FencingToken(token), start, entry);

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use dlock_core::backend::{RwBackend, SemaphoreBackend};
 use dlock_core::{AcquireOptions, Error, Lease, LockName};
 
-use crate::errors;
+use crate::error;
 use crate::keys;
 use crate::locker::EtcdLocker;
 use crate::permits::count_value;
@@ -23,7 +23,7 @@ impl EtcdLocker {
     ) -> Result<Lease, Error> {
         match self.lock_in(name, q, opts.wait, false, value).await? {
             Some((lease, _)) => Ok(lease),
-            None => Err(errors::unexpected("acquire", "no lease after waiting")),
+            None => Err(error::unexpected("acquire", "no lease after waiting")),
         }
     }
 

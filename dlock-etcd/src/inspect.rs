@@ -12,7 +12,7 @@ use std::time::Duration;
 use dlock_core::{Error, FencingToken, HolderState, LockName, LockState};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
-use crate::errors;
+use crate::error;
 use crate::keys;
 use crate::locker::EtcdLocker;
 use crate::ops::Etcd;
@@ -56,7 +56,7 @@ async fn lease_left(etcd: &Etcd, id: i64) -> Result<Option<Option<Duration>>, Er
             async move {
                 match leases.time_to_live(id, None).await {
                     Ok(resp) => Ok(resp.ttl()),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok(-1),
+                    Err(e) if error::is_lease_not_found(&e) => Ok(-1),
                     Err(e) => Err(e),
                 }
             }

@@ -5,7 +5,7 @@ mod acquire;
 mod builder;
 mod election;
 mod enqueue;
-mod errors;
+mod error;
 mod family;
 mod grant;
 mod inspect;

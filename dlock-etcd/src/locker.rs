@@ -14,7 +14,7 @@ use etcd_client::Client;
 use tokio::time::Instant;
 
 use crate::builder::{Config, EtcdLockerBuilder};
-use crate::errors;
+use crate::error;
 use crate::keys;
 use crate::members::Members;
 use crate::ops::Etcd;
@@ -86,8 +86,8 @@ impl EtcdLocker {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(errors::map("connect", e)),
-            Err(_) => return Err(errors::no_reply("connect", started.elapsed())),
+            Ok(Err(e)) => return Err(error::map("connect", e)),
+            Err(_) => return Err(error::no_reply("connect", started.elapsed())),
         };
         Ok(Self::start(cfg, members, client, authenticates))
     }
@@ -181,7 +181,7 @@ impl LockBackend for EtcdLocker {
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         match self.lock_mutex(name, opts.wait, false, &[]).await? {
             Some((lease, _)) => Ok(lease),
-            None => Err(errors::unexpected("acquire", "no lease after waiting")),
+            None => Err(error::unexpected("acquire", "no lease after waiting")),
         }
     }
 

@@ -18,7 +18,7 @@ use dlock_core::{Error, Lease, LossReason};
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
-use crate::errors;
+use crate::error;
 use crate::ops::Etcd;
 use crate::reconcile::{Listing, confirm_gone, delete_orphans};
 use crate::relocate::spawn_relocation;
@@ -130,8 +130,8 @@ impl KeepAlive {
         taken: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     ) -> Tried {
         let failed = |e: etcd_client::Error| {
-            let stale_auth = errors::is_stale_auth(&e);
-            (errors::map(KEEP_ALIVE, e), stale_auth)
+            let stale_auth = error::is_stale_auth(&e);
+            (error::map(KEEP_ALIVE, e), stale_auth)
         };
         match taken {
             None => {
@@ -141,7 +141,7 @@ impl KeepAlive {
                 match leases.keep_alive(self.lease()).await {
                     // etcd-client reads the first reply itself: its term is not known.
                     Ok((keeper, stream)) => Ok((true, None, Some((member, keeper, stream)))),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
+                    Err(e) if error::is_lease_not_found(&e) => Ok((false, None, None)),
                     Err(e) => Err(failed(e)),
                 }
             }
@@ -157,7 +157,7 @@ impl KeepAlive {
                         Error::unavailable("lease keep-alive: stream closed by etcd", None),
                         false,
                     )),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok((false, None, None)),
+                    Err(e) if error::is_lease_not_found(&e) => Ok((false, None, None)),
                     Err(e) => Err(failed(e)),
                 }
             }
@@ -215,7 +215,7 @@ impl KeepAlive {
                 }
                 () = tokio::time::sleep_until(until) => {
                     members.skip(newest);
-                    return Err(last_err.unwrap_or_else(|| errors::no_reply(KEEP_ALIVE, started.elapsed())));
+                    return Err(last_err.unwrap_or_else(|| error::no_reply(KEEP_ALIVE, started.elapsed())));
                 }
             };
             let Some((member, tried)) = next else {

@@ -10,7 +10,7 @@ use dlock_core::{Error, LockName};
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use tokio::time::Instant;
 
-use crate::errors;
+use crate::error;
 use crate::locker::EtcdLocker;
 use crate::permits::PermitCheck;
 use crate::session::Session;
@@ -127,7 +127,7 @@ impl EtcdLocker {
                         break;
                     }
                     Ok(Ok(Err(e))) => {
-                        let e = errors::map("watch", e);
+                        let e = error::map("watch", e);
                         b.transient(e).await?;
                         break;
                     }

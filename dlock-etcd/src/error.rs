@@ -1,4 +1,4 @@
-//! Mapping etcd-client errors to dlock's error kinds.
+//! Mapping etcd-client errors to `dlock_core::Error` kinds.
 
 use std::time::Duration;
 
