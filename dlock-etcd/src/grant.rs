@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use crate::error;
 use crate::locker::EtcdLocker;
-use crate::session::{Entry, KeepAlive, Session};
+use crate::renew::Entry;
+use crate::session::{KeepAlive, Session};
 
 impl EtcdLocker {
     /// Returns the live session, granting a new lease when there is none or the last one

@@ -17,6 +17,7 @@ mod permits;
 mod queue;
 mod reconcile;
 mod relocate;
+mod renew;
 mod session;
 mod slots;
 #[cfg(feature = "tls")]

@@ -18,7 +18,8 @@ use crate::error;
 use crate::keys;
 use crate::members::Members;
 use crate::ops::Etcd;
-use crate::session::{Backend, Session};
+use crate::renew::Backend;
+use crate::session::Session;
 use crate::slots::Slots;
 
 /// A distributed mutex on etcd, compatible with etcd's own `concurrency.Mutex` and
