@@ -27,7 +27,6 @@ use etcd_client::{
 };
 
 use crate::error;
-use crate::keys;
 use crate::locker::EtcdLocker;
 use crate::ops::Etcd;
 
@@ -209,7 +208,7 @@ impl ElectionBackend for EtcdLocker {
     }
 
     async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -229,7 +228,7 @@ impl ElectionBackend for EtcdLocker {
     }
 
     async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let etcd = &self.inner.etcd;
         let resp = etcd
             .call("election read", None, |c| {

@@ -1,5 +1,5 @@
 //! The queue's requests: the put and re-read every queue's enqueue shares (the semaphore's
-//! are in `permits.rs`), and the mutex's, reader's and writer's enqueue and re-check.
+//! are in `semaphore/permits.rs`), and the mutex's, reader's and writer's enqueue and re-check.
 
 use dlock_core::Error;
 use etcd_client::{

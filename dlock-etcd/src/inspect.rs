@@ -70,7 +70,7 @@ async fn lease_left(etcd: &Etcd, id: i64) -> Result<Option<Option<Duration>>, Er
 impl EtcdLocker {
     /// [`Locker::inspect`](dlock_core::Locker::inspect): the mutex of `name` as etcd holds it.
     pub(crate) async fn inspect_mutex(&self, name: &LockName) -> Result<LockState, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let q = Queue::mutex(range);
         let etcd = &self.inner.etcd;
         let mut read = 0;

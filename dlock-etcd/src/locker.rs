@@ -18,6 +18,7 @@ use crate::error;
 use crate::keys;
 use crate::members::Members;
 use crate::ops::Etcd;
+use crate::queue::Queue;
 use crate::renew::Backend;
 use crate::session::Session;
 use crate::slots::Slots;
@@ -155,6 +156,11 @@ impl EtcdLocker {
         keys::etcd_mutex_name(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
     }
 
+    /// The lock range of `name`: `<prefix>/<name>/`.
+    pub(crate) fn range_of(&self, name: &LockName) -> String {
+        keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.cfg.prefix
@@ -180,10 +186,8 @@ impl LockBackend for EtcdLocker {
     }
 
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        match self.lock_mutex(name, opts.wait, false, &[]).await? {
-            Some((lease, _)) => Ok(lease),
-            None => Err(error::unexpected("acquire", "no lease after waiting")),
-        }
+        let q = Queue::mutex(self.range_of(name));
+        self.acquire_in(name, &q, opts, &[]).await
     }
 
     async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {

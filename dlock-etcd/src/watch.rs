@@ -1,4 +1,4 @@
-//! What the predecessor wait (`wait.rs`) and the permit wait (`wait_permits.rs`) share: how
+//! What the predecessor wait (`wait.rs`) and the permit wait (`semaphore/wait.rs`) share: how
 //! a wait ends ([`Turn`]), its bounds (the session, the caller's deadline) with the pause
 //! after a failed request, and a watch opened from the current revision.
 

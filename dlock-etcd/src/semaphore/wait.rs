@@ -10,9 +10,9 @@ use dlock_core::{Error, LockName};
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use tokio::time::Instant;
 
+use super::permits::PermitCheck;
 use crate::error;
 use crate::locker::EtcdLocker;
-use crate::permits::PermitCheck;
 use crate::session::Session;
 use crate::watch::{Bounds, Opened, RESYNC_PERIOD, Turn};
 
