@@ -6,10 +6,10 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
+use crate::conn::Etcd;
 use crate::enqueue::{Behind, Enqueue};
 use crate::error;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 use crate::queue::{Queue, Rule};
 use crate::renew::{Entry, LockEntry};
 use crate::semaphore::PermitWait;

@@ -26,9 +26,9 @@ use etcd_client::{
     WatchOptions, WatchStream,
 };
 
+use crate::conn::Etcd;
 use crate::error;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 
 /// Writes a leader's value: a put on its key, only while the key still has the create
 /// revision it led with, keeping the key's lease.

@@ -8,8 +8,8 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::conn::{Etcd, get_kvs, header_revision};
 use crate::error;
-use crate::ops::{Etcd, get_kvs, header_revision};
 use crate::queue::{Queue, Rule};
 
 /// What the enqueue transaction found.

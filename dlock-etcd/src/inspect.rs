@@ -12,10 +12,10 @@ use std::time::Duration;
 use dlock_core::{Error, FencingToken, HolderState, LockName, LockState};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
+use crate::conn::Etcd;
 use crate::error;
 use crate::keys;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 use crate::queue::Queue;
 
 /// How many times the range is read when the holder's lease is found gone (its keys go with

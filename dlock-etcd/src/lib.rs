@@ -3,6 +3,7 @@
 
 mod acquire;
 mod builder;
+mod conn;
 mod election;
 mod enqueue;
 mod error;
@@ -10,8 +11,6 @@ mod grant;
 mod inspect;
 mod keys;
 mod locker;
-mod members;
-mod ops;
 mod queue;
 mod reconcile;
 mod relocate;

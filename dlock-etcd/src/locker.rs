@@ -14,10 +14,10 @@ use etcd_client::Client;
 use tokio::time::Instant;
 
 use crate::builder::{Config, EtcdLockerBuilder};
+use crate::conn::Etcd;
+use crate::conn::Members;
 use crate::error;
 use crate::keys;
-use crate::members::Members;
-use crate::ops::Etcd;
 use crate::queue::Queue;
 use crate::renew::Backend;
 use crate::session::Session;

@@ -14,7 +14,7 @@ use dlock_core::backend::{RenewBackend, Renewal};
 use dlock_core::{Error, LossReason};
 use tokio::time::Instant;
 
-use crate::ops::Etcd;
+use crate::conn::Etcd;
 use crate::reconcile::{Listing, confirm_gone, delete_orphans};
 use crate::relocate::spawn_relocation;
 use crate::session::{KeepAlive, Session, spawn_cleanup};

@@ -14,8 +14,8 @@ use dlock_core::{Error, Lease, LossReason};
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
+use crate::conn::Etcd;
 use crate::error;
-use crate::ops::Etcd;
 use crate::slots::SlotGuard;
 
 /// The keep-alive stream of one session, and the etcd lease the session currently runs on.

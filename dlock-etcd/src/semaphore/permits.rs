@@ -9,9 +9,9 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::conn::{Etcd, get_count, get_kvs, header_revision};
 use crate::enqueue::{Behind, Enqueue, Enqueued};
 use crate::error;
-use crate::ops::{Etcd, get_count, get_kvs, header_revision};
 
 /// What a read of a semaphore's queue found.
 #[derive(Debug)]

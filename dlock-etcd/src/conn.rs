@@ -1,4 +1,8 @@
-//! The etcd requests of the lock algorithm, each bounded by a timeout.
+//! Connection handling: the etcd clients (the balanced one and one per member,
+//! `conn/members.rs`) and the requests of the lock algorithm on them, each bounded by a
+//! timeout and hedged onto another member when one hangs.
+
+mod members;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,7 +16,7 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use crate::error;
-use crate::members::Members;
+pub(crate) use members::Members;
 
 /// The etcd clients with the locker's request timeout and counters.
 #[derive(Clone)]
