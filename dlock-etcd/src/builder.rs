@@ -233,6 +233,19 @@ impl EtcdLockerBuilder {
         for e in &self.endpoints {
             check_endpoint(e, cfg!(feature = "tls"))?;
         }
+        // Core refuses TLS options without its own `tls` feature, which another crate of the
+        // build may turn on: they would then be ignored here.
+        #[cfg(not(feature = "tls"))]
+        if self.common.wants_tls() {
+            let option = match self.common.root_certificates() {
+                Some(_) => "tls_root_certificates",
+                None => "tls_client_identity",
+            };
+            return Err(Error::invalid_option(
+                option,
+                "TLS needs dlock-etcd's `tls` feature",
+            ));
+        }
         self.common.validate(DEFAULT_TTL)?;
         let ttl = self.common.ttl_or(DEFAULT_TTL);
         let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
