@@ -1,4 +1,5 @@
-//! [`EtcdLocker`]: the [`Locker`] on etcd.
+//! [`EtcdLocker`] and its [`LockBackend`] impl: the lock on etcd (core implements the user
+//! traits over it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
