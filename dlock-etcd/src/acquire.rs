@@ -3,18 +3,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
+use dlock_core::{AcquireOptions, Error, ErrorKind, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
+use crate::conn::Etcd;
 use crate::enqueue::{Behind, Enqueue};
-use crate::errors;
-use crate::keys;
+use crate::error;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 use crate::queue::{Queue, Rule};
-use crate::session::{Entry, LockEntry, Session, spawn_cleanup};
+use crate::renew::{Entry, LockEntry};
+use crate::semaphore::PermitWait;
+use crate::session::{Session, spawn_cleanup};
 use crate::slots::{Busy, SlotGuard};
-use crate::wait_permits::PermitWait;
 use crate::watch::Turn;
 
 /// How one queue attempt (on one session) ended.
@@ -168,9 +168,23 @@ impl EtcdLocker {
         try_only: bool,
         value: &[u8],
     ) -> Result<Option<(Lease, String)>, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
-        self.lock_in(name, &Queue::mutex(range), wait, try_only, value)
-            .await
+        let q = Queue::mutex(self.range_of(name));
+        self.lock_in(name, &q, wait, try_only, value).await
+    }
+
+    /// Waits in `q` for `name`, as [`Locker::acquire`](dlock_core::Locker::acquire) does, our
+    /// key carrying `value`.
+    pub(crate) async fn acquire_in(
+        &self,
+        name: &LockName,
+        q: &Queue,
+        opts: AcquireOptions,
+        value: &[u8],
+    ) -> Result<Lease, Error> {
+        match self.lock_in(name, q, opts.wait, false, value).await? {
+            Some((lease, _)) => Ok(lease),
+            None => Err(error::unexpected("acquire", "no lease after waiting")),
+        }
     }
 
     /// Acquires `name` in the queue `q` (a mutex, a reader, a writer, a permit), or tries
@@ -372,7 +386,7 @@ impl EtcdLocker {
             }
         };
         if enq.rev <= 0 {
-            return Err(errors::unexpected(
+            return Err(error::unexpected(
                 "enqueue transaction",
                 format!("create revision {}", enq.rev),
             ));
@@ -414,7 +428,7 @@ impl EtcdLocker {
                     .await
                 }
                 (Behind::Permits(_), Rule::Last) => {
-                    return Err(errors::unexpected(
+                    return Err(error::unexpected(
                         "enqueue",
                         "a permit count for a queue without permits",
                     ));
@@ -458,7 +472,7 @@ impl EtcdLocker {
             slot: Mutex::new(slot),
         });
         let token =
-            u64::try_from(rev).map_err(|_| errors::unexpected("grant", "negative revision"))?;
+            u64::try_from(rev).map_err(|_| error::unexpected("grant", "negative revision"))?;
         let lease = inner
             .driver
             .register(name.clone(), FencingToken(token), start, entry);

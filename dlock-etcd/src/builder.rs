@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::backend::validate_ttl;
+use dlock_core::{CommonOptions, Error};
 
 use crate::EtcdLocker;
 
@@ -40,20 +39,15 @@ const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Clone)]
 pub struct EtcdLockerBuilder {
     endpoints: Vec<String>,
-    ttl: Duration,
+    /// The TTL, the namespace (a sub-tree under the prefix) and the PEM TLS options.
+    common: CommonOptions,
     prefix: String,
-    /// A sub-tree under the prefix ([`EtcdLockerBuilder::namespace`]).
-    namespace: Option<String>,
     raw_names: bool,
     user: Option<(String, String)>,
     request_timeout: Duration,
     connect_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<etcd_client::TlsOptions>,
-    /// PEM root certificates ([`EtcdLockerBuilder::tls_root_certificates`]).
-    root_pem: Option<Vec<u8>>,
-    /// PEM certificate chain and private key ([`EtcdLockerBuilder::tls_client_identity`]).
-    identity_pem: Option<(Vec<u8>, Vec<u8>)>,
     /// The application's own client ([`EtcdLockerBuilder::client`]).
     client: Option<etcd_client::Client>,
 }
@@ -62,18 +56,12 @@ impl std::fmt::Debug for EtcdLockerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdLockerBuilder")
             .field("endpoints", &self.endpoints)
-            .field("ttl", &self.ttl)
+            .field("common", &self.common)
             .field("prefix", &self.prefix)
-            .field("namespace", &self.namespace)
             .field("raw_names", &self.raw_names)
             .field("user", &self.user.as_ref().map(|(u, _)| u))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
-            .field(
-                "tls_root_certificates",
-                &self.root_pem.as_ref().map(Vec::len),
-            )
-            .field("tls_client_identity", &self.identity_pem.is_some())
             .field("client", &self.client.is_some())
             .finish_non_exhaustive()
     }
@@ -83,17 +71,14 @@ impl Default for EtcdLockerBuilder {
     fn default() -> Self {
         EtcdLockerBuilder {
             endpoints: Vec::new(),
-            ttl: DEFAULT_TTL,
+            common: CommonOptions::default(),
             prefix: DEFAULT_PREFIX.to_owned(),
-            namespace: None,
             raw_names: false,
             user: None,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             #[cfg(feature = "tls")]
             tls: None,
-            root_pem: None,
-            identity_pem: None,
             client: None,
         }
     }
@@ -139,21 +124,18 @@ impl EtcdLockerBuilder {
         self
     }
 
-    /// The session lease TTL (default 10 s): how long a crashed holder blocks others.
-    ///
-    /// etcd lease TTLs are whole seconds, so the TTL is **rounded up** to the next whole second
-    /// (1.2 s becomes 2 s), and deadlines are computed from the rounded value. The server may
-    /// keep a lease longer than asked (its minimum TTL is 1.5 × the election timeout, and a
-    /// leader change restarts every lease's TTL), never shorter;
-    /// [`Locker::ttl`](dlock_core::Locker::ttl) reports the TTL the server granted once the
-    /// first session lease exists.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    dlock_core::common_builder_options!(
+        "Default 10 s. etcd lease TTLs are whole seconds, so the TTL is **rounded up** to the \
+         next whole second (1.2 s becomes 2 s), and deadlines are computed from the rounded \
+         value. The server may keep a lease longer than asked (its minimum TTL is 1.5 × the \
+         election timeout, and a leader change restarts every lease's TTL), never shorter; \
+         [`Locker::ttl`](dlock_core::Locker::ttl) reports the TTL the server granted once the \
+         first session lease exists."
+    );
 
-    /// The key prefix (default `dlock`): every key this locker writes lies under `<prefix>/`.
-    /// Segments of `[A-Za-z0-9._:-]` separated by `/`, optionally with a leading `/` (the
+    /// The key prefix (default `dlock`), the raw root of the locker's keys: every key it writes
+    /// lies under `<prefix>/`, and under `<prefix>/<namespace>/` with a
+    /// [`namespace`](Self::namespace). Segments of `[A-Za-z0-9._:-]` separated by `/`, optionally with a leading `/` (the
     /// common etcd convention, `/locks`), no trailing `/`. Prefixes of different lockers
     /// should not nest (`a` and `a/b`), or a lock named `b` under `a` would share keys with the
     /// whole namespace `a/b`.
@@ -172,16 +154,6 @@ impl EtcdLockerBuilder {
     /// round). That costs waiting, never exclusion; avoid nesting lock names if it matters.
     pub fn raw_names(mut self, raw: bool) -> Self {
         self.raw_names = raw;
-        self
-    }
-
-    /// A sub-tree under the prefix, to keep applications or tests apart: segments of
-    /// `[A-Za-z0-9._-]` joined by `/` (no leading or trailing `/`); keys then lie under
-    /// `<prefix>/<namespace>/`. The same meaning as the Redis and ZooKeeper builders'
-    /// `namespace` (a sub-tree of the locker's keys); [`prefix`](Self::prefix) is the raw
-    /// override of the root.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
         self
     }
 
@@ -218,49 +190,15 @@ impl EtcdLockerBuilder {
         self
     }
 
-    /// Trust these root certificates (PEM, one or more), e.g. a private CA, to verify the
-    /// servers' certificates; use `https://` endpoints. The servers' certificates must name
-    /// the host of the endpoint (an IP address of an `https://127.0.0.1:2379` endpoint).
-    /// Needs the `tls` feature.
-    ///
-    /// # Errors
-    /// [`build`](Self::build) and [`validate`](Self::validate) fail with
-    /// [`Error::InvalidOption`] naming `tls_root_certificates`, before any I/O, when the
-    /// bytes hold no PEM certificate or one that cannot be parsed, or without the `tls`
-    /// feature.
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_pem = Some(pem.into());
-        self
-    }
-
-    /// Present this client identity to servers that check client certificates (etcd's
-    /// `--client-cert-auth`): a PEM certificate chain and its PEM private key (PKCS #8, PKCS
-    /// #1 or SEC1). The key never appears in `Debug` output or errors. Needs the `tls`
-    /// feature.
-    ///
-    /// # Errors
-    /// [`build`](Self::build) and [`validate`](Self::validate) fail with
-    /// [`Error::InvalidOption`] naming `tls_client_identity`, before any I/O, when the
-    /// certificate or the key cannot be parsed or the key does not belong to the certificate,
-    /// or without the `tls` feature.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.identity_pem = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
     /// Checks every option without connecting.
     ///
     /// # Errors
     /// [`Error::InvalidOption`] naming the bad option: no endpoints (and no
-    /// [`client`](Self::client)), endpoints, a user or TLS given beside a client, a malformed endpoint, a TTL
-    /// outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a bad
-    /// prefix, an empty user name, a zero or absurd timeout, an `https://` endpoint without
-    /// the `tls` feature, root certificates or a client identity that cannot be parsed (or
-    /// given without the `tls` feature).
+    /// [`client`](Self::client)), endpoints, a user or TLS given beside a client, a malformed
+    /// endpoint, a TTL outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL),
+    /// a bad prefix or namespace, an empty user name, a zero or absurd timeout, an `https://`
+    /// endpoint without the `tls` feature, root certificates or a client identity that cannot
+    /// be parsed or do not go together (or given without the `tls` feature).
     pub fn validate(&self) -> Result<(), Error> {
         self.config().map(|_| ())
     }
@@ -271,12 +209,13 @@ impl EtcdLockerBuilder {
             let tls = self.tls.is_some();
             #[cfg(not(feature = "tls"))]
             let tls = false;
+            let c = &self.common;
             for (option, given) in [
                 ("endpoints", !self.endpoints.is_empty()),
                 ("user", self.user.is_some()),
                 ("tls", tls),
-                ("tls_root_certificates", self.root_pem.is_some()),
-                ("tls_client_identity", self.identity_pem.is_some()),
+                ("tls_root_certificates", c.root_certificates().is_some()),
+                ("tls_client_identity", c.client_identity().is_some()),
             ] {
                 if given {
                     return Err(Error::invalid_option(
@@ -294,7 +233,21 @@ impl EtcdLockerBuilder {
         for e in &self.endpoints {
             check_endpoint(e, cfg!(feature = "tls"))?;
         }
-        let ttl = validate_ttl(self.ttl)?;
+        // Core refuses TLS options without its own `tls` feature, which another crate of the
+        // build may turn on: they would then be ignored here.
+        #[cfg(not(feature = "tls"))]
+        if self.common.wants_tls() {
+            let option = match self.common.root_certificates() {
+                Some(_) => "tls_root_certificates",
+                None => "tls_client_identity",
+            };
+            return Err(Error::invalid_option(
+                option,
+                "TLS needs dlock-etcd's `tls` feature",
+            ));
+        }
+        self.common.validate(DEFAULT_TTL)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         let whole = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let ttl_secs = i64::try_from(whole)
             .map_err(|_| Error::invalid_option("ttl", "too long for an etcd lease"))?;
@@ -303,16 +256,14 @@ impl EtcdLockerBuilder {
             tracing::info!(requested = ?ttl, effective = ?effective, "etcd lease TTLs are whole seconds; TTL rounded up");
         }
         check_prefix(&self.prefix)?;
-        let prefix = match &self.namespace {
+        let prefix = match self.common.namespace() {
             Some(ns) => {
-                check_namespace(ns)?;
                 let joined = format!("{}/{ns}", self.prefix);
                 check_prefix(&joined)?;
                 joined
             }
             None => self.prefix.clone(),
         };
-        self.check_tls()?;
         if let Some((user, _)) = &self.user
             && user.is_empty()
         {
@@ -356,108 +307,10 @@ impl EtcdLockerBuilder {
             opts = opts.with_user(user.clone(), password.clone());
         }
         #[cfg(feature = "tls")]
-        if let Some(tls) = self.tls_options() {
+        if let Some(tls) = crate::tls::options(&self.common, self.tls.as_ref()) {
             opts = opts.with_tls(tls);
         }
         opts
-    }
-
-    /// The TLS options: [`EtcdLockerBuilder::tls`]'s, with the root certificates and client
-    /// identity added; `None` without any TLS option.
-    #[cfg(feature = "tls")]
-    fn tls_options(&self) -> Option<etcd_client::TlsOptions> {
-        use etcd_client::{Certificate, Identity};
-        if self.tls.is_none() && self.root_pem.is_none() && self.identity_pem.is_none() {
-            return None;
-        }
-        let mut tls = self.tls.clone().unwrap_or_default();
-        if let Some(pem) = &self.root_pem {
-            tls = tls.ca_certificate(Certificate::from_pem(pem));
-        }
-        if let Some((cert, key)) = &self.identity_pem {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        Some(tls)
-    }
-
-    /// Checks the root certificates and the client identity as the TLS stack will use them
-    /// (parsed into a client configuration, no I/O), each on its own so that the error names
-    /// the option. Error messages never quote the key.
-    fn check_tls(&self) -> Result<(), Error> {
-        if let Some(pem) = &self.root_pem
-            && !contains(pem, b"-----BEGIN CERTIFICATE-----")
-        {
-            return Err(Error::invalid_option(
-                "tls_root_certificates",
-                "expected one or more PEM certificates (-----BEGIN CERTIFICATE-----)",
-            ));
-        }
-        if let Some((cert, key)) = &self.identity_pem {
-            if !contains(cert, b"-----BEGIN CERTIFICATE-----") {
-                return Err(Error::invalid_option(
-                    "tls_client_identity",
-                    "the certificate is not PEM (-----BEGIN CERTIFICATE-----)",
-                ));
-            }
-            if !contains(key, b"PRIVATE KEY-----") {
-                return Err(Error::invalid_option(
-                    "tls_client_identity",
-                    "the key is not a PEM private key (-----BEGIN PRIVATE KEY-----)",
-                ));
-            }
-        }
-        #[cfg(not(feature = "tls"))]
-        for (option, given) in [
-            ("tls_root_certificates", self.root_pem.is_some()),
-            ("tls_client_identity", self.identity_pem.is_some()),
-        ] {
-            if given {
-                return Err(Error::invalid_option(
-                    option,
-                    "TLS needs dlock-etcd's `tls` feature",
-                ));
-            }
-        }
-        #[cfg(feature = "tls")]
-        {
-            use etcd_client::{Certificate, Identity, TlsOptions};
-            // tonic parses the PEM when it builds the connector for an endpoint.
-            let parse = |tls: TlsOptions| {
-                tonic::transport::Endpoint::from_static("https://localhost")
-                    .tls_config(tls)
-                    .map(|_| ())
-                    .map_err(|e| {
-                        let mut why = e.to_string();
-                        let mut source = std::error::Error::source(&e);
-                        while let Some(s) = source {
-                            why = format!("{why}: {s}");
-                            source = s.source();
-                        }
-                        why
-                    })
-            };
-            if let Some(pem) = &self.root_pem {
-                parse(TlsOptions::new().ca_certificate(Certificate::from_pem(pem))).map_err(
-                    |why| {
-                        Error::invalid_option(
-                            "tls_root_certificates",
-                            format!("cannot use the root certificates: {why}"),
-                        )
-                    },
-                )?;
-            }
-            if let Some((cert, key)) = &self.identity_pem {
-                parse(TlsOptions::new().identity(Identity::from_pem(cert, key))).map_err(
-                    |why| {
-                        Error::invalid_option(
-                            "tls_client_identity",
-                            format!("cannot use the certificate and key: {why}"),
-                        )
-                    },
-                )?;
-            }
-        }
-        Ok(())
     }
 
     /// Validates the options, then connects.
@@ -481,10 +334,6 @@ impl EtcdLockerBuilder {
         let opts = self.connect_options(&cfg);
         EtcdLocker::connect(cfg, opts, self.user.is_some()).await
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
@@ -522,28 +371,6 @@ fn check_endpoint(e: &str, tls: bool) -> Result<(), Error> {
         Ok(p) if p > 0 => Ok(()),
         _ => Err(bad("the port must be a number in 1..=65535")),
     }
-}
-
-fn check_namespace(ns: &str) -> Result<(), Error> {
-    let bad = |why: &str| Error::invalid_option("namespace", format!("{ns:?}: {why}"));
-    if ns.is_empty() {
-        return Err(bad("must not be empty"));
-    }
-    for seg in ns.split('/') {
-        if seg.is_empty() {
-            return Err(bad("empty segment (leading, trailing or doubled '/')"));
-        }
-        if seg == "." || seg == ".." {
-            return Err(bad("'.' and '..' segments are not allowed"));
-        }
-        if !seg
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        {
-            return Err(bad("segments may hold only [A-Za-z0-9._-]"));
-        }
-    }
-    Ok(())
 }
 
 fn check_prefix(p: &str) -> Result<(), Error> {
@@ -639,7 +466,8 @@ mod tests {
             (base().prefix("a b"), Some("prefix")),
             (base().prefix("a%2Fb"), Some("prefix")),
             (base().namespace("tests/a"), None),
-            (base().namespace(""), Some("namespace")),
+            // Empty means none, as on every backend.
+            (base().namespace(""), None),
             (base().namespace("/a"), Some("namespace")),
             (base().namespace("a/"), Some("namespace")),
             (base().namespace("a/../b"), Some("namespace")),

@@ -26,10 +26,9 @@ use etcd_client::{
     WatchOptions, WatchStream,
 };
 
-use crate::errors;
-use crate::keys;
+use crate::conn::Etcd;
+use crate::error;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 
 /// Writes a leader's value: a put on its key, only while the key still has the create
 /// revision it led with, keeping the key's lease.
@@ -147,7 +146,7 @@ impl LeaderChanges for EtcdChanges {
                 .stream
                 .message()
                 .await
-                .map_err(|e| errors::map("election watch", e))?;
+                .map_err(|e| error::map("election watch", e))?;
             let Some(resp) = resp else {
                 return Err(Error::unavailable(
                     "election watch: the stream ended; changes may have been missed",
@@ -196,10 +195,10 @@ impl ElectionBackend for EtcdLocker {
         opts: AcquireOptions,
     ) -> Result<Leadership, Error> {
         let Some((lease, key)) = self.lock_mutex(name, opts.wait, false, value).await? else {
-            return Err(errors::unexpected("campaign", "no lease after waiting"));
+            return Err(error::unexpected("campaign", "no lease after waiting"));
         };
         let rev = i64::try_from(lease.token().get())
-            .map_err(|_| errors::unexpected("campaign", "token out of range"))?;
+            .map_err(|_| error::unexpected("campaign", "token out of range"))?;
         let proclaim = EtcdProclaim {
             etcd: self.inner.etcd.clone(),
             key,
@@ -209,7 +208,7 @@ impl ElectionBackend for EtcdLocker {
     }
 
     async fn read_leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -229,7 +228,7 @@ impl ElectionBackend for EtcdLocker {
     }
 
     async fn follow(&self, name: &LockName) -> Result<Box<dyn LeaderChanges>, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let etcd = &self.inner.etcd;
         let resp = etcd
             .call("election read", None, |c| {
@@ -240,7 +239,7 @@ impl ElectionBackend for EtcdLocker {
         let at = resp
             .header()
             .map(etcd_client::ResponseHeader::revision)
-            .ok_or_else(|| errors::unexpected("election read", "no header"))?;
+            .ok_or_else(|| error::unexpected("election read", "no header"))?;
         let mut changes_range = BTreeMap::new();
         let mut revs = HashMap::new();
         for kv in resp.kvs() {
@@ -253,7 +252,7 @@ impl ElectionBackend for EtcdLocker {
             .members
             .client(member)
             .await
-            .map_err(|e| errors::map("election watch", e))?;
+            .map_err(|e| error::map("election watch", e))?;
         let opts = WatchOptions::new()
             .with_prefix()
             .with_start_revision(at + 1);
@@ -264,8 +263,8 @@ impl ElectionBackend for EtcdLocker {
                 .await
         })
         .await
-        .map_err(|_| errors::no_reply("election watch", etcd.request_timeout))?
-        .map_err(|e| errors::map("election watch", e))?;
+        .map_err(|_| error::no_reply("election watch", etcd.request_timeout))?
+        .map_err(|e| error::map("election watch", e))?;
         let last = first(&changes_range);
         Ok(Box::new(EtcdChanges {
             stream,

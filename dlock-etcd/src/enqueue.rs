@@ -1,5 +1,5 @@
 //! The queue's requests: the put and re-read every queue's enqueue shares (the semaphore's
-//! are in `permits.rs`), and the mutex's, reader's and writer's enqueue and re-check.
+//! are in `semaphore/permits.rs`), and the mutex's, reader's and writer's enqueue and re-check.
 
 use dlock_core::Error;
 use etcd_client::{
@@ -8,8 +8,8 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
-use crate::errors;
-use crate::ops::{Etcd, get_kvs, header_revision};
+use crate::conn::{Etcd, get_kvs, header_revision};
+use crate::error;
 use crate::queue::{Queue, Rule};
 
 /// What the enqueue transaction found.
@@ -113,16 +113,16 @@ impl Etcd {
             return Ok(Put::SessionGone);
         };
         let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(what, "no header"))?;
+            header_revision(&resp).ok_or_else(|| error::unexpected(what, "no header"))?;
         let ops = resp.op_responses();
         if resp.succeeded() {
             return Ok(Put::Created { header_rev, ops });
         }
-        let kvs = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(what, "no key result"))?;
+        let kvs = get_kvs(&ops, 0).ok_or_else(|| error::unexpected(what, "no key result"))?;
         let rev = kvs
             .first()
             .map(KeyValue::create_revision)
-            .ok_or_else(|| errors::unexpected(what, "compare failed but our key is absent"))?;
+            .ok_or_else(|| error::unexpected(what, "compare failed but our key is absent"))?;
         Ok(Put::Existed { rev, header_rev })
     }
 
@@ -142,7 +142,7 @@ impl Etcd {
             async move {
                 match kv.txn(txn).await {
                     Ok(resp) => Ok(Some(resp)),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok(None),
+                    Err(e) if error::is_lease_not_found(&e) => Ok(None),
                     Err(e) => Err(e),
                 }
             }
@@ -165,9 +165,9 @@ impl Etcd {
         ops.extend(reads);
         let resp = self.txn(what, deadline, Txn::new().and_then(ops)).await?;
         let header_rev =
-            header_revision(&resp).ok_or_else(|| errors::unexpected(what, "no header"))?;
+            header_revision(&resp).ok_or_else(|| error::unexpected(what, "no header"))?;
         let ops = resp.op_responses();
-        let mine = get_kvs(&ops, 0).ok_or_else(|| errors::unexpected(what, "no key result"))?;
+        let mine = get_kvs(&ops, 0).ok_or_else(|| error::unexpected(what, "no key result"))?;
         if mine.first().is_none_or(|kv| kv.create_revision() != rev) {
             return Ok(None);
         }
@@ -211,14 +211,14 @@ impl Etcd {
             Put::SessionGone => Ok(Enqueue::SessionGone),
             Put::Created { header_rev, ops } => {
                 let kvs =
-                    get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+                    get_kvs(&ops, 1).ok_or_else(|| error::unexpected(WHAT, "no range result"))?;
                 let rev = header_rev;
                 let before = if in_range {
                     let mine = kvs
                         .first()
-                        .ok_or_else(|| errors::unexpected(WHAT, "our key is missing"))?;
+                        .ok_or_else(|| error::unexpected(WHAT, "our key is missing"))?;
                     if mine.key() != key.as_bytes() || mine.create_revision() != rev {
-                        return Err(errors::unexpected(
+                        return Err(error::unexpected(
                             WHAT,
                             "our key is not the newest in its range",
                         ));
@@ -279,7 +279,7 @@ impl Etcd {
         else {
             return Ok(Recheck::KeyGone);
         };
-        let below = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        let below = get_kvs(&ops, 1).ok_or_else(|| error::unexpected(WHAT, "no range result"))?;
         Ok(match below.first() {
             None => Recheck::Owner,
             Some(kv) => Recheck::Behind {

@@ -6,9 +6,10 @@ use std::sync::atomic::Ordering;
 use dlock_core::{Error, FencingToken, LockName, LossReason};
 use tokio::time::Instant;
 
-use crate::errors;
+use crate::error;
 use crate::locker::EtcdLocker;
-use crate::session::{Entry, KeepAlive, Session};
+use crate::renew::Entry;
+use crate::session::{KeepAlive, Session};
 
 impl EtcdLocker {
     /// Returns the live session, granting a new lease when there is none or the last one
@@ -54,7 +55,7 @@ impl EtcdLocker {
             })
             .await?;
         if granted.ttl() < inner.cfg.ttl_secs {
-            return Err(errors::unexpected(
+            return Err(error::unexpected(
                 "lease grant",
                 format!(
                     "asked a {} s lease, got {} s",
@@ -80,7 +81,7 @@ impl EtcdLocker {
         let ka = Arc::new(KeepAlive::new(id, term, ttl_secs, inner.etcd.clone()));
         // The sentinel: an internal lease that keeps the session renewed while we only wait.
         let sentinel_name =
-            LockName::new("session").map_err(|e| errors::unexpected("session", e))?;
+            LockName::new("session").map_err(|e| error::unexpected("session", e))?;
         let sentinel = inner.driver.register(
             sentinel_name,
             FencingToken(0),

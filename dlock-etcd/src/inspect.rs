@@ -12,10 +12,10 @@ use std::time::Duration;
 use dlock_core::{Error, FencingToken, HolderState, LockName, LockState};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
-use crate::errors;
+use crate::conn::Etcd;
+use crate::error;
 use crate::keys;
 use crate::locker::EtcdLocker;
-use crate::ops::Etcd;
 use crate::queue::Queue;
 
 /// How many times the range is read when the holder's lease is found gone (its keys go with
@@ -56,7 +56,7 @@ async fn lease_left(etcd: &Etcd, id: i64) -> Result<Option<Option<Duration>>, Er
             async move {
                 match leases.time_to_live(id, None).await {
                     Ok(resp) => Ok(resp.ttl()),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok(-1),
+                    Err(e) if error::is_lease_not_found(&e) => Ok(-1),
                     Err(e) => Err(e),
                 }
             }
@@ -70,7 +70,7 @@ async fn lease_left(etcd: &Etcd, id: i64) -> Result<Option<Option<Duration>>, Er
 impl EtcdLocker {
     /// [`Locker::inspect`](dlock_core::Locker::inspect): the mutex of `name` as etcd holds it.
     pub(crate) async fn inspect_mutex(&self, name: &LockName) -> Result<LockState, Error> {
-        let range = keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names);
+        let range = self.range_of(name);
         let q = Queue::mutex(range);
         let etcd = &self.inner.etcd;
         let mut read = 0;

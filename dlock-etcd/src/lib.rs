@@ -3,24 +3,25 @@
 
 mod acquire;
 mod builder;
+mod conn;
 mod election;
 mod enqueue;
-mod errors;
-mod family;
+mod error;
 mod grant;
 mod inspect;
 mod keys;
 mod locker;
-mod members;
-mod ops;
-mod permits;
 mod queue;
 mod reconcile;
 mod relocate;
+mod renew;
+mod rw;
+mod semaphore;
 mod session;
 mod slots;
+#[cfg(feature = "tls")]
+mod tls;
 mod wait;
-mod wait_permits;
 mod watch;
 
 pub use builder::{

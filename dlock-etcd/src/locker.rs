@@ -1,4 +1,5 @@
-//! [`EtcdLocker`]: the [`Locker`] on etcd.
+//! [`EtcdLocker`] and its [`LockBackend`] impl: the lock on etcd (core implements the user
+//! traits over it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,11 +15,13 @@ use etcd_client::Client;
 use tokio::time::Instant;
 
 use crate::builder::{Config, EtcdLockerBuilder};
-use crate::errors;
+use crate::conn::Etcd;
+use crate::conn::Members;
+use crate::error;
 use crate::keys;
-use crate::members::Members;
-use crate::ops::Etcd;
-use crate::session::{Backend, Session};
+use crate::queue::Queue;
+use crate::renew::Backend;
+use crate::session::Session;
 use crate::slots::Slots;
 
 /// A distributed mutex on etcd, compatible with etcd's own `concurrency.Mutex` and
@@ -86,8 +89,8 @@ impl EtcdLocker {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(errors::map("connect", e)),
-            Err(_) => return Err(errors::no_reply("connect", started.elapsed())),
+            Ok(Err(e)) => return Err(error::map("connect", e)),
+            Err(_) => return Err(error::no_reply("connect", started.elapsed())),
         };
         Ok(Self::start(cfg, members, client, authenticates))
     }
@@ -154,6 +157,11 @@ impl EtcdLocker {
         keys::etcd_mutex_name(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
     }
 
+    /// The lock range of `name`: `<prefix>/<name>/`.
+    pub(crate) fn range_of(&self, name: &LockName) -> String {
+        keys::lock_range(&self.inner.cfg.prefix, name, self.inner.cfg.raw_names)
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.cfg.prefix
@@ -179,10 +187,8 @@ impl LockBackend for EtcdLocker {
     }
 
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        match self.lock_mutex(name, opts.wait, false, &[]).await? {
-            Some((lease, _)) => Ok(lease),
-            None => Err(errors::unexpected("acquire", "no lease after waiting")),
-        }
+        let q = Queue::mutex(self.range_of(name));
+        self.acquire_in(name, &q, opts, &[]).await
     }
 
     async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {

@@ -17,7 +17,7 @@ use dlock_core::Error;
 use etcd_client::{Compare, CompareOp, GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp};
 use tokio::task::JoinHandle;
 
-use crate::ops::Etcd;
+use crate::conn::Etcd;
 use crate::slots::Slots;
 
 /// What a listing found: the lease's keys and the raft term of the member that answered.

@@ -35,7 +35,7 @@
 //! could move): it is lost, and an acquire queued on it queues again — unless the key's own
 //! read (the nested transaction's failure branch) shows it already on the new lease with its
 //! create revision: an earlier attempt of the same request (hedged onto another member, see
-//! [`Etcd::call`](crate::ops::Etcd::call)) applied first, and the key moved. A batch that had
+//! [`Etcd::call`](crate::conn::Etcd::call)) applied first, and the key moved. A batch that had
 //! no answer counts its keys as lost (a lease may always be given up early; if the puts did
 //! land, the keys are orphans the reconciliation deletes). Enqueues and grants hold
 //! [`KeepAlive::moving`] for reading, so no key is attached to the old lease during a move.
@@ -50,7 +50,7 @@ use std::sync::atomic::Ordering;
 use dlock_core::Error;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
-use crate::ops::Etcd;
+use crate::conn::Etcd;
 use crate::session::KeepAlive;
 use crate::slots::Slots;
 

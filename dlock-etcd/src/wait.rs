@@ -7,7 +7,7 @@ use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use tokio::time::Instant;
 
 use crate::enqueue::Recheck;
-use crate::errors;
+use crate::error;
 use crate::locker::EtcdLocker;
 use crate::session::Session;
 use crate::watch::{Bounds, Opened, RESYNC_PERIOD, Turn};
@@ -152,7 +152,7 @@ async fn wait_delete(stream: &mut etcd_client::WatchStream) -> Result<(), Error>
                 }
             }
             Ok(None) => return Err(Error::unavailable("watch: stream closed by etcd", None)),
-            Err(e) => return Err(errors::map("watch", e)),
+            Err(e) => return Err(error::map("watch", e)),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! What the predecessor wait (`wait.rs`) and the permit wait (`wait_permits.rs`) share: how
+//! What the predecessor wait (`wait.rs`) and the permit wait (`semaphore/wait.rs`) share: how
 //! a wait ends ([`Turn`]), its bounds (the session, the caller's deadline) with the pause
 //! after a failed request, and a watch opened from the current revision.
 
@@ -8,7 +8,7 @@ use dlock_core::Error;
 use etcd_client::{WatchOptions, WatchStream};
 use tokio::time::Instant;
 
-use crate::errors;
+use crate::error;
 use crate::locker::EtcdLocker;
 use crate::session::Session;
 
@@ -182,14 +182,14 @@ impl EtcdLocker {
                     Ok(None) => {
                         return Err(Error::unavailable("watch: stream closed by etcd", None));
                     }
-                    Err(e) => return Err(errors::map("watch", e)),
+                    Err(e) => return Err(error::map("watch", e)),
                 }
             }
         };
         let started = Instant::now();
         match tokio::time::timeout(etcd.request_timeout, open).await {
             Ok(r) => r,
-            Err(_) => Err(errors::no_reply("watch", started.elapsed())),
+            Err(_) => Err(error::no_reply("watch", started.elapsed())),
         }
     }
 }

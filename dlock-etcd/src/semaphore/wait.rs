@@ -10,9 +10,9 @@ use dlock_core::{Error, LockName};
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use tokio::time::Instant;
 
-use crate::errors;
+use super::permits::PermitCheck;
+use crate::error;
 use crate::locker::EtcdLocker;
-use crate::permits::PermitCheck;
 use crate::session::Session;
 use crate::watch::{Bounds, Opened, RESYNC_PERIOD, Turn};
 
@@ -127,7 +127,7 @@ impl EtcdLocker {
                         break;
                     }
                     Ok(Ok(Err(e))) => {
-                        let e = errors::map("watch", e);
+                        let e = error::map("watch", e);
                         b.transient(e).await?;
                         break;
                     }

@@ -9,9 +9,9 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
+use crate::conn::{Etcd, get_count, get_kvs, header_revision};
 use crate::enqueue::{Behind, Enqueue, Enqueued};
-use crate::errors;
-use crate::ops::{Etcd, get_count, get_kvs, header_revision};
+use crate::error;
 
 /// What a read of a semaphore's queue found.
 #[derive(Debug)]
@@ -148,14 +148,14 @@ impl Etcd {
                 return Ok(Enqueue::SessionGone);
             };
             let header_rev =
-                header_revision(&resp).ok_or_else(|| errors::unexpected(WHAT, "no header"))?;
+                header_revision(&resp).ok_or_else(|| error::unexpected(WHAT, "no header"))?;
             let outer = resp.op_responses();
             if !resp.succeeded() {
                 // Our key exists already (a retried request of ours): keep its place.
                 let rev = get_kvs(&outer, 0)
                     .and_then(|kvs| kvs.first().map(KeyValue::create_revision))
                     .ok_or_else(|| {
-                        errors::unexpected(WHAT, "compare failed but our key is absent")
+                        error::unexpected(WHAT, "compare failed but our key is absent")
                     })?;
                 return Ok(
                     match self
@@ -176,16 +176,16 @@ impl Etcd {
                 );
             }
             let (created, ops) = innermost(&outer)
-                .ok_or_else(|| errors::unexpected(WHAT, "no nested transaction result"))?;
+                .ok_or_else(|| error::unexpected(WHAT, "no nested transaction result"))?;
             // Created: put, count, earliest; otherwise count, earliest.
             let at = usize::from(created);
             let first =
-                get_kvs(&ops, at + 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+                get_kvs(&ops, at + 1).ok_or_else(|| error::unexpected(WHAT, "no range result"))?;
             if created {
                 let total = get_count(&ops, at)
-                    .ok_or_else(|| errors::unexpected(WHAT, "no count result"))?;
+                    .ok_or_else(|| error::unexpected(WHAT, "no count result"))?;
                 let ahead = u64::try_from(total.saturating_sub(1)).map_err(|_| {
-                    errors::unexpected(WHAT, format!("count {total} without our key"))
+                    error::unexpected(WHAT, format!("count {total} without our key"))
                 })?;
                 if let Some(reason) = disagreement(range, first.first(), permits) {
                     // The guards make this impossible; kept as a check (the caller deletes it).
@@ -256,10 +256,10 @@ impl Etcd {
         else {
             return Ok(PermitCheck::KeyGone);
         };
-        let ahead = get_kvs(&ops, 1).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        let ahead = get_kvs(&ops, 1).ok_or_else(|| error::unexpected(WHAT, "no range result"))?;
         // Never count our own key (a filter of revision 1 would not exclude it).
         let ahead = ahead.iter().filter(|kv| kv.create_revision() < rev).count() as u64;
-        let first = get_kvs(&ops, 2).ok_or_else(|| errors::unexpected(WHAT, "no range result"))?;
+        let first = get_kvs(&ops, 2).ok_or_else(|| error::unexpected(WHAT, "no range result"))?;
         if let Some(reason) = disagreement(range, first.first(), permits) {
             return Ok(PermitCheck::Refused(reason));
         }

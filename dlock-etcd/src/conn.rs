@@ -1,4 +1,8 @@
-//! The etcd requests of the lock algorithm, each bounded by a timeout.
+//! Connection handling: the etcd clients (the balanced one and one per member,
+//! `conn/members.rs`) and the requests of the lock algorithm on them, each bounded by a
+//! timeout and hedged onto another member when one hangs.
+
+mod members;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,8 +15,8 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
-use crate::errors;
-use crate::members::Members;
+use crate::error;
+pub(crate) use members::Members;
 
 /// The etcd clients with the locker's request timeout and counters.
 #[derive(Clone)]
@@ -111,7 +115,7 @@ impl Etcd {
                     continue;
                 }
                 () = tokio::time::sleep_until(until) => {
-                    return Err(last_err.unwrap_or_else(|| errors::no_reply(what, started.elapsed())));
+                    return Err(last_err.unwrap_or_else(|| error::no_reply(what, started.elapsed())));
                 }
             };
             let Some((member, result)) = next else {
@@ -124,7 +128,7 @@ impl Etcd {
                 }
                 Err(e) => e,
             };
-            if errors::is_stale_auth(&e) {
+            if error::is_stale_auth(&e) {
                 // Credentials refused now is final; a refresh without reply is retried.
                 if let Err(refused) = self.refresh_auth(member, until).await
                     && !refused.is_retryable()
@@ -132,7 +136,7 @@ impl Etcd {
                     return Err(refused);
                 }
             }
-            let err = errors::map(what, e);
+            let err = error::map(what, e);
             if err.kind() != dlock_core::ErrorKind::Unavailable {
                 return Err(err);
             }
@@ -172,8 +176,8 @@ impl Etcd {
                 tracing::debug!("auth token refreshed");
                 Ok(())
             }
-            Ok(Err(e)) => Err(errors::map("auth token refresh", e)),
-            Err(_) => Err(errors::no_reply("auth token refresh", started.elapsed())),
+            Ok(Err(e)) => Err(error::map("auth token refresh", e)),
+            Err(_) => Err(error::no_reply("auth token refresh", started.elapsed())),
         }
     }
 
@@ -232,7 +236,7 @@ impl Etcd {
             async move {
                 match leases.revoke(lease).await {
                     Ok(_) => Ok(()),
-                    Err(e) if errors::is_lease_not_found(&e) => Ok(()),
+                    Err(e) if error::is_lease_not_found(&e) => Ok(()),
                     Err(e) => Err(e),
                 }
             }

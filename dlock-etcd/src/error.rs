@@ -1,4 +1,4 @@
-//! Mapping etcd-client errors to dlock's error kinds.
+//! Mapping etcd-client errors to `dlock_core::Error` kinds.
 
 use std::time::Duration;
 
@@ -48,6 +48,7 @@ fn is_access_denied(e: &etcd_client::Error) -> bool {
 }
 
 /// Why a TLS handshake failed for good: retrying the same connection cannot help.
+#[cfg(feature = "tls")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TlsRefusal {
     /// Our roots do not accept the server's certificate (another CA, a name the certificate
@@ -57,28 +58,17 @@ enum TlsRefusal {
     ClientCertificate,
 }
 
-/// Alerts a server sends when it refuses the client's certificate (rustls' names).
-const CLIENT_CERTIFICATE_ALERTS: &[&str] = &[
-    "received fatal alert: CertificateRequired",
-    "received fatal alert: BadCertificate",
-    "received fatal alert: UnknownCA",
-    "received fatal alert: CertificateUnknown",
-    "received fatal alert: CertificateExpired",
-    "received fatal alert: UnsupportedCertificate",
-];
-
-/// Whether `e` (or an error it was caused by) is a TLS handshake failure over certificates.
+/// Whether `e` (or an error it was caused by) is a TLS handshake failure over certificates:
+/// a server certificate our roots reject, or one of core's
+/// [`REFUSAL_ALERTS`](dlock_core::backend::tls::REFUSAL_ALERTS) from the server.
+#[cfg(feature = "tls")]
 fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
-    let mut texts = vec![e.to_string()];
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        texts.push(s.to_string());
-        source = s.source();
-    }
-    texts.iter().find_map(|t| {
+    let first: &(dyn std::error::Error + 'static) = e;
+    let chain = std::iter::successors(Some(first), |e| e.source());
+    chain.map(ToString::to_string).find_map(|t| {
         if t.contains("invalid peer certificate") {
             Some(TlsRefusal::ServerCertificate)
-        } else if CLIENT_CERTIFICATE_ALERTS.iter().any(|a| t.contains(a)) {
+        } else if dlock_core::backend::tls::refusal_in(&t).is_some() {
             Some(TlsRefusal::ClientCertificate)
         } else {
             None
@@ -92,6 +82,7 @@ fn tls_refusal(e: &etcd_client::Error) -> Option<TlsRefusal> {
 /// handshake that failed over certificates is not retryable: a server certificate our roots
 /// do not accept is [`Error::Backend`], our client certificate refused [`Error::AccessDenied`].
 pub(crate) fn map(what: &str, e: etcd_client::Error) -> Error {
+    #[cfg(feature = "tls")]
     match tls_refusal(&e) {
         Some(TlsRefusal::ServerCertificate) => {
             let message = format!(
