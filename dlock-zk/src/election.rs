@@ -20,10 +20,10 @@ use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
 use crate::contend::in_creation_order;
-use crate::errors::{map, session_ended, transient};
+use crate::error::{map, session_ended, transient};
+use crate::keys::{LATCH_MARKER, parent_of};
 use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
-use crate::paths::{LATCH_MARKER, parent_of};
 use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;

@@ -2,15 +2,15 @@
 #![forbid(unsafe_code)]
 
 mod batches;
-mod config;
+mod builder;
 mod contend;
 mod election;
-mod errors;
+mod error;
 mod inspect;
+mod keys;
 mod locker;
 mod model;
 mod observe;
-mod paths;
 mod payload;
 mod reads;
 mod record;
@@ -20,5 +20,5 @@ mod semaphore;
 mod session;
 mod tls;
 
-pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
+pub use builder::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
 pub use locker::ZkLocker;

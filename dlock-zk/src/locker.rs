@@ -14,9 +14,9 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::config::{Config, ZkLockerBuilder};
+use crate::builder::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
-use crate::paths::{LOCK_MARKER, parent_path};
+use crate::keys::{LOCK_MARKER, parent_path};
 use crate::payload::node_payload;
 use crate::rule::Rule;
 use crate::session::{NodeEntry, Session};

@@ -19,8 +19,8 @@ use dlock_core::backend::Counters;
 use zookeeper_client as zk;
 
 use crate::batches::{REQUEST_BUDGET, split};
-use crate::errors::{session_ended, transient};
-use crate::paths::parent_of;
+use crate::error::{session_ended, transient};
+use crate::keys::parent_of;
 use crate::session::NodeEntry;
 
 /// One node's read back: its stat, or why it could not be read.

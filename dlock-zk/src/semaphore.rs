@@ -24,8 +24,8 @@ use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::keys::{LOCK_MARKER, SEMAPHORE_LEASES, SEMAPHORE_LOCKS};
 use crate::locker::{Queue, ZkLocker};
-use crate::paths::{LOCK_MARKER, SEMAPHORE_LEASES, SEMAPHORE_LOCKS};
 use crate::rule::Rule;
 use crate::session::Session;
 

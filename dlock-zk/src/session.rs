@@ -10,9 +10,9 @@ use dlock_core::{Error, LossReason};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::config::{Access, Config};
-use crate::errors::{map, session_ended, transient};
-use crate::paths::{connect_hosts, is_ours};
+use crate::builder::{Access, Config};
+use crate::error::{map, session_ended, transient};
+use crate::keys::{connect_hosts, is_ours};
 use crate::reads::SessionReads;
 
 /// One held lock node, as the renewal driver keeps it.

@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::AsyncReadExt;
 use zookeeper_client as zk;
 
-use crate::paths::connect_hosts;
+use crate::keys::connect_hosts;
 
 /// Validated TLS settings: the client crate's options, and the same trust and identity as a
 /// rustls configuration of our own, to explain a failed handshake.

@@ -8,8 +8,8 @@ use dlock_core::backend::validate_ttl;
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
-use crate::errors::map;
-use crate::paths::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
+use crate::error::map;
+use crate::keys::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
 use crate::tls::{Tls, ensure_tls_provider};
 
 /// The default root under which lock parents are created.
