@@ -60,7 +60,7 @@ pub(crate) struct Config {
     pub(crate) access: Access,
     pub(crate) acl: ZkAcl,
     /// The ensemble's `tickTime` as the user declared it (`None`: ZooKeeper's default assumed;
-    /// see [`proof_ttl`](crate::session::proof_ttl)).
+    /// see [`proof_ttl`](crate::renew::proof_ttl)).
     pub(crate) server_tick: Option<Duration>,
 }
 

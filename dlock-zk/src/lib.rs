@@ -14,6 +14,7 @@ mod observe;
 mod payload;
 mod reads;
 mod record;
+mod renew;
 mod rule;
 mod rw;
 mod semaphore;

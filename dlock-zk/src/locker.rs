@@ -18,8 +18,9 @@ use crate::builder::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
 use crate::keys::{LOCK_MARKER, parent_path};
 use crate::payload::node_payload;
+use crate::renew::NodeEntry;
 use crate::rule::Rule;
-use crate::session::{NodeEntry, Session};
+use crate::session::Session;
 
 /// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
 ///

@@ -21,7 +21,7 @@ use zookeeper_client as zk;
 use crate::batches::{REQUEST_BUDGET, split};
 use crate::error::{session_ended, transient};
 use crate::keys::parent_of;
-use crate::session::NodeEntry;
+use crate::renew::NodeEntry;
 
 /// One node's read back: its stat, or why it could not be read.
 pub(crate) type NodeRead = Result<zk::Stat, zk::Error>;
