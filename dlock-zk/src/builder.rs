@@ -4,13 +4,14 @@ use std::fmt;
 use std::time::Duration;
 
 use dlock_core::Error;
+use dlock_core::backend::tls::ensure_provider;
 use dlock_core::backend::validate_ttl;
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
 use crate::error::map;
 use crate::keys::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
-use crate::tls::{Tls, ensure_tls_provider};
+use crate::tls::Tls;
 
 /// The default root under which lock parents are created.
 pub const DEFAULT_ROOT: &str = "/dlock";
@@ -117,7 +118,7 @@ impl Access {
         if let Some(tls) = &self.tls {
             // The client crate builds its rustls configuration with the process-wide default
             // provider, and panics when there is none to pick.
-            ensure_tls_provider();
+            ensure_provider();
             connector = connector.with_tls(tls.options.clone());
         }
         connector
