@@ -21,5 +21,5 @@ mod semaphore;
 mod session;
 mod tls;
 
-pub use builder::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
+pub use builder::{DEFAULT_PREFIX, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
 pub use locker::ZkLocker;
