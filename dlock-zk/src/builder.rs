@@ -3,12 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use dlock_core::backend::tls::ensure_provider;
 use dlock_core::{CommonOptions, Error};
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
-use crate::error::map;
 use crate::keys::{connect_hosts, join_prefix, validate_connect, validate_prefix};
 use crate::tls::Tls;
 
@@ -96,71 +94,6 @@ impl fmt::Debug for Access {
                 &self.tls.as_ref().is_some_and(|t| t.client_identity),
             )
             .finish()
-    }
-}
-
-impl Access {
-    /// The connector for one session (the locker's, or a probe's): the session and connection
-    /// timeouts, the digest credentials and the TLS settings. Every session of the locker is
-    /// opened through here.
-    pub(crate) fn connector(
-        &self,
-        session_timeout: Duration,
-        connection_timeout: Duration,
-    ) -> zk::Connector {
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(connection_timeout);
-        if let Some((user, password)) = &self.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        if let Some(tls) = &self.tls {
-            // The client crate builds its rustls configuration with the process-wide default
-            // provider, and panics when there is none to pick.
-            ensure_provider();
-            connector = connector.with_tls(tls.options.clone());
-        }
-        connector
-    }
-
-    /// Opens a session on `connect` with `connector` (made by [`Access::connector`]).
-    ///
-    /// With TLS, the client crate retries a failed handshake until the session timeout and then
-    /// reports only a timeout. So the first attempt tries each member once (the client's
-    /// `fail_eagerly`); when every member failed, a handshake of our own with each tells
-    /// whether they failed over certificates (an untrusted or misnamed server certificate, or
-    /// a client certificate the server refuses): then the connect ends at once with that
-    /// reason, a non-retryable error. Otherwise (members down or slow) the client's usual
-    /// connect follows. A connect that succeeds at once costs nothing more.
-    ///
-    /// # Errors
-    /// [`Error::Unavailable`] when no member accepts a session within about the session
-    /// timeout; [`Error::Backend`] when every member's certificate fails verification;
-    /// [`Error::AccessDenied`] when every member refuses our client certificate.
-    pub(crate) async fn connect(
-        &self,
-        connector: zk::Connector,
-        connect: &str,
-        session_timeout: Duration,
-    ) -> Result<zk::Client, Error> {
-        let Some(tls) = &self.tls else {
-            return connector
-                .connect(connect)
-                .await
-                .map_err(|e| map("connect", e));
-        };
-        match connector.clone().with_fail_eagerly().connect(connect).await {
-            Ok(client) => return Ok(client),
-            Err(zk::Error::NoHosts | zk::Error::Timeout | zk::Error::ConnectionLoss) => {}
-            Err(e) => return Err(map("connect", e)),
-        }
-        if let Some(refused) = tls.explain(connect, session_timeout).await {
-            return Err(refused);
-        }
-        connector
-            .connect(connect)
-            .await
-            .map_err(|e| map("connect", e))
     }
 }
 

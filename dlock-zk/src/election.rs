@@ -1,6 +1,6 @@
-//! The ZooKeeper [`Election`]: the mutex's queue with `latch-` nodes whose data is the value
-//! campaigned with (the layout of Curator's `LeaderLatch`), guarded proclamations recorded in the
-//! parent's data, linearizable leader reads.
+//! The ZooKeeper [`Election`](dlock_core::Election): the mutex's queue with `latch-` nodes whose
+//! data is the value campaigned with (the layout of Curator's `LeaderLatch`), guarded proclamations
+//! recorded in the parent's data, linearizable leader reads.
 //!
 //! A proclamation never writes the leader's node. Curator's `LeaderLatch` waits on its
 //! predecessor with a one-shot `getData` watch and acts only on `NodeDeleted`: a data change

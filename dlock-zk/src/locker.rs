@@ -1,4 +1,4 @@
-//! The ZooKeeper [`Locker`].
+//! The locker type, [`ZkLocker`], and its `LockBackend` impl: the mutex.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};

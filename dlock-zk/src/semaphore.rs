@@ -1,4 +1,5 @@
-//! The ZooKeeper [`Semaphore`], in the layout of Curator's `InterProcessSemaphoreV2`.
+//! The ZooKeeper [`Semaphore`](dlock_core::Semaphore), in the layout of Curator's
+//! `InterProcessSemaphoreV2`.
 //!
 //! A semaphore `name` uses two children of the lock's parent `<root>/<encoded name>`:
 //!

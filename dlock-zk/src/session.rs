@@ -1,17 +1,18 @@
-//! One ZooKeeper session of a locker: opening it, its state watcher, the session-timeout
-//! probes after a reconnect, and the background deletes of its nodes.
+//! One ZooKeeper session of a locker: connecting it (credentials, TLS), its state watcher,
+//! the session-timeout probes after a reconnect, and the background deletes of its nodes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use dlock_core::backend::tls::ensure_provider;
 use dlock_core::backend::{Counters, RenewalDriver};
 use dlock_core::{Error, LossReason};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::builder::{Access, Config};
-use crate::error::{session_ended, transient};
+use crate::error::{map, session_ended, transient};
 use crate::keys::{connect_hosts, is_ours};
 use crate::renew::{SessionBackend, proof_ttl};
 
@@ -131,6 +132,71 @@ impl Session {
                 "no runtime to delete a contender node on; it goes when the session ends"
             );
         }
+    }
+}
+
+impl Access {
+    /// The connector for one session (the locker's, or a probe's): the session and connection
+    /// timeouts, the digest credentials and the TLS settings. Every session of the locker is
+    /// opened through here.
+    pub(crate) fn connector(
+        &self,
+        session_timeout: Duration,
+        connection_timeout: Duration,
+    ) -> zk::Connector {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(connection_timeout);
+        if let Some((user, password)) = &self.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        if let Some(tls) = &self.tls {
+            // The client crate builds its rustls configuration with the process-wide default
+            // provider, and panics when there is none to pick.
+            ensure_provider();
+            connector = connector.with_tls(tls.options.clone());
+        }
+        connector
+    }
+
+    /// Opens a session on `connect` with `connector` (made by [`Access::connector`]).
+    ///
+    /// With TLS, the client crate retries a failed handshake until the session timeout and then
+    /// reports only a timeout. So the first attempt tries each member once (the client's
+    /// `fail_eagerly`); when every member failed, a handshake of our own with each tells
+    /// whether they failed over certificates (an untrusted or misnamed server certificate, or
+    /// a client certificate the server refuses): then the connect ends at once with that
+    /// reason, a non-retryable error. Otherwise (members down or slow) the client's usual
+    /// connect follows. A connect that succeeds at once costs nothing more.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when no member accepts a session within about the session
+    /// timeout; [`Error::Backend`] when every member's certificate fails verification;
+    /// [`Error::AccessDenied`] when every member refuses our client certificate.
+    pub(crate) async fn connect(
+        &self,
+        connector: zk::Connector,
+        connect: &str,
+        session_timeout: Duration,
+    ) -> Result<zk::Client, Error> {
+        let Some(tls) = &self.tls else {
+            return connector
+                .connect(connect)
+                .await
+                .map_err(|e| map("connect", e));
+        };
+        match connector.clone().with_fail_eagerly().connect(connect).await {
+            Ok(client) => return Ok(client),
+            Err(zk::Error::NoHosts | zk::Error::Timeout | zk::Error::ConnectionLoss) => {}
+            Err(e) => return Err(map("connect", e)),
+        }
+        if let Some(refused) = tls.explain(connect, session_timeout).await {
+            return Err(refused);
+        }
+        connector
+            .connect(connect)
+            .await
+            .map_err(|e| map("connect", e))
     }
 }
 
