@@ -206,7 +206,7 @@ async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
         .join(",");
     let mut b = ZkLocker::builder().connect_string(connect);
     if let Some(root) = url.path() {
-        b = b.root(format!("/{root}"));
+        b = b.prefix(format!("/{root}"));
     }
     if let Some(ns) = url.namespace() {
         b = b.namespace(ns);

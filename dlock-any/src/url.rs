@@ -646,7 +646,7 @@ fn check_etcd_prefix(_: &str) -> Result<(), UrlError> {
 fn check_zk_root(root: &str) -> Result<(), UrlError> {
     dlock_zk::ZkLocker::builder()
         .connect_string("127.0.0.1:2181")
-        .root(format!("/{root}"))
+        .prefix(format!("/{root}"))
         .validate()
         .map_err(|e| UrlError::new(UrlPart::Path, core_reason(e)))
 }

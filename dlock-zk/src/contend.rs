@@ -8,8 +8,8 @@ use dlock_core::Error;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::errors::{map, session_ended, transient};
-use crate::paths::{ambiguous, create_prefix, is_ours, node_name};
+use crate::error::{map, session_ended, transient};
+use crate::keys::{ambiguous, create_prefix, is_ours, node_name};
 use crate::rule::{Rule, Turn};
 use crate::semaphore::check_permits;
 use crate::session::{DeleteTarget, Session, delete_target};
@@ -442,7 +442,7 @@ impl Contender {
 }
 
 /// `children` (of `parent`, as listed) in creation order: by their sequence suffixes in
-/// `rule`'s order (see `rule`), unless the suffixes cannot tell (see `paths::ambiguous`: the
+/// `rule`'s order (see `rule`), unless the suffixes cannot tell (see `keys::ambiguous`: the
 /// parent's cversion reached 2^31 - 1), then by czxid, read for every child (sent at once; a
 /// child gone meanwhile is left out, and one created since the listing is younger than every
 /// listed node).

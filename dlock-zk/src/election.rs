@@ -1,6 +1,6 @@
-//! The ZooKeeper [`Election`]: the mutex's queue with `latch-` nodes whose data is the value
-//! campaigned with (the layout of Curator's `LeaderLatch`), guarded proclamations recorded in the
-//! parent's data, linearizable leader reads.
+//! The ZooKeeper [`Election`](dlock_core::Election): the mutex's queue with `latch-` nodes whose
+//! data is the value campaigned with (the layout of Curator's `LeaderLatch`), guarded proclamations
+//! recorded in the parent's data, linearizable leader reads.
 //!
 //! A proclamation never writes the leader's node. Curator's `LeaderLatch` waits on its
 //! predecessor with a one-shot `getData` watch and acts only on `NodeDeleted`: a data change
@@ -20,10 +20,10 @@ use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
 use crate::contend::in_creation_order;
-use crate::errors::{map, session_ended, transient};
+use crate::error::{map, session_ended, transient};
+use crate::keys::{LATCH_MARKER, parent_of};
 use crate::locker::{Queue, ZkLocker};
 use crate::observe::ZkChanges;
-use crate::paths::{LATCH_MARKER, parent_of};
 use crate::record::{Record, decode, encode};
 use crate::rule::Rule;
 use crate::session::Session;

@@ -5,9 +5,9 @@ use dlock_core::{Error, FencingToken, HolderState, LockName, LockState};
 use zookeeper_client as zk;
 
 use crate::contend::in_creation_order;
-use crate::errors::map;
+use crate::error::map;
+use crate::keys::LOCK_MARKER;
 use crate::locker::ZkLocker;
-use crate::paths::LOCK_MARKER;
 use crate::rule::{Rule, Turn};
 
 /// How many times the queue is listed again when its holder left between the listing and the

@@ -2,23 +2,24 @@
 #![forbid(unsafe_code)]
 
 mod batches;
-mod config;
+mod builder;
 mod contend;
 mod election;
-mod errors;
+mod error;
 mod inspect;
+mod keys;
 mod locker;
 mod model;
 mod observe;
-mod paths;
 mod payload;
 mod reads;
 mod record;
+mod renew;
 mod rule;
 mod rw;
 mod semaphore;
 mod session;
 mod tls;
 
-pub use config::{DEFAULT_ROOT, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
+pub use builder::{DEFAULT_PREFIX, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};
 pub use locker::ZkLocker;

@@ -1,4 +1,4 @@
-//! The ZooKeeper [`Locker`].
+//! The locker type, [`ZkLocker`], and its `LockBackend` impl: the mutex.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -14,12 +14,13 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::config::{Config, ZkLockerBuilder};
+use crate::builder::{Config, ZkLockerBuilder};
 use crate::contend::{Contender, Outcome, Retry};
-use crate::paths::{LOCK_MARKER, parent_path};
+use crate::keys::{LOCK_MARKER, parent_path};
 use crate::payload::node_payload;
+use crate::renew::NodeEntry;
 use crate::rule::Rule;
-use crate::session::{NodeEntry, Session};
+use crate::session::Session;
 
 /// A distributed mutex on ZooKeeper, compatible with Curator's `InterProcessMutex`.
 ///

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 use dlock_core::{FencingToken, Leader};
 use zookeeper_client as zk;
 
-use crate::errors::map;
-use crate::paths::{CreationOrder, LATCH_MARKER, ambiguous, sort_key};
+use crate::error::map;
+use crate::keys::{CreationOrder, LATCH_MARKER, ambiguous, sort_key};
 use crate::record::{Record, decode};
 
 /// A node's read: its data and stat, or why it could not be read.
@@ -84,7 +84,7 @@ impl Model {
     pub(crate) fn settle(&mut self, out: &mut VecDeque<Leader>) -> Result<(), String> {
         let suffixes = || self.nodes.keys().map(|(suffix, _)| suffix.as_str());
         let first = if ambiguous(suffixes()) {
-            // The suffixes no longer tell the order (see `paths::ambiguous`): the czxids read
+            // The suffixes no longer tell the order (see `keys::ambiguous`): the czxids read
             // do, but only if every node was read.
             if let Some(((_, name), _)) = self.nodes.iter().find(|(_, k)| k.is_none()) {
                 return Err(format!(

@@ -33,9 +33,9 @@ use dlock_core::{Error, Leader, LeaderChanges};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use zookeeper_client as zk;
 
-use crate::errors::map;
+use crate::error::map;
+use crate::keys::{node_name, parent_of};
 use crate::model::{Model, Parent, Read, key};
-use crate::paths::{node_name, parent_of};
 use crate::record::decode;
 use crate::session::Session;
 

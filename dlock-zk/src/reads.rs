@@ -19,9 +19,9 @@ use dlock_core::backend::Counters;
 use zookeeper_client as zk;
 
 use crate::batches::{REQUEST_BUDGET, split};
-use crate::errors::{session_ended, transient};
-use crate::paths::parent_of;
-use crate::session::NodeEntry;
+use crate::error::{session_ended, transient};
+use crate::keys::parent_of;
+use crate::renew::NodeEntry;
 
 /// One node's read back: its stat, or why it could not be read.
 pub(crate) type NodeRead = Result<zk::Stat, zk::Error>;

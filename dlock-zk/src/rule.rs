@@ -17,7 +17,7 @@
 //! node N places ahead may outlive a permit freed nearer to it. It is herd-free all the same:
 //! only the holder of the semaphore's guard mutex waits there (see `semaphore`).
 
-use crate::paths::{LEASE_MARKER, READ_MARKER, WRITE_MARKER, sort_key, sorted_by};
+use crate::keys::{LEASE_MARKER, READ_MARKER, WRITE_MARKER, sort_key, sorted_by};
 
 /// Which primitive a contender queues for (and so its node-name marker, its order and when it
 /// holds).
@@ -58,7 +58,7 @@ impl Rule {
         }
     }
 
-    /// The children of the parent in creation order (`paths::CreationOrder` of the suffix the
+    /// The children of the parent in creation order (`keys::CreationOrder` of the suffix the
     /// matching Curator recipe sorts by; Curator's own order until the parent's cversion wraps).
     pub(crate) fn sort(self, children: Vec<String>) -> Vec<String> {
         sorted_by(children, |c| self.key(c))
@@ -104,7 +104,7 @@ pub(crate) fn rw_sort_key(child: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paths::LOCK_MARKER;
+    use crate::keys::LOCK_MARKER;
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| (*s).to_owned()).collect()
@@ -167,7 +167,7 @@ mod tests {
     /// after it must wait for it (mutex, election and semaphore guard alike).
     #[test]
     fn a_node_created_after_the_wrap_waits_for_the_holder_from_before_it() {
-        for marker in [LOCK_MARKER, crate::paths::LATCH_MARKER] {
+        for marker in [LOCK_MARKER, crate::keys::LATCH_MARKER] {
             let rule = Rule::First(marker);
             let created = names(&[
                 &format!("_c_b-{marker}{}", seq(i32::MAX)),

@@ -1,4 +1,5 @@
-//! The ZooKeeper [`Semaphore`], in the layout of Curator's `InterProcessSemaphoreV2`.
+//! The ZooKeeper [`Semaphore`](dlock_core::Semaphore), in the layout of Curator's
+//! `InterProcessSemaphoreV2`.
 //!
 //! A semaphore `name` uses two children of the lock's parent `<root>/<encoded name>`:
 //!
@@ -24,8 +25,8 @@ use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::keys::{LOCK_MARKER, SEMAPHORE_LEASES, SEMAPHORE_LOCKS};
 use crate::locker::{Queue, ZkLocker};
-use crate::paths::{LOCK_MARKER, SEMAPHORE_LEASES, SEMAPHORE_LOCKS};
 use crate::rule::Rule;
 use crate::session::Session;
 

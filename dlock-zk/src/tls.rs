@@ -1,17 +1,17 @@
-//! TLS for ZooKeeper sessions: the validated trust and identity (PEM), the process-wide
-//! crypto provider, and the handshake of our own that explains a refused TLS connect (the
-//! client crate reports only a timeout).
+//! TLS for ZooKeeper sessions: the client crate's TLS options from the checked trust and
+//! identity, and the handshake of our own that explains a refused TLS connect (the client
+//! crate reports only a timeout).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use dlock_core::backend::tls::{client_identity, refusal_alert, root_certificates};
+use rustls::pki_types::ServerName;
 use tokio::io::AsyncReadExt;
 use zookeeper_client as zk;
 
-use crate::paths::connect_hosts;
+use crate::keys::connect_hosts;
 
 /// Validated TLS settings: the client crate's options, and the same trust and identity as a
 /// rustls configuration of our own, to explain a failed handshake.
@@ -23,15 +23,6 @@ pub(crate) struct Tls {
     pub(crate) client_identity: bool,
 }
 
-/// Installs rustls' `ring` provider as the process default unless one is installed already
-/// (an application's own choice, e.g. `aws-lc-rs`, is kept). Never panics.
-pub(crate) fn ensure_tls_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err: another thread installed one meanwhile, which is just as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 /// Why one member's handshake failed, when it is a certificate problem.
 enum Refusal {
     /// We do not trust the server's certificate (or it names another host).
@@ -41,56 +32,31 @@ enum Refusal {
 }
 
 impl Tls {
-    /// Builds the TLS settings from PEM text, checking everything the handshake needs.
+    /// Builds the TLS settings from PEM text, checked by core's `backend::tls`.
     pub(crate) fn new(
         roots_pem: &[u8],
         identity: Option<&(Vec<u8>, Vec<u8>)>,
     ) -> Result<Tls, Error> {
         let roots_err = |why: String| Error::invalid_option("tls_root_certificates", why);
         let id_err = |why: String| Error::invalid_option("tls_client_identity", why);
-        let roots_text = std::str::from_utf8(roots_pem)
-            .map_err(|_| roots_err("expected one or more PEM certificates".into()))?;
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(roots_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| roots_err(format!("expected one or more PEM certificates: {e}")))?;
-        if certs.is_empty() {
-            return Err(roots_err("expected one or more PEM certificates".into()));
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| roots_err(format!("not a usable root certificate: {e}")))?;
-        }
+        // The client crate reads PEM text; core's parse accepted these bytes as PEM.
         let mut options = zk::TlsOptions::new()
-            .with_pem_ca(roots_text)
+            .with_pem_ca(&String::from_utf8_lossy(roots_pem))
             .map_err(|e| roots_err(format!("{e}")))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| roots_err(format!("{e}")))?
-            .with_root_certificates(roots);
+            .with_root_certificates(root_certificates(roots_pem)?);
         let config = match identity {
             None => builder.with_no_client_auth(),
             Some((cert_pem, key_pem)) => {
-                let (Ok(cert_text), Ok(key_text)) =
-                    (std::str::from_utf8(cert_pem), std::str::from_utf8(key_pem))
-                else {
-                    return Err(id_err(
-                        "expected a PEM certificate and a PEM private key".into(),
-                    ));
-                };
-                let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| id_err(format!("expected PEM certificates: {e}")))?;
-                if chain.is_empty() {
-                    return Err(id_err("expected one or more PEM certificates".into()));
-                }
-                // The key's own error text never quotes the key.
-                let key = PrivateKeyDer::from_pem_slice(key_pem)
-                    .map_err(|_| id_err("expected a PEM private key".into()))?;
+                let (chain, key) = client_identity(cert_pem, key_pem)?;
                 options = options
-                    .with_pem_identity(cert_text, key_text)
+                    .with_pem_identity(
+                        &String::from_utf8_lossy(cert_pem),
+                        &String::from_utf8_lossy(key_pem),
+                    )
                     .map_err(|_| id_err("expected a PEM certificate and private key".into()))?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
                     id_err(format!("the certificate and key do not go together: {e}"))
@@ -194,7 +160,8 @@ async fn refusal(
 }
 
 /// The certificate problem an I/O error of a handshake carries, if any (`identity`: whether
-/// we presented a client certificate).
+/// we presented a client certificate): a server certificate we do not accept, or one of core's
+/// refusal alerts ([`REFUSAL_ALERTS`](dlock_core::backend::tls::REFUSAL_ALERTS)).
 ///
 /// A JVM server (OpenJDK 17.0.19 under ZooKeeper's Netty factory) answers a missing client
 /// certificate with a bare `handshake_failure` alert during the handshake, where 17.0.15 let
@@ -202,31 +169,22 @@ async fn refusal(
 /// alert is read as the missing certificate; with one, as a refusal of the handshake (our
 /// certificate, or nothing in common), reported as the server's.
 fn classify(e: &std::io::Error, identity: bool) -> Option<Refusal> {
-    use rustls::AlertDescription as A;
-    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
-        rustls::Error::AlertReceived(A::HandshakeFailure) if !identity => {
-            Some(Refusal::ClientCertificate(
-                "the server refused the handshake (alert HandshakeFailure): it requires a client certificate, and none is configured (tls_client_identity)".into(),
-            ))
-        }
-        rustls::Error::AlertReceived(A::HandshakeFailure) => Some(Refusal::ServerCertificate(
+    if let Some(rustls::Error::InvalidCertificate(why)) =
+        e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        return Some(Refusal::ServerCertificate(format!(
+            "the server's certificate is not accepted: {why:?}"
+        )));
+    }
+    match refusal_alert(e)? {
+        "HandshakeFailure" if !identity => Some(Refusal::ClientCertificate(
+            "the server refused the handshake (alert HandshakeFailure): it requires a client certificate, and none is configured (tls_client_identity)".into(),
+        )),
+        "HandshakeFailure" => Some(Refusal::ServerCertificate(
             "the server refused the handshake (alert HandshakeFailure): it refused our client certificate, or we share no protocol version or cipher suite".into(),
         )),
-        rustls::Error::InvalidCertificate(why) => Some(Refusal::ServerCertificate(format!(
-            "the server's certificate is not accepted: {why:?}"
+        alert => Some(Refusal::ClientCertificate(format!(
+            "the server refused our client certificate (alert {alert})"
         ))),
-        rustls::Error::AlertReceived(
-            alert @ (A::BadCertificate
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::CertificateUnknown
-            | A::UnsupportedCertificate
-            | A::CertificateExpired
-            | A::CertificateRevoked
-            | A::AccessDenied),
-        ) => Some(Refusal::ClientCertificate(format!(
-            "the server refused our client certificate (alert {alert:?})"
-        ))),
-        _ => None,
     }
 }

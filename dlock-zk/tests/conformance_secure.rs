@@ -20,7 +20,7 @@ use std::time::Duration;
 use dlock_conformance::TestBackend;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, LockName, Locker};
-use dlock_zk::DEFAULT_ROOT;
+use dlock_zk::DEFAULT_PREFIX;
 use support::backend::{DIGEST_USER, ZK, ZkBackend};
 use zookeeper_client as zkc;
 
@@ -73,7 +73,7 @@ async fn zk_digest_nodes_are_the_creators_alone() {
         .expect("acquire");
 
     let audit = backend.raw().await.expect("authenticated audit session");
-    let parent = format!("{DEFAULT_ROOT}/{ns}/{}", name.encoded());
+    let parent = format!("{DEFAULT_PREFIX}/{ns}/{}", name.encoded());
     let nodes = support::contenders(&audit, &parent).await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let holder = format!("{parent}/{}", nodes[0]);

@@ -387,11 +387,11 @@ async fn digest_auth_and_creator_acl() {
     let Some(c) = shared(1) else { return };
     let connect = c.endpoints()[0].clone();
     let ns = namespace("acl");
-    // Its own root: the ACL also applies to the ancestors the locker creates.
+    // Its own prefix: the ACL also applies to the ancestors the locker creates.
     let l = dlock_zk::ZkLocker::builder()
         .connect_string(&connect)
         .ttl(TTL)
-        .root("/dlock-acl-test")
+        .prefix("/dlock-acl-test")
         .namespace(&ns)
         .digest_auth("dlock", "secret")
         .acl(dlock_zk::ZkAcl::CreatorAll)
@@ -428,7 +428,7 @@ async fn digest_auth_and_creator_acl() {
     let stranger = dlock_zk::ZkLocker::builder()
         .connect_string(&connect)
         .ttl(TTL)
-        .root("/dlock-acl-test")
+        .prefix("/dlock-acl-test")
         .namespace(&ns)
         .digest_auth("stranger", "other")
         .acl(dlock_zk::ZkAcl::CreatorAll)

@@ -303,12 +303,18 @@ async fn bad_input_is_rejected_before_io() {
     );
     let err = dlock_zk::ZkLocker::builder()
         .connect_string("127.0.0.1:1")
-        .root("/zookeeper")
+        .prefix("/zookeeper")
         .build()
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::InvalidOption { option: "root", .. }),
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "prefix",
+                ..
+            }
+        ),
         "{err}"
     );
 }

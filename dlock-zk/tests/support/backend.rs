@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
 use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
-use dlock_zk::{DEFAULT_ROOT, ZkAcl, ZkLocker, ZkLockerBuilder};
+use dlock_zk::{DEFAULT_PREFIX, ZkAcl, ZkLocker, ZkLockerBuilder};
 use zookeeper_client as zkc;
 
 /// Curator's recipe: a queue with one watcher per release; tokens from the zxid.
@@ -78,7 +78,7 @@ impl ZkBackend {
     }
 
     fn base(namespace: &str) -> String {
-        format!("{DEFAULT_ROOT}/{namespace}")
+        format!("{DEFAULT_PREFIX}/{namespace}")
     }
 
     /// A builder for `connect` with this row's TLS and digest settings.

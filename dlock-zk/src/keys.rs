@@ -199,77 +199,45 @@ pub(crate) fn node_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// Checks one znode path segment given by the user (root or namespace).
-fn check_segment(option: &'static str, seg: &str) -> Result<(), Error> {
-    if seg.is_empty() {
-        return Err(Error::invalid_option(
-            option,
-            "empty path segment ('//' or a trailing '/')",
-        ));
-    }
-    if seg == "." || seg == ".." {
-        return Err(Error::invalid_option(
-            option,
-            format!("segment {seg:?} is not allowed"),
-        ));
-    }
-    if let Some(bad) = seg.chars().find(|c| {
-        !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '@' | '+' | '='))
-    }) {
-        return Err(Error::invalid_option(
-            option,
-            format!(
-                "character {bad:?} is not allowed in a znode name (allowed: [A-Za-z0-9._:@+=-])"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Validates an absolute znode path given as the locker's root: `/` or `/a/b` (no trailing `/`,
-/// no `.`/`..` segment, not under the reserved `/zookeeper`).
-pub(crate) fn validate_root(root: &str) -> Result<(), Error> {
-    if root == "/" {
+/// Validates an absolute znode path given as the locker's prefix: `/` or `/a/b` (no trailing
+/// `/`, no `.`/`..` segment, segments of `[A-Za-z0-9._:@+=-]`, not under the reserved
+/// `/zookeeper`).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    let bad = |why: String| Error::invalid_option("prefix", why);
+    if prefix == "/" {
         return Ok(());
     }
-    let Some(rest) = root.strip_prefix('/') else {
-        return Err(Error::invalid_option(
-            "root",
-            format!("{root:?} must start with '/'"),
-        ));
+    let Some(rest) = prefix.strip_prefix('/') else {
+        return Err(bad(format!("{prefix:?} must start with '/'")));
     };
     for seg in rest.split('/') {
-        check_segment("root", seg)?;
+        if seg.is_empty() {
+            return Err(bad("empty path segment ('//' or a trailing '/')".into()));
+        }
+        if seg == "." || seg == ".." {
+            return Err(bad(format!("segment {seg:?} is not allowed")));
+        }
+        if let Some(c) = seg.chars().find(|c| {
+            !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-' | '@' | '+' | '='))
+        }) {
+            return Err(bad(format!(
+                "character {c:?} is not allowed in a znode name (allowed: [A-Za-z0-9._:@+=-])"
+            )));
+        }
     }
     if rest == "zookeeper" || rest.starts_with("zookeeper/") {
-        return Err(Error::invalid_option(
-            "root",
-            "/zookeeper is reserved by the server",
-        ));
+        return Err(bad("/zookeeper is reserved by the server".into()));
     }
     Ok(())
 }
 
-/// Validates a relative namespace `a/b/c` that is appended to the root.
-pub(crate) fn validate_namespace(ns: &str) -> Result<(), Error> {
-    if ns.starts_with('/') || ns.ends_with('/') {
-        return Err(Error::invalid_option(
-            "namespace",
-            "must not start or end with '/'",
-        ));
-    }
-    for seg in ns.split('/') {
-        check_segment("namespace", seg)?;
-    }
-    Ok(())
-}
-
-/// Joins root and namespace into the locker's base path.
-pub(crate) fn join_root(root: &str, ns: Option<&str>) -> String {
+/// Joins the prefix and the namespace (checked by core: segments of `[A-Za-z0-9._-]`, each a
+/// valid znode name) into the locker's base path.
+pub(crate) fn join_prefix(prefix: &str, ns: Option<&str>) -> String {
     match ns {
-        None => root.to_owned(),
-        Some(ns) if root == "/" => format!("/{ns}"),
-        Some(ns) => format!("{root}/{ns}"),
+        None => prefix.to_owned(),
+        Some(ns) if prefix == "/" => format!("/{ns}"),
+        Some(ns) => format!("{prefix}/{ns}"),
     }
 }
 
@@ -287,7 +255,7 @@ pub(crate) fn validate_connect(connect: &str) -> Result<(), Error> {
         None => (connect, None),
     };
     if let Some(chroot) = chroot {
-        validate_root(chroot).map_err(|e| bad(format!("bad chroot {chroot:?}: {e}")))?;
+        validate_prefix(chroot).map_err(|e| bad(format!("bad chroot {chroot:?}: {e}")))?;
     }
     for addr in hosts.split(',') {
         let addr = addr.strip_prefix("tcp://").unwrap_or(addr);
@@ -491,14 +459,14 @@ mod tests {
         assert_eq!(node_name("/dlock/a/_c_u-lock-1"), "_c_u-lock-1");
         assert_eq!(parent_of("/dlock/a/_c_u-lock-1"), "/dlock/a");
         assert_eq!(parent_of("/a"), "/");
-        assert_eq!(join_root("/dlock", Some("t/1")), "/dlock/t/1");
-        assert_eq!(join_root("/", Some("t")), "/t");
+        assert_eq!(join_prefix("/dlock", Some("t/1")), "/dlock/t/1");
+        assert_eq!(join_prefix("/", Some("t")), "/t");
     }
 
     #[test]
-    fn roots_and_namespaces() {
+    fn prefixes() {
         for ok in ["/", "/dlock", "/a/b-c/d_e.f"] {
-            assert!(validate_root(ok).is_ok(), "{ok}");
+            assert!(validate_prefix(ok).is_ok(), "{ok}");
         }
         for bad in [
             "",
@@ -512,11 +480,7 @@ mod tests {
             "/a b",
             "/é",
         ] {
-            assert!(validate_root(bad).is_err(), "{bad}");
-        }
-        assert!(validate_namespace("dlock-test/run1/scenario_x").is_ok());
-        for bad in ["", "/a", "a/", "a//b", "..", "a/./b", "a b"] {
-            assert!(validate_namespace(bad).is_err(), "{bad}");
+            assert!(validate_prefix(bad).is_err(), "{bad}");
         }
     }
 

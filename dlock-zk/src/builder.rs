@@ -3,17 +3,15 @@
 use std::fmt;
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::backend::validate_ttl;
+use dlock_core::{CommonOptions, Error};
 use zookeeper_client as zk;
 
 use crate::ZkLocker;
-use crate::errors::map;
-use crate::paths::{connect_hosts, join_root, validate_connect, validate_namespace, validate_root};
-use crate::tls::{Tls, ensure_tls_provider};
+use crate::keys::{connect_hosts, join_prefix, validate_connect, validate_prefix};
+use crate::tls::Tls;
 
-/// The default root under which lock parents are created.
-pub const DEFAULT_ROOT: &str = "/dlock";
+/// The default prefix: the znode under which lock parents are created.
+pub const DEFAULT_PREFIX: &str = "/dlock";
 /// The default session timeout requested from the server.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
@@ -54,13 +52,13 @@ pub(crate) struct Config {
     pub(crate) connect: String,
     /// The session timeout requested from the server.
     pub(crate) ttl: Duration,
-    /// `<root>[/<namespace>]`: where lock parents live.
+    /// `<prefix>[/<namespace>]`: where lock parents live.
     pub(crate) base: String,
     /// How sessions authenticate (digest, TLS).
     pub(crate) access: Access,
     pub(crate) acl: ZkAcl,
     /// The ensemble's `tickTime` as the user declared it (`None`: ZooKeeper's default assumed;
-    /// see [`proof_ttl`](crate::session::proof_ttl)).
+    /// see [`proof_ttl`](crate::renew::proof_ttl)).
     pub(crate) server_tick: Option<Duration>,
 }
 
@@ -99,71 +97,6 @@ impl fmt::Debug for Access {
     }
 }
 
-impl Access {
-    /// The connector for one session (the locker's, or a probe's): the session and connection
-    /// timeouts, the digest credentials and the TLS settings. Every session of the locker is
-    /// opened through here.
-    pub(crate) fn connector(
-        &self,
-        session_timeout: Duration,
-        connection_timeout: Duration,
-    ) -> zk::Connector {
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(connection_timeout);
-        if let Some((user, password)) = &self.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        if let Some(tls) = &self.tls {
-            // The client crate builds its rustls configuration with the process-wide default
-            // provider, and panics when there is none to pick.
-            ensure_tls_provider();
-            connector = connector.with_tls(tls.options.clone());
-        }
-        connector
-    }
-
-    /// Opens a session on `connect` with `connector` (made by [`Access::connector`]).
-    ///
-    /// With TLS, the client crate retries a failed handshake until the session timeout and then
-    /// reports only a timeout. So the first attempt tries each member once (the client's
-    /// `fail_eagerly`); when every member failed, a handshake of our own with each tells
-    /// whether they failed over certificates (an untrusted or misnamed server certificate, or
-    /// a client certificate the server refuses): then the connect ends at once with that
-    /// reason, a non-retryable error. Otherwise (members down or slow) the client's usual
-    /// connect follows. A connect that succeeds at once costs nothing more.
-    ///
-    /// # Errors
-    /// [`Error::Unavailable`] when no member accepts a session within about the session
-    /// timeout; [`Error::Backend`] when every member's certificate fails verification;
-    /// [`Error::AccessDenied`] when every member refuses our client certificate.
-    pub(crate) async fn connect(
-        &self,
-        connector: zk::Connector,
-        connect: &str,
-        session_timeout: Duration,
-    ) -> Result<zk::Client, Error> {
-        let Some(tls) = &self.tls else {
-            return connector
-                .connect(connect)
-                .await
-                .map_err(|e| map("connect", e));
-        };
-        match connector.clone().with_fail_eagerly().connect(connect).await {
-            Ok(client) => return Ok(client),
-            Err(zk::Error::NoHosts | zk::Error::Timeout | zk::Error::ConnectionLoss) => {}
-            Err(e) => return Err(map("connect", e)),
-        }
-        if let Some(refused) = tls.explain(connect, session_timeout).await {
-            return Err(refused);
-        }
-        connector
-            .connect(connect)
-            .await
-            .map_err(|e| map("connect", e))
-    }
-}
-
 /// Builds a [`ZkLocker`]. Every option is checked before any I/O.
 ///
 /// ```no_run
@@ -173,22 +106,34 @@ impl Access {
 /// let locker = ZkLocker::builder()
 ///     .connect_string("127.0.0.1:2181")
 ///     .ttl(Duration::from_secs(6))
-///     .root("/my-app/locks")
+///     .prefix("/my-app/locks")
 ///     .build()
 ///     .await?;
 /// println!("negotiated session timeout: {:?}", locker.negotiated_timeout());
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+///
+/// # TLS
+///
+/// [`tls_root_certificates`](Self::tls_root_certificates) turns TLS on: the servers must serve
+/// it on their `secureClientPort` (ZooKeeper's Netty connection factory; see the crate's
+/// README). A member written without a scheme (`host:port`) or as `tcp+tls://host:port` is then
+/// reached over TLS; one written `tcp://host:port` stays plain; without root certificates a
+/// `tcp+tls://` member is refused. The server's certificate must name the host as written in
+/// the connect string (an IP address or a DNS name). A
+/// [`tls_client_identity`](Self::tls_client_identity) (for servers with
+/// `ssl.clientAuth=need`) needs the root certificates too. When every member fails the
+/// handshake over certificates (one that fails verification, or a server that refuses the
+/// client certificate), [`build`](Self::build) (and any later session) fails after one try of
+/// each member with a non-retryable error.
+#[derive(Clone, Default)]
 pub struct ZkLockerBuilder {
     connect: String,
-    ttl: Duration,
-    root: String,
-    namespace: Option<String>,
+    /// `None`: [`DEFAULT_PREFIX`].
+    prefix: Option<String>,
+    common: CommonOptions,
     digest: Option<(String, String)>,
     acl: ZkAcl,
-    tls_roots: Option<Vec<u8>>,
-    tls_identity: Option<(Vec<u8>, Vec<u8>)>,
     server_tick: Option<Duration>,
 }
 
@@ -196,49 +141,28 @@ impl fmt::Debug for ZkLockerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZkLockerBuilder")
             .field("connect", &self.connect)
-            .field("ttl", &self.ttl)
-            .field("root", &self.root)
-            .field("namespace", &self.namespace)
+            .field("prefix", &self.prefix.as_deref().unwrap_or(DEFAULT_PREFIX))
+            .field("common", &self.common)
             .field("digest_user", &self.digest.as_ref().map(|(u, _)| u))
             .field("acl", &self.acl)
-            .field("tls", &self.tls_roots.is_some())
-            .field("tls_client_identity", &self.tls_identity.is_some())
             .field("server_tick_time", &self.server_tick)
             .finish()
     }
 }
 
-impl Default for ZkLockerBuilder {
-    fn default() -> Self {
-        ZkLockerBuilder {
-            connect: String::new(),
-            ttl: DEFAULT_TTL,
-            root: DEFAULT_ROOT.to_owned(),
-            namespace: None,
-            digest: None,
-            acl: ZkAcl::Open,
-            tls_roots: None,
-            tls_identity: None,
-            server_tick: None,
-        }
-    }
-}
-
 impl ZkLockerBuilder {
+    dlock_core::common_builder_options!(
+        "Here the TTL is the session timeout to request (default 10 s). The server clamps it to \
+         its `[minSessionTimeout, maxSessionTimeout]` (by default 2–20 × tickTime); the locker \
+         uses the NEGOTIATED value for every deadline and reports it through \
+         [`Locker::ttl`](dlock_core::Locker::ttl) and \
+         [`ZkLocker::negotiated_timeout`](crate::ZkLocker::negotiated_timeout)."
+    );
+
     /// The ensemble: `host:port[,host:port…][/chroot]` (required), as ZooKeeper's own clients
     /// take it. With TLS, members without a scheme are reached over `tcp+tls://`.
     pub fn connect_string(mut self, connect: impl Into<String>) -> Self {
         self.connect = connect.into();
-        self
-    }
-
-    /// The session timeout to request (default 10 s): the bound on how long a crashed holder
-    /// blocks others. The server clamps it to its `[minSessionTimeout, maxSessionTimeout]`
-    /// (by default 2–20 × tickTime); the locker uses the NEGOTIATED value for every deadline
-    /// and reports it through [`Locker::ttl`](dlock_core::Locker::ttl) and
-    /// [`ZkLocker::negotiated_timeout`].
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
         self
     }
 
@@ -257,15 +181,10 @@ impl ZkLockerBuilder {
         self
     }
 
-    /// The absolute znode path under which lock parents are created (default `/dlock`).
-    pub fn root(mut self, root: impl Into<String>) -> Self {
-        self.root = root.into();
-        self
-    }
-
-    /// A relative path (`a/b`) appended to the root, to keep applications or tests apart.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+    /// The absolute znode path under which lock parents are created (default `/dlock`); the
+    /// [`namespace`](Self::namespace), if any, is appended to it.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
         self
     }
 
@@ -276,40 +195,11 @@ impl ZkLockerBuilder {
     }
 
     /// The ACL put on every node the locker creates (default [`ZkAcl::Open`]): contender
-    /// nodes, lock parents, and the root and namespace nodes when they do not exist yet. Give
-    /// lockers with different identities different roots, or create the root beforehand with
-    /// the ACL you want.
+    /// nodes, lock parents, and the prefix and namespace nodes when they do not exist yet. Give
+    /// lockers with different identities different prefixes, or create the prefix beforehand
+    /// with the ACL you want.
     pub fn acl(mut self, acl: ZkAcl) -> Self {
         self.acl = acl;
-        self
-    }
-
-    /// Connects over TLS, trusting only these root certificates (PEM, one or more), e.g. a
-    /// private CA. The servers must serve TLS on their `secureClientPort` (ZooKeeper's Netty
-    /// connection factory; see the crate's README).
-    ///
-    /// With TLS on, a member written without a scheme (`host:port`) or as
-    /// `tcp+tls://host:port` is reached over TLS; one written `tcp://host:port` stays plain.
-    /// The server's certificate must name the host as written in the connect string (an IP
-    /// address or a DNS name). When every member fails the handshake over certificates (one
-    /// that fails verification, or a server that refuses the client certificate),
-    /// [`build`](Self::build) (and any later session) fails after one try of each member with a
-    /// non-retryable error. Checked by [`build`](Self::build) before any I/O.
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_roots = Some(pem.into());
-        self
-    }
-
-    /// Presents this client certificate (PEM chain) with its private key (PEM) to servers that
-    /// require client certificates (`ssl.clientAuth=need`). Needs
-    /// [`tls_root_certificates`](Self::tls_root_certificates). The key never shows in `Debug`
-    /// output, errors or logs.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls_identity = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -318,8 +208,8 @@ impl ZkLockerBuilder {
     /// # Errors
     /// [`Error::InvalidOption`] naming the bad option: an empty or malformed connect string,
     /// a TTL outside [`MIN_TTL`](dlock_core::MIN_TTL)..=[`MAX_TTL`](dlock_core::MAX_TTL), a
-    /// server tick time outside 1 ms..=60 s, a bad
-    /// root or namespace path, an empty digest user or password (or a user holding `:`), a
+    /// server tick time outside 1 ms..=60 s, a bad prefix path or namespace, an empty digest
+    /// user or password (or a user holding `:`), a
     /// creator ACL without digest authentication, root certificates or a client identity that
     /// are not PEM (or a key that does not go with its certificate), a client identity without
     /// root certificates, or a `tcp+tls://` member without root certificates.
@@ -332,7 +222,11 @@ impl ZkLockerBuilder {
         // `tcp+tls://` is the client crate's scheme for a TLS member; the address after it is
         // checked like any other.
         validate_connect(&self.connect.replace("tcp+tls://", "tcp://"))?;
-        let tls = match (&self.tls_roots, &self.tls_identity) {
+        self.common.validate(DEFAULT_TTL)?;
+        let tls = match (
+            self.common.root_certificates(),
+            self.common.client_identity(),
+        ) {
             (None, None) => None,
             (None, Some(_)) => {
                 return Err(Error::invalid_option(
@@ -340,7 +234,7 @@ impl ZkLockerBuilder {
                     "a client identity needs tls_root_certificates (TLS is on with root certificates)",
                 ));
             }
-            (Some(roots), identity) => Some(Tls::new(roots, identity.as_ref())?),
+            (Some(roots), identity) => Some(Tls::new(roots, identity)?),
         };
         let connect = match &tls {
             Some(_) => tls_connect_string(&self.connect),
@@ -352,7 +246,6 @@ impl ZkLockerBuilder {
             }
             None => self.connect.clone(),
         };
-        let ttl = validate_ttl(self.ttl)?;
         if let Some(tick) = self.server_tick
             && (tick < Duration::from_millis(1) || tick > Duration::from_secs(60))
         {
@@ -361,10 +254,8 @@ impl ZkLockerBuilder {
                 format!("{tick:?} is outside 1 ms..=60 s"),
             ));
         }
-        validate_root(&self.root)?;
-        if let Some(ns) = &self.namespace {
-            validate_namespace(ns)?;
-        }
+        let prefix = self.prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
+        validate_prefix(prefix)?;
         if let Some((user, password)) = &self.digest {
             if user.is_empty() || user.contains(':') {
                 return Err(Error::invalid_option(
@@ -390,8 +281,8 @@ impl ZkLockerBuilder {
         }
         Ok(Config {
             connect,
-            ttl,
-            base: join_root(&self.root, self.namespace.as_deref()),
+            ttl: self.common.ttl_or(DEFAULT_TTL),
+            base: join_prefix(prefix, self.common.namespace()),
             access: Access {
                 digest: self.digest.clone(),
                 tls,
@@ -406,8 +297,8 @@ impl ZkLockerBuilder {
     /// # Errors
     /// [`Error::InvalidOption`] for bad options (before any I/O, see the setters);
     /// [`Error::Unavailable`] when no server accepts a session within about the requested
-    /// timeout; with TLS, when every member fails the handshake over certificates (see
-    /// [`tls_root_certificates`](Self::tls_root_certificates)), at once and not retryable:
+    /// timeout; with TLS, when every member fails the handshake over certificates (see the
+    /// builder's documentation, "TLS"), at once and not retryable:
     /// [`Error::Backend`] for a server certificate that is not trusted or names another host,
     /// [`Error::AccessDenied`] for a refused client certificate.
     ///
@@ -461,8 +352,8 @@ mod tests {
             err_option(b().ttl(Duration::from_secs(100 * 24 * 3600))),
             "ttl"
         );
-        assert_eq!(err_option(b().root("relative")), "root");
-        assert_eq!(err_option(b().root("/a/../b")), "root");
+        assert_eq!(err_option(b().prefix("relative")), "prefix");
+        assert_eq!(err_option(b().prefix("/a/../b")), "prefix");
         assert_eq!(err_option(b().namespace("/abs")), "namespace");
         assert_eq!(err_option(b().digest_auth("", "p")), "digest_auth");
         assert_eq!(err_option(b().digest_auth("u:x", "p")), "digest_auth");
@@ -498,7 +389,7 @@ mod tests {
         let cfg = ZkLockerBuilder::default()
             .connect_string("a:1,b:2,c:3/chroot")
             .ttl(Duration::from_secs(2))
-            .root("/locks")
+            .prefix("/locks")
             .namespace("app/test-1")
             .digest_auth("user", "secret")
             .acl(ZkAcl::CreatorAllAnyoneRead)
