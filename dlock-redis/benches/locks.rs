@@ -23,7 +23,7 @@ fn main() {
         Arc::new(
             RedisLocker::builder()
                 .url(one.endpoints()[0].clone())
-                .namespace(&format!("{ns}/fair-{fair}"))
+                .namespace(format!("{ns}/fair-{fair}"))
                 .fair(fair)
                 .build()
                 .expect("RedisLocker"),
@@ -33,7 +33,7 @@ fn main() {
         Arc::new(
             RedlockLocker::builder()
                 .nodes(five.endpoints())
-                .namespace(&format!("{ns}/redlock"))
+                .namespace(format!("{ns}/redlock"))
                 .build()
                 .expect("RedlockLocker"),
         )

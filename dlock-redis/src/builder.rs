@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, RenewalDriver};
+use dlock_core::{CommonOptions, Error};
 
 use crate::acquire::{grant, hints, notify::Notifier};
 use crate::conn::{self, Node};
-use crate::keys::{self, namespace_prefix, validate_prefix};
+use crate::keys::{self, key_prefix};
 use crate::locker::{Inner, RedisLocker};
 use crate::renew::SingleBackend;
 use crate::tls;
@@ -22,6 +22,10 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
 /// Builds a [`RedisLocker`]; see [`RedisLocker::builder`].
 ///
+/// TLS material (`tls_root_certificates`, `tls_client_identity`) needs a `rediss://` URL or
+/// cluster nodes, or [`tls`](Self::tls) with sentinels; a server that refuses the client
+/// certificate fails the first request with a non-retryable error.
+///
 /// Its `Debug` output shows no password: the URL's is masked, the sentinel and master
 /// passwords show only whether they are set.
 #[derive(Clone)]
@@ -30,14 +34,13 @@ pub struct RedisLockerBuilder {
     url: Option<String>,
     /// A client the application built itself (instead of `url`).
     client: Option<redis::Client>,
-    ttl: Duration,
-    prefix: Result<String, Error>,
+    common: CommonOptions,
+    /// The raw key prefix (before the namespace).
+    prefix: String,
     fair: bool,
     request_timeout: Option<Duration>,
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
-    root_pem: Option<Vec<u8>>,
-    identity: Option<tls::Identity>,
     /// The sentinels' addresses and the master's name.
     sentinels: Option<(Vec<String>, String)>,
     sentinel_password: Option<String>,
@@ -54,14 +57,12 @@ impl std::fmt::Debug for RedisLockerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLockerBuilder")
             .field("url", &self.url.as_deref().map(crate::conn::redact_url))
-            .field("ttl", &self.ttl)
+            .field("common", &self.common)
             .field("prefix", &self.prefix)
             .field("fair", &self.fair)
             .field("request_timeout", &self.request_timeout)
             .field("retry_delay", &self.retry_delay)
             .field("replicas", &self.replicas)
-            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
-            .field("tls_client_identity", &self.identity.is_some())
             .field("sentinels", &self.sentinels)
             .field(
                 "sentinel_password",
@@ -99,14 +100,12 @@ impl RedisLocker {
         RedisLockerBuilder {
             url: None,
             client: None,
-            ttl: DEFAULT_TTL,
-            prefix: Ok(String::new()),
+            common: CommonOptions::default(),
+            prefix: String::new(),
             fair: true,
             request_timeout: None,
             retry_delay: DEFAULT_RETRY_DELAY,
             replicas: None,
-            root_pem: None,
-            identity: None,
             sentinels: None,
             sentinel_password: None,
             master_username: None,
@@ -259,23 +258,15 @@ impl RedisLockerBuilder {
         self
     }
 
-    /// The lease TTL: how long a crashed holder blocks others (default 30 s; 100 ms ..= 24 h).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    dlock_core::common_builder_options!(
+        "Default [`DEFAULT_TTL`] (30 s); leases are renewed every TTL/3."
+    );
 
-    /// A raw prefix for every key (printable ASCII, no whitespace, no `{` or `}`).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.prefix = validate_prefix(&prefix).map(|()| prefix);
-        self
-    }
-
-    /// A namespace: segments of `[A-Za-z0-9._-]` joined by `/`; keys get the prefix
-    /// `<namespace>/`.
-    pub fn namespace(mut self, namespace: &str) -> Self {
-        self.prefix = namespace_prefix(namespace);
+    /// A raw prefix for every key, before the [`namespace`](Self::namespace)'s `<namespace>/`
+    /// (default none): printable ASCII, no whitespace, no `{` or `}`, at most 512 bytes with
+    /// the namespace. Checked by [`validate`](Self::validate) and [`build`](Self::build).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
         self
     }
 
@@ -288,28 +279,6 @@ impl RedisLockerBuilder {
     /// The bound on one request to the server (default TTL/3, at most 2 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = Some(timeout);
-        self
-    }
-
-    /// For a `rediss://` URL (or [`tls`](Self::tls) with sentinels): trust only these root
-    /// certificates (PEM, one or more) instead of
-    /// the system's, e.g. a private CA. Checked by [`build`](Self::build).
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_pem = Some(pem.into());
-        self
-    }
-
-    /// For a `rediss://` URL, cluster nodes (or [`tls`](Self::tls) with sentinels): present this
-    /// client certificate (PEM chain) and private key (PEM), for servers that require client
-    /// certificates (`tls-auth-clients yes`). Checked by [`build`](Self::build); the key never
-    /// appears in `Debug` output or errors. A server that refuses the certificate fails the
-    /// first request with a non-retryable error.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -338,10 +307,11 @@ impl RedisLockerBuilder {
     /// # Errors
     /// As [`build`](Self::build), except the tokio runtime check.
     pub fn validate(&self) -> Result<(), Error> {
-        let ttl = validate_ttl(self.ttl)?;
+        self.common.validate(DEFAULT_TTL)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         self.target()?;
         self.request_timeout_or_default()?;
-        self.prefix.clone()?;
+        key_prefix(&self.prefix, self.common.namespace())?;
         if self.retry_delay.is_zero() || self.retry_delay > ttl {
             return Err(Error::invalid_option(
                 "retry_delay",
@@ -379,10 +349,10 @@ impl RedisLockerBuilder {
     /// outside a tokio runtime.
     pub fn build(self) -> Result<RedisLocker, Error> {
         self.validate()?;
-        let ttl = validate_ttl(self.ttl)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         let target = self.target()?;
         let request_timeout = self.request_timeout_or_default()?;
-        let prefix = self.prefix?;
+        let prefix = key_prefix(&self.prefix, self.common.namespace())?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid_option(
                 "runtime",
@@ -459,8 +429,7 @@ impl RedisLockerBuilder {
                 ("url", self.url.is_some()),
                 ("sentinels", self.sentinels.is_some()),
                 ("cluster", self.cluster.is_some()),
-                ("tls_root_certificates", self.root_pem.is_some()),
-                ("tls_client_identity", self.identity.is_some()),
+                (tls::option_given(&self.common), self.common.wants_tls()),
             ];
             if let Some((option, _)) = conflicting.into_iter().find(|(_, set)| *set) {
                 return Err(Error::invalid_option(
@@ -513,13 +482,7 @@ impl RedisLockerBuilder {
                         "only with `sentinels`; with a URL, put credentials in the URL and use rediss:// for TLS",
                     ));
                 }
-                let client = tls::parse_url_with_roots(
-                    "url",
-                    url,
-                    self.root_pem.as_deref(),
-                    self.identity.as_ref(),
-                )?;
-                return Ok(Target::Url(client));
+                return Ok(Target::Url(tls::client("url", url, &self.common)?));
             }
             (None, Some(s)) => s,
         };
@@ -541,24 +504,13 @@ impl RedisLockerBuilder {
                 ),
             ));
         }
-        if let Some(pem) = &self.root_pem {
-            if !self.tls {
-                return Err(Error::invalid_option(
-                    "tls_root_certificates",
-                    "root certificates need TLS: call `.tls(true)` with sentinels",
-                ));
-            }
-            tls::check_pem(pem)?;
+        if self.common.wants_tls() && !self.tls {
+            return Err(Error::invalid_option(
+                tls::option_given(&self.common),
+                "TLS certificates need TLS: call `.tls(true)` with sentinels",
+            ));
         }
-        if let Some(identity) = &self.identity {
-            if !self.tls {
-                return Err(Error::invalid_option(
-                    "tls_client_identity",
-                    "a client identity needs TLS: call `.tls(true)` with sentinels",
-                ));
-            }
-            tls::check_identity(identity)?;
-        }
+        let certs = tls::certificates(&self.common);
         let mut clients = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             if addrs[..i].contains(addr) {
@@ -577,8 +529,7 @@ impl RedisLockerBuilder {
                 &host,
                 port,
                 self.tls,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
+                certs.as_ref(),
                 None,
                 self.sentinel_password.as_deref(),
             )
@@ -598,8 +549,7 @@ impl RedisLockerBuilder {
             addrs: addrs.clone(),
             master: master.clone(),
             tls: self.tls,
-            root_pem: self.root_pem.clone(),
-            identity: self.identity.clone(),
+            certs,
             username: self.master_username.clone(),
             password: self.master_password.clone(),
         }))
@@ -609,7 +559,7 @@ impl RedisLockerBuilder {
 impl RedisLockerBuilder {
     /// The request timeout: as set (above zero, at most the TTL), or TTL/3 at most 2 s.
     fn request_timeout_or_default(&self) -> Result<Duration, Error> {
-        let ttl = validate_ttl(self.ttl)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         match self.request_timeout {
             None => Ok((ttl / 3).min(Duration::from_secs(2))),
             Some(t) if t.is_zero() || t > ttl => Err(Error::invalid_option(
@@ -663,12 +613,7 @@ impl RedisLockerBuilder {
                     format!("node {i} is a duplicate"),
                 ));
             }
-            let client = tls::parse_url_with_roots(
-                "cluster",
-                url,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
-            )?;
+            let client = tls::client("cluster", url, &self.common)?;
             let info = client.get_connection_info().clone();
             if matches!(info.addr(), redis::ConnectionAddr::Unix(_)) {
                 return Err(Error::invalid_option(
@@ -734,8 +679,7 @@ impl RedisLockerBuilder {
         if !map.is_empty() {
             builder = builder.node_address_map(map);
         }
-        if let Some(certs) = tls::tls_certificates(self.root_pem.as_deref(), self.identity.as_ref())
-        {
+        if let Some(certs) = tls::certificates(&self.common) {
             builder = builder.certs(certs);
         }
         let client = builder.build().map_err(|e| {

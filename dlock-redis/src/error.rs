@@ -6,8 +6,6 @@ use std::time::Duration;
 use dlock_core::Error;
 use redis::RedisError;
 
-use crate::tls::{TlsRefusal, tls_refusal};
-
 /// Whether the server answered that it cannot serve writes right now (a replica, loading its
 /// data, a failover in progress, too few replicas for `min-replicas-to-write`): retryable, and
 /// worth a new connection.
@@ -49,34 +47,15 @@ pub(crate) fn is_refused_access(e: &RedisError) -> bool {
             .contains("The user executing the script can't")
 }
 
-/// Maps a client error: refused credentials or permissions are `AccessDenied` (not
-/// retryable); connection problems are `Unavailable` (retryable); everything else is a
-/// `Backend` error.
+/// Maps a client error: refused credentials, permissions or client certificates are
+/// `AccessDenied` (not retryable), a server certificate our roots refuse a `Backend` error
+/// (see [`refused`](crate::tls::refused)); connection problems are `Unavailable`
+/// (retryable); everything else is a `Backend` error.
 pub(crate) fn map_err(node: &str, what: &str, e: &RedisError) -> Error {
-    let source: dlock_core::BoxError = Box::new(e.clone());
-    // A TLS handshake refused over certificates: retrying the same connection cannot help, so
-    // it is not retryable (an acquire fails at once instead of retrying until its wait ends).
-    match tls_refusal(e) {
-        Some(TlsRefusal::ServerCertificate) => {
-            return Error::backend(
-                format!(
-                    "{what} on {node}: TLS: the server's certificate is not accepted (check \
-                     tls_root_certificates and that the certificate names the URL's host): {e}"
-                ),
-                Some(source),
-            );
-        }
-        Some(TlsRefusal::ClientCertificate) => {
-            return Error::access_denied(
-                format!(
-                    "{what} on {node}: TLS: the server refused our client certificate (check \
-                     tls_client_identity): {e}"
-                ),
-                Some(source),
-            );
-        }
-        None => {}
+    if let Some(refused) = crate::tls::refused(node, what, e) {
+        return refused;
     }
+    let source: dlock_core::BoxError = Box::new(e.clone());
     if is_refused_access(e) {
         return Error::access_denied(
             format!("{what} on {node}: credentials or ACL permissions refused: {e}"),

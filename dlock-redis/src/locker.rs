@@ -104,8 +104,9 @@ impl std::fmt::Debug for RedisLocker {
 }
 
 impl RedisLocker {
-    /// The key prefix this locker works under.
-    pub fn key_prefix(&self) -> &str {
+    /// The prefix of every key this locker writes: the raw
+    /// [`prefix`](crate::RedisLockerBuilder::prefix), then `<namespace>/`.
+    pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }
 

@@ -46,7 +46,7 @@ async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
         .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
         .await
         .expect("lead");
-    let key = format!("{}dlock:{{leader}}", l.key_prefix());
+    let key = format!("{}dlock:{{leader}}", l.prefix());
     let deleted: i64 = redis::cmd("DEL")
         .arg(&key)
         .query_async(&mut conn().await)
@@ -76,7 +76,7 @@ async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
     // Announcements the observer never sees: trimmed from the stream, as MAXLEN would after
     // many changes.
     leading.proclaim(b"v2").await.expect("proclaim");
-    let stream = format!("{}dlock:{{leader}}:changes", l.key_prefix());
+    let stream = format!("{}dlock:{{leader}}:changes", l.prefix());
     let _: i64 = redis::cmd("XTRIM")
         .arg(&stream)
         .arg("MAXLEN")

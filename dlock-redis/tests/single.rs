@@ -44,7 +44,7 @@ async fn bad_options_fail_before_any_io() {
         ErrorKind::InvalidInput
     );
     assert_eq!(
-        err(RedisLocker::builder().url(url).key_prefix("a{b}").build()),
+        err(RedisLocker::builder().url(url).prefix("a{b}").build()),
         ErrorKind::InvalidInput
     );
     assert_eq!(
@@ -525,7 +525,7 @@ fn validate_checks_without_building() {
             .ttl(Duration::ZERO),
         RedisLocker::builder()
             .url("redis://127.0.0.1:1")
-            .key_prefix("a{b}"),
+            .prefix("a{b}"),
         RedisLocker::builder()
             .url("redis://127.0.0.1:1")
             .retry_delay(Duration::ZERO),

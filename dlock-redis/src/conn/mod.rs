@@ -21,7 +21,6 @@ pub(crate) use cluster::{ClusterTarget, key_slot};
 pub(crate) use sentinel::{Sentinels, client_for, open_sentinel};
 
 use crate::error::{is_cluster_redirect, is_not_master, map_err, timed_out};
-use crate::tls::ensure_tls_provider;
 
 /// One server: a multiplexed auto-reconnecting connection and its display name (never the
 /// password).
@@ -169,7 +168,7 @@ pub(crate) fn parse_url(option: &'static str, url: &str) -> Result<Client, Error
         ));
     }
     if let redis::ConnectionAddr::TcpTls { .. } = client.get_connection_info().addr() {
-        ensure_tls_provider();
+        dlock_core::backend::tls::ensure_provider();
     }
     Ok(client)
 }

@@ -11,7 +11,6 @@ use redis::{Client, RedisError};
 
 use super::{Node, Target};
 use crate::error::is_refused_access;
-use crate::tls::{Identity, ensure_tls_provider, tls_certificates};
 
 /// Redis Sentinels and the master they are asked for, with the settings of the data connection
 /// (TLS, roots, credentials), which the sentinels do not tell.
@@ -22,8 +21,8 @@ pub(crate) struct Sentinels {
     pub(crate) addrs: Vec<String>,
     pub(crate) master: String,
     pub(crate) tls: bool,
-    pub(crate) root_pem: Option<Vec<u8>>,
-    pub(crate) identity: Option<Identity>,
+    /// The roots and client identity, when given.
+    pub(crate) certs: Option<redis::TlsCertificates>,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
 }
@@ -45,20 +44,19 @@ pub(crate) fn open_sentinel(sentinels: Sentinels, request_timeout: Duration) -> 
     }
 }
 
-/// The client of `host:port` with TLS (trusting `root_pem`, presenting `identity` when given)
-/// or not, and these credentials. No I/O.
+/// The client of `host:port` with TLS (with these roots and client identity, when given) or
+/// not, and these credentials. No I/O.
 pub(crate) fn client_for(
     host: &str,
     port: u16,
     tls: bool,
-    root_pem: Option<&[u8]>,
-    identity: Option<&Identity>,
+    certs: Option<&redis::TlsCertificates>,
     username: Option<&str>,
     password: Option<&str>,
 ) -> redis::RedisResult<Client> {
     use redis::IntoConnectionInfo;
     let addr = if tls {
-        ensure_tls_provider();
+        dlock_core::backend::tls::ensure_provider();
         redis::ConnectionAddr::TcpTls {
             host: host.to_owned(),
             port,
@@ -76,8 +74,8 @@ pub(crate) fn client_for(
         settings = settings.set_password(p);
     }
     let info = addr.into_connection_info()?.set_redis_settings(settings);
-    match tls_certificates(root_pem, identity) {
-        Some(certs) if tls => Client::build_with_tls(info, certs),
+    match certs {
+        Some(certs) if tls => Client::build_with_tls(info, certs.clone()),
         _ => Client::open(info),
     }
 }
@@ -132,8 +130,7 @@ impl Sentinels {
             &host,
             port,
             self.tls,
-            self.root_pem.as_deref(),
-            self.identity.as_ref(),
+            self.certs.as_ref(),
             self.username.as_deref(),
             self.password.as_deref(),
         )?;

@@ -5,27 +5,28 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::backend::{Background, Counters, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Background, Counters, RenewalDriver};
+use dlock_core::{CommonOptions, Error};
 
 use super::renew::{RedlockBackend, Renewer};
 use super::{MAX_NODES, RInner, RedlockLocker, quorum, raise};
 use crate::conn;
-use crate::keys::{namespace_prefix, validate_prefix};
+use crate::keys::key_prefix;
+use crate::{DEFAULT_RETRY_DELAY, DEFAULT_TTL};
 
 /// Builds a [`RedlockLocker`]; see [`RedlockLocker::builder`].
 ///
-/// Its `Debug` output masks the passwords in the node URLs.
+/// TLS material (`tls_root_certificates`, `tls_client_identity`) needs `rediss://` nodes and
+/// goes to every node. Its `Debug` output masks the passwords in the node URLs.
 #[derive(Clone)]
 #[must_use]
 pub struct RedlockLockerBuilder {
     nodes: Vec<String>,
-    ttl: Duration,
-    prefix: Result<String, Error>,
+    common: CommonOptions,
+    /// The raw key prefix (before the namespace).
+    prefix: String,
     node_timeout: Option<Duration>,
     retry_delay: Duration,
-    root_pem: Option<Vec<u8>>,
-    identity: Option<crate::tls::Identity>,
 }
 
 impl std::fmt::Debug for RedlockLockerBuilder {
@@ -37,12 +38,10 @@ impl std::fmt::Debug for RedlockLockerBuilder {
             .collect();
         f.debug_struct("RedlockLockerBuilder")
             .field("nodes", &nodes)
-            .field("ttl", &self.ttl)
+            .field("common", &self.common)
             .field("prefix", &self.prefix)
             .field("node_timeout", &self.node_timeout)
             .field("retry_delay", &self.retry_delay)
-            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
-            .field("tls_client_identity", &self.identity.is_some())
             .finish()
     }
 }
@@ -52,12 +51,10 @@ impl RedlockLocker {
     pub fn builder() -> RedlockLockerBuilder {
         RedlockLockerBuilder {
             nodes: Vec::new(),
-            ttl: crate::DEFAULT_TTL,
-            prefix: Ok(String::new()),
+            common: CommonOptions::default(),
+            prefix: String::new(),
             node_timeout: None,
-            retry_delay: crate::DEFAULT_RETRY_DELAY,
-            root_pem: None,
-            identity: None,
+            retry_delay: DEFAULT_RETRY_DELAY,
         }
     }
 }
@@ -73,23 +70,13 @@ impl RedlockLockerBuilder {
         self
     }
 
-    /// The lease TTL (default 30 s; 100 ms ..= 24 h).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    dlock_core::common_builder_options!(
+        "Default [`DEFAULT_TTL`](crate::DEFAULT_TTL) (30 s); leases are renewed every TTL/3."
+    );
 
-    /// A raw prefix for every key (printable ASCII, no whitespace, no `{` or `}`).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.prefix = validate_prefix(&prefix).map(|()| prefix);
-        self
-    }
-
-    /// A namespace: segments of `[A-Za-z0-9._-]` joined by `/`; keys get the prefix
-    /// `<namespace>/`.
-    pub fn namespace(mut self, namespace: &str) -> Self {
-        self.prefix = namespace_prefix(namespace);
+    /// A raw prefix for every key, as [`RedisLockerBuilder::prefix`](crate::RedisLockerBuilder::prefix).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
         self
     }
 
@@ -106,26 +93,6 @@ impl RedlockLockerBuilder {
         self
     }
 
-    /// For `rediss://` nodes: trust only these root certificates (PEM, one or more) instead of
-    /// the system's, e.g. a private CA. Every node must then use `rediss://`. Checked by
-    /// [`build`](Self::build).
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_pem = Some(pem.into());
-        self
-    }
-
-    /// For `rediss://` nodes: present this client certificate (PEM chain) and private key
-    /// (PEM) to every node, for servers that require client certificates. Checked by
-    /// [`build`](Self::build); the key never appears in `Debug` output or errors.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
     /// Checks every option the way [`build`](Self::build) does, without building (no I/O, no
     /// runtime needed): for configuration checks at startup.
     ///
@@ -137,8 +104,9 @@ impl RedlockLockerBuilder {
 
     /// The validated options `build` uses.
     fn checked(&self) -> Result<Checked, Error> {
-        let ttl = validate_ttl(self.ttl)?;
-        let prefix = self.prefix.clone()?;
+        self.common.validate(DEFAULT_TTL)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
+        let prefix = key_prefix(&self.prefix, self.common.namespace())?;
         if self.nodes.is_empty() || self.nodes.len() > MAX_NODES {
             return Err(Error::invalid_option(
                 "nodes",
@@ -151,12 +119,7 @@ impl RedlockLockerBuilder {
         let mut clients = Vec::with_capacity(self.nodes.len());
         let mut seen = HashSet::new();
         for url in &self.nodes {
-            let client = crate::tls::parse_url_with_roots(
-                "nodes",
-                url,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
-            )?;
+            let client = crate::tls::client("nodes", url, &self.common)?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid_option(
