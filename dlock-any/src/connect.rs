@@ -24,10 +24,10 @@ pub(crate) async fn build(url: &LockerUrl) -> Result<Arc<dyn Locker>, Error> {
         Scheme::Memory => Ok(Arc::new(memory(url)?)),
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
-            Ok(Arc::new(redis(url)?))
+            Ok(Arc::new(redis(url).await?))
         }
         #[cfg(feature = "redis")]
-        Scheme::Redlock => Ok(Arc::new(redlock(url)?)),
+        Scheme::Redlock => Ok(Arc::new(redlock(url).await?)),
         #[cfg(feature = "etcd")]
         Scheme::Etcd | Scheme::EtcdTls => Ok(Arc::new(etcd(url).await?)),
         #[cfg(feature = "zk")]
@@ -109,7 +109,7 @@ fn redis_node_url(url: &LockerUrl, scheme: &str, host: &crate::HostPort) -> Stri
 }
 
 #[cfg(feature = "redis")]
-fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
+async fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     let mut b = RedisLocker::builder();
     match url.scheme() {
         Scheme::Redis | Scheme::Rediss => {
@@ -151,11 +151,11 @@ fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     if let Some(ns) = url.namespace() {
         b = b.namespace(ns);
     }
-    b.build()
+    b.build().await
 }
 
 #[cfg(feature = "redis")]
-fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
+async fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     let nodes: Vec<String> = url
         .hosts()
         .iter()
@@ -168,7 +168,7 @@ fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     if let Some(ns) = url.namespace() {
         b = b.namespace(ns);
     }
-    b.build()
+    b.build().await
 }
 
 #[cfg(feature = "etcd")]

@@ -126,7 +126,7 @@ impl RedisLockerBuilder {
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
-    /// let locker = dlock_redis::RedisLocker::builder().client(client.clone()).build()?;
+    /// let locker = dlock_redis::RedisLocker::builder().client(client.clone()).build().await?;
     /// # Ok(()) }
     /// ```
     pub fn client(mut self, client: redis::Client) -> Self {
@@ -347,7 +347,7 @@ impl RedisLockerBuilder {
     /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
     /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
-    pub fn build(self) -> Result<RedisLocker, Error> {
+    pub async fn build(self) -> Result<RedisLocker, Error> {
         self.validate()?;
         let ttl = self.common.ttl_or(DEFAULT_TTL);
         let target = self.target()?;

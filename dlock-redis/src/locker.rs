@@ -62,7 +62,8 @@ use crate::renew::SingleBackend;
 ///     .url("redis://127.0.0.1:6379")
 ///     .ttl(Duration::from_secs(10))
 ///     .namespace("billing")
-///     .build()?;
+///     .build()
+///     .await?;
 /// let lease = locker.acquire(&LockName::new("invoice/42")?, AcquireOptions::wait(Duration::from_secs(5))).await?;
 /// println!("token {}", lease.token());
 /// lease.release().await?;

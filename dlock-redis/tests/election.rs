@@ -16,12 +16,13 @@ fn shared() -> Arc<Cluster> {
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
 }
 
-fn locker(ns: &str) -> RedisLocker {
+async fn locker(ns: &str) -> RedisLocker {
     RedisLocker::builder()
         .url(shared().endpoints().remove(0))
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("locker")
 }
 
@@ -40,7 +41,7 @@ fn ns(test: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
     let ns = ns("deleted");
-    let l = locker(&ns);
+    let l = locker(&ns).await;
     let name = LockName::new("leader").expect("valid");
     let leading = l
         .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
@@ -61,7 +62,7 @@ async fn a_leader_whose_key_was_deleted_cannot_proclaim() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
     let ns = ns("gap");
-    let l = locker(&ns);
+    let l = locker(&ns).await;
     let name = LockName::new("leader").expect("valid");
     let mut changes = l.observe(&name).await.expect("observe");
     let leading = l

@@ -165,7 +165,7 @@ impl RedlockLockerBuilder {
     /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
     /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
     /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
-    pub fn build(self) -> Result<RedlockLocker, Error> {
+    pub async fn build(self) -> Result<RedlockLocker, Error> {
         let Checked {
             ttl,
             prefix,

@@ -77,7 +77,8 @@ pub const MAX_NODES: usize = 63;
 /// let locker = RedlockLocker::builder()
 ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
 ///     .ttl(Duration::from_secs(10))
-///     .build()?;
+///     .build()
+///     .await?;
 /// let lease = locker.acquire(&LockName::new("report")?, AcquireOptions::wait(Duration::from_secs(5))).await?;
 /// lease.release().await?;
 /// # Ok(()) }
