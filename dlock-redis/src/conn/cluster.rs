@@ -1,8 +1,8 @@
 //! Redis Cluster: the cluster's client and seed nodes, pipelines routed to one slot's master,
 //! the slot map (`CLUSTER SLOTS`) and the key slot of a name.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use dlock_core::Error;
@@ -64,14 +64,8 @@ pub(crate) fn open_cluster(
     display: String,
     request_timeout: Duration,
 ) -> Node {
-    Node {
-        conn: Arc::new(Mutex::new(None)),
-        target: Target::Cluster(Arc::new(target)),
-        discovery: Arc::new(tokio::sync::Mutex::new(())),
-        request_timeout,
-        timeouts: Arc::new(AtomicU32::new(0)),
-        display: Arc::from(display),
-    }
+    let target = Target::Cluster(Arc::new(target));
+    Node::new(target, None, Arc::from(display), request_timeout)
 }
 
 impl Node {

@@ -181,17 +181,9 @@ pub(crate) fn open(client: Client, request_timeout: Duration) -> Result<Node, Er
     let display: Arc<str> = Arc::from(client.get_connection_info().addr().to_string());
     let conn =
         manager(&client, request_timeout).map_err(|e| map_err(&display, "connecting", &e))?;
-    Ok(Node {
-        conn: Arc::new(Mutex::new(Some((
-            Some(client.clone()),
-            Conn::Manager(conn),
-        )))),
-        target: Target::Fixed(Box::new(client)),
-        discovery: Arc::new(tokio::sync::Mutex::new(())),
-        request_timeout,
-        timeouts: Arc::new(AtomicU32::new(0)),
-        display,
-    })
+    let current = (Some(client.clone()), Conn::Manager(conn));
+    let target = Target::Fixed(Box::new(client));
+    Ok(Node::new(target, Some(current), display, request_timeout))
 }
 
 /// Parses a sentinel address `host:port` (`[v6]:port` for an IPv6 address). No I/O.
@@ -239,6 +231,23 @@ pub(crate) fn warm_up(node: &Node, budget: Duration) {
 }
 
 impl Node {
+    /// A node of `target`, with its connection when one is open already.
+    fn new(
+        target: Target,
+        current: Option<Current>,
+        display: Arc<str>,
+        request_timeout: Duration,
+    ) -> Node {
+        Node {
+            conn: Arc::new(Mutex::new(current)),
+            target,
+            discovery: Arc::default(),
+            request_timeout,
+            timeouts: Arc::default(),
+            display,
+        }
+    }
+
     fn current(&self) -> Option<Current> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

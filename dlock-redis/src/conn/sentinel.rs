@@ -2,8 +2,6 @@
 //! current master (each sentinel in turn, the first address whose `ROLE` is master).
 
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use dlock_core::Error;
@@ -34,14 +32,12 @@ pub(crate) fn open_sentinel(sentinels: Sentinels, request_timeout: Duration) -> 
         sentinels.master,
         sentinels.addrs.join(",")
     ));
-    Node {
-        conn: Arc::new(Mutex::new(None)),
-        target: Target::Sentinel(Arc::new(sentinels)),
-        discovery: Arc::new(tokio::sync::Mutex::new(())),
-        request_timeout,
-        timeouts: Arc::new(AtomicU32::new(0)),
+    Node::new(
+        Target::Sentinel(Arc::new(sentinels)),
+        None,
         display,
-    }
+        request_timeout,
+    )
 }
 
 /// The client of `host:port` with TLS (with these roots and client identity, when given) or
