@@ -342,9 +342,9 @@ impl RedisLockerBuilder {
     /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
     /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
     /// cluster nodes or address map (see there), bad sentinel addresses or master name
-    /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
-    /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
-    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
+    /// (see there), sentinel-only options with a URL, TLS material that is not PEM (or a key
+    /// that does not go with its certificate) or comes without a `rediss://` URL (or TLS), a
+    /// TTL out of range, a bad prefix or namespace, a zero or too long request timeout or retry delay, a replica
     /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
     pub async fn build(self) -> Result<RedisLocker, Error> {

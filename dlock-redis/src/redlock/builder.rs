@@ -162,7 +162,8 @@ impl RedlockLockerBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
-    /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
+    /// URL (or `#insecure`), TLS material that is not PEM (or a key that does not go with its
+    /// certificate) or comes with a `redis://` node,
     /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
     /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
     pub async fn build(self) -> Result<RedlockLocker, Error> {
