@@ -470,18 +470,7 @@ impl RedisLockerBuilder {
                 ));
             }
             (Some(url), None) => {
-                let sentinel_only = [
-                    ("sentinel_password", self.sentinel_password.is_some()),
-                    ("master_username", self.master_username.is_some()),
-                    ("master_password", self.master_password.is_some()),
-                    ("tls", self.tls),
-                ];
-                if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
-                    return Err(Error::invalid_option(
-                        option,
-                        "only with `sentinels`; with a URL, put credentials in the URL and use rediss:// for TLS",
-                    ));
-                }
+                self.no_sentinel_options("with a URL, put credentials in the URL")?;
                 return Ok(Target::Url(tls::client("url", url, &self.common)?));
             }
             (None, Some(s)) => s,
@@ -557,6 +546,23 @@ impl RedisLockerBuilder {
 }
 
 impl RedisLockerBuilder {
+    /// Refuses the options only sentinels take; `instead` says what to do with a URL or cluster.
+    fn no_sentinel_options(&self, instead: &str) -> Result<(), Error> {
+        let sentinel_only = [
+            ("sentinel_password", self.sentinel_password.is_some()),
+            ("master_username", self.master_username.is_some()),
+            ("master_password", self.master_password.is_some()),
+            ("tls", self.tls),
+        ];
+        match sentinel_only.into_iter().find(|(_, set)| *set) {
+            Some((option, _)) => Err(Error::invalid_option(
+                option,
+                format!("only with `sentinels`; {instead} and use rediss:// for TLS"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The request timeout: as set (above zero, at most the TTL), or TTL/3 at most 2 s.
     fn request_timeout_or_default(&self) -> Result<Duration, Error> {
         let ttl = self.common.ttl_or(DEFAULT_TTL);
@@ -576,18 +582,7 @@ impl RedisLockerBuilder {
         nodes: &[String],
         request_timeout: Duration,
     ) -> Result<(conn::ClusterTarget, String), Error> {
-        let sentinel_only = [
-            ("sentinel_password", self.sentinel_password.is_some()),
-            ("master_username", self.master_username.is_some()),
-            ("master_password", self.master_password.is_some()),
-            ("tls", self.tls),
-        ];
-        if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
-            return Err(Error::invalid_option(
-                option,
-                "only with `sentinels`; with a cluster, put credentials in the URLs and use rediss:// for TLS",
-            ));
-        }
+        self.no_sentinel_options("with a cluster, put credentials in the URLs")?;
         if self.replicas.is_some() {
             return Err(Error::invalid_option(
                 "wait_for_replicas",
