@@ -23,9 +23,11 @@ pub(crate) async fn build(url: &LockerUrl) -> Result<Arc<dyn Locker>, Error> {
     match url.scheme() {
         Scheme::Memory => Ok(Arc::new(memory(url)?)),
         #[cfg(feature = "redis")]
-        Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster => Ok(Arc::new(redis(url)?)),
+        Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster => {
+            Ok(Arc::new(redis(url).await?))
+        }
         #[cfg(feature = "redis")]
-        Scheme::Redlock => Ok(Arc::new(redlock(url)?)),
+        Scheme::Redlock => Ok(Arc::new(redlock(url).await?)),
         #[cfg(feature = "etcd")]
         Scheme::Etcd => Ok(Arc::new(etcd(url).await?)),
         #[cfg(feature = "zk")]
@@ -108,7 +110,7 @@ fn redis_node_url(url: &LockerUrl, host: &crate::HostPort) -> String {
 }
 
 #[cfg(feature = "redis")]
-fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
+async fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     let mut b = RedisLocker::builder();
     match url.scheme() {
         Scheme::Redis => b = b.url(redis_node_url(url, &url.hosts()[0])),
@@ -144,11 +146,11 @@ fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
     if let Some((cert, key)) = identity {
         b = b.tls_client_identity(cert, key);
     }
-    b.build()
+    b.build().await
 }
 
 #[cfg(feature = "redis")]
-fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
+async fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     let nodes: Vec<String> = url.hosts().iter().map(|h| redis_node_url(url, h)).collect();
     let mut b = RedlockLocker::builder().nodes(nodes);
     if let Some(ttl) = url.ttl() {
@@ -164,7 +166,7 @@ fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     if let Some((cert, key)) = identity {
         b = b.tls_client_identity(cert, key);
     }
-    b.build()
+    b.build().await
 }
 
 #[cfg(feature = "etcd")]

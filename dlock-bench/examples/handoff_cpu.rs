@@ -72,6 +72,7 @@ async fn locker(kind: &str, c: &Cluster, ns: &str) -> Arc<dyn Locker> {
                 .ttl(TTL)
                 .namespace(ns)
                 .build()
+                .await
                 .expect("redis locker"),
         ),
         "etcd" => Arc::new(

@@ -148,6 +148,7 @@ impl Dlock {
                     .ttl(ttl)
                     .namespace(ns)
                     .build()
+                    .await
                     .map_err(|e| err("RedisLocker")(&e))?,
             ),
             DlockKind::RedisCluster(urls) => Built::Redis(
@@ -156,6 +157,7 @@ impl Dlock {
                     .ttl(ttl)
                     .namespace(ns)
                     .build()
+                    .await
                     .map_err(|e| err("RedisLocker (cluster)")(&e))?,
             ),
             DlockKind::Redlock(urls) => Built::Redlock(
@@ -164,6 +166,7 @@ impl Dlock {
                     .ttl(ttl)
                     .namespace(ns)
                     .build()
+                    .await
                     .map_err(|e| err("RedlockLocker")(&e))?,
             ),
             DlockKind::Etcd(endpoints) => Built::Etcd(

@@ -21,21 +21,25 @@ fn main() {
     let _entered = rt.enter();
     let single = |fair: bool| -> Arc<dyn Locker> {
         Arc::new(
-            RedisLocker::builder()
-                .url(one.endpoints()[0].clone())
-                .namespace(&format!("{ns}/fair-{fair}"))
-                .fair(fair)
-                .build()
-                .expect("RedisLocker"),
+            rt.block_on(
+                RedisLocker::builder()
+                    .url(one.endpoints()[0].clone())
+                    .namespace(format!("{ns}/fair-{fair}"))
+                    .fair(fair)
+                    .build(),
+            )
+            .expect("RedisLocker"),
         )
     };
     let redlock = || -> Arc<dyn Locker> {
         Arc::new(
-            RedlockLocker::builder()
-                .nodes(five.endpoints())
-                .namespace(&format!("{ns}/redlock"))
-                .build()
-                .expect("RedlockLocker"),
+            rt.block_on(
+                RedlockLocker::builder()
+                    .nodes(five.endpoints())
+                    .namespace(format!("{ns}/redlock"))
+                    .build(),
+            )
+            .expect("RedlockLocker"),
         )
     };
     let mut c = micro::criterion();

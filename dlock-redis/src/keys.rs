@@ -1,60 +1,42 @@
-//! Key layout, key prefixes and owner values.
+//! The server-side layout of names: key prefixes, the keys of one lock name, and owner
+//! values.
 
 use dlock_core::{Error, LockName};
 use rand::RngCore;
 
-/// The longest key prefix a locker accepts, in bytes.
-pub(crate) const MAX_PREFIX_LEN: usize = 512;
+/// The longest key prefix a locker accepts, in bytes (the namespace included).
+const MAX_PREFIX_LEN: usize = 512;
 
-/// Checks a key prefix: printable ASCII without whitespace, and without `{` or `}` (they would
-/// change the hash tag that keeps a lock's keys in one cluster slot).
-pub(crate) fn validate_prefix(prefix: &str) -> Result<(), Error> {
-    if prefix.len() > MAX_PREFIX_LEN {
-        return Err(Error::invalid_option(
-            "key_prefix",
-            format!(
-                "{} bytes is longer than the maximum {MAX_PREFIX_LEN}",
-                prefix.len()
-            ),
-        ));
-    }
+/// The prefix of every key: the raw `prefix`, then `<namespace>/` when a namespace is given
+/// (checked by core: its characters are all fine here). The raw prefix must be printable ASCII
+/// without whitespace, `{` or `}` (they would change the hash tag that keeps a lock's keys in
+/// one cluster slot), and the whole at most [`MAX_PREFIX_LEN`] bytes.
+pub(crate) fn key_prefix(prefix: &str, namespace: Option<&str>) -> Result<String, Error> {
     if let Some(at) = prefix
         .bytes()
         .position(|b| !b.is_ascii_graphic() || b == b'{' || b == b'}')
     {
         return Err(Error::invalid_option(
-            "key_prefix",
+            "prefix",
             format!(
                 "byte {at} must be printable ASCII other than '{{' and '}}', without whitespace"
             ),
         ));
     }
-    Ok(())
-}
-
-/// Turns a namespace (`a/b/c`) into a key prefix (`a/b/c/`), checking it.
-pub(crate) fn namespace_prefix(namespace: &str) -> Result<String, Error> {
-    if namespace.is_empty() {
-        return Ok(String::new());
-    }
-    let bad_segment = namespace.split('/').any(|s| {
-        s.is_empty()
-            || !s
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-    });
-    if bad_segment {
+    let full = match namespace {
+        Some(ns) => format!("{prefix}{ns}/"),
+        None => prefix.to_owned(),
+    };
+    if full.len() > MAX_PREFIX_LEN {
         return Err(Error::invalid_option(
-            "namespace",
+            "prefix",
             format!(
-                "{namespace:?} must be segments of [A-Za-z0-9._-] joined by '/', without a leading or trailing '/'"
+                "{} bytes (with the namespace) is longer than the maximum {MAX_PREFIX_LEN}",
+                full.len()
             ),
         ));
     }
-    let prefix = format!("{namespace}/");
-    validate_prefix(&prefix)
-        .map_err(|_| Error::invalid_option("namespace", format!("{namespace:?} is too long")))?;
-    Ok(prefix)
+    Ok(full)
 }
 
 /// The keys of one lock name. All share the hash tag `{name}`, so they live in one cluster slot.
@@ -154,18 +136,19 @@ mod tests {
 
     #[test]
     fn prefixes_are_checked() {
-        assert!(validate_prefix("app:").is_ok());
-        assert!(validate_prefix("a{b").is_err());
-        assert!(validate_prefix("a b").is_err());
-        assert!(validate_prefix(&"x".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert_eq!(key_prefix("app:", None).ok().as_deref(), Some("app:"));
         assert_eq!(
-            namespace_prefix("t/run-1/s_2").ok().as_deref(),
-            Some("t/run-1/s_2/")
+            key_prefix("", Some("t/run-1")).ok().as_deref(),
+            Some("t/run-1/")
         );
-        assert!(namespace_prefix("/a").is_err());
-        assert!(namespace_prefix("a//b").is_err());
-        assert!(namespace_prefix("a/").is_err());
-        assert_eq!(namespace_prefix("").ok().as_deref(), Some(""));
+        assert_eq!(
+            key_prefix("app:", Some("t")).ok().as_deref(),
+            Some("app:t/")
+        );
+        for (prefix, ns) in [("a{b", None), ("a b", None), ("x", Some("y".repeat(512)))] {
+            let e = key_prefix(prefix, ns.as_deref()).expect_err(prefix);
+            assert!(e.to_string().contains("prefix"), "{e}");
+        }
     }
 
     #[test]

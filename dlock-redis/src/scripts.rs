@@ -5,7 +5,7 @@
 //! Every script touches only the keys of ONE lock name (they share a hash tag, so one Redis
 //! Cluster slot), declared in `KEYS`, except the batched renewals ([`RENEW`] here, the family's
 //! in `family_scripts`), which take the keys of many leases: on one server all of a locker's,
-//! on a cluster those of one slot per call (see `single::backend`).
+//! on a cluster those of one slot per call (see `renew.rs`).
 
 use std::sync::LazyLock;
 

@@ -28,12 +28,13 @@ async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
     let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
 }
 
-fn locker(addr: std::net::SocketAddr, user: &str, password: &str, ns: &str) -> RedisLocker {
+async fn locker(addr: std::net::SocketAddr, user: &str, password: &str, ns: &str) -> RedisLocker {
     RedisLocker::builder()
         .url(format!("redis://{user}:{password}@{addr}"))
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("builds")
 }
 
@@ -44,7 +45,7 @@ async fn a_wrong_password_is_not_retryable() {
     let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
     let ns = "dlock-test/acl/wrongpass";
     acl_user(&url, "dlock-wrongpass", ns, RULES).await;
-    let l = locker(addr, "dlock-wrongpass", "not-the-password", ns);
+    let l = locker(addr, "dlock-wrongpass", "not-the-password", ns).await;
     let e = l
         .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
         .await
@@ -68,7 +69,7 @@ async fn a_missing_permission_is_not_retryable() {
         &["+evalsha", "+eval", "+script|load", "+ping"],
     )
     .await;
-    let l = locker(addr, "dlock-noperm", "pw", ns);
+    let l = locker(addr, "dlock-noperm", "pw", ns).await;
     let e = l
         .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
         .await
@@ -86,8 +87,8 @@ async fn the_documented_acl_rules_suffice() {
     let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
     let ns = "dlock-test/acl/minimal";
     acl_user(&url, "dlock-minimal", ns, RULES).await;
-    let a = locker(addr, "dlock-minimal", "pw", ns);
-    let b = locker(addr, "dlock-minimal", "pw", ns);
+    let a = locker(addr, "dlock-minimal", "pw", ns).await;
+    let b = locker(addr, "dlock-minimal", "pw", ns).await;
     let lock = name("m");
     let held = a
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
@@ -116,8 +117,8 @@ async fn a_refused_release_never_reserves_without_notifying() {
     let ns = "dlock-test/acl/nopublish";
     let rules: Vec<&str> = RULES.iter().copied().filter(|r| *r != "+publish").collect();
     acl_user(&url, "dlock-nopublish", ns, &rules).await;
-    let a = locker(addr, "dlock-nopublish", "pw", ns);
-    let b = locker(addr, "dlock-nopublish", "pw", ns);
+    let a = locker(addr, "dlock-nopublish", "pw", ns).await;
+    let b = locker(addr, "dlock-nopublish", "pw", ns).await;
     let lock = name("p");
     let held = a
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
@@ -169,8 +170,8 @@ async fn the_documented_family_acl_rules_suffice() {
     let ns = "dlock-test/acl/family";
     let rules: Vec<&str> = RULES.iter().chain(FAMILY_RULES).copied().collect();
     acl_user(&url, "dlock-family", ns, &rules).await;
-    let a = locker(addr, "dlock-family", "pw", ns);
-    let b = locker(addr, "dlock-family", "pw", ns);
+    let a = locker(addr, "dlock-family", "pw", ns).await;
+    let b = locker(addr, "dlock-family", "pw", ns).await;
     let lock = name("rw");
     let wait = AcquireOptions::wait(Duration::from_secs(2));
     let read = a.read(&lock, wait).await.expect("read");
@@ -236,6 +237,7 @@ async fn the_documented_acl_rules_suffice_for_wait_for_replicas() {
         .namespace(ns)
         .wait_for_replicas(1, Duration::from_millis(500))
         .build()
+        .await
         .expect("builds");
     let lease = l
         .acquire(&name("w"), AcquireOptions::wait(Duration::from_secs(2)))

@@ -32,12 +32,13 @@ fn urls(cluster: &Cluster) -> Vec<String> {
     cluster.endpoints()
 }
 
-fn locker(urls: Vec<String>, ns: &str, ttl: Duration) -> RedisLocker {
+async fn locker(urls: Vec<String>, ns: &str, ttl: Duration) -> RedisLocker {
     RedisLocker::builder()
         .cluster(urls)
         .ttl(ttl)
         .namespace(ns)
         .build()
+        .await
         .expect("a cluster locker")
 }
 
@@ -156,7 +157,7 @@ async fn cluster_options_are_checked_before_any_io() {
     ];
     for (what, b) in bad {
         let began = std::time::Instant::now();
-        let e = b.build().expect_err(what);
+        let e = b.build().await.expect_err(what);
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
         assert!(began.elapsed() < Duration::from_millis(100), "{what}: I/O?");
     }
@@ -169,6 +170,7 @@ async fn cluster_options_are_checked_before_any_io() {
         ])
         .cluster_address_map("127.0.0.1:1", "localhost:7001")
         .build()
+        .await
         .expect("valid options build without I/O");
     let shown = format!("{l:?}");
     assert!(shown.contains("127.0.0.1:1"), "{shown}");
@@ -200,7 +202,7 @@ async fn renewal_of_10000_leases_is_one_request_per_master_per_period() {
 async fn renewal_cost(cluster: &Cluster, count: usize, ttl: Duration, per_slot: bool) {
     use futures::StreamExt;
     let ns = "renew-cost";
-    let l = locker(urls(cluster), ns, ttl);
+    let l = locker(urls(cluster), ns, ttl).await;
     let names: Vec<LockName> = (0..count)
         .map(|i| LockName::new(format!("n{i}")).expect("a valid name"))
         .collect();
@@ -304,11 +306,11 @@ async fn a_waiter_subscribed_on_another_master_is_woken() {
     let owner = owner_of(&cluster, &k).await;
     let other = (owner + 1) % 3;
     let all = urls(&cluster);
-    let holder = locker(all.clone(), ns, ttl);
+    let holder = locker(all.clone(), ns, ttl).await;
     // The waiter's first seed (where its subscription goes) is not the owner.
     let mut seeds = vec![all[other].clone()];
     seeds.extend((0..3).filter(|&i| i != other).map(|i| all[i].clone()));
-    let waiter = locker(seeds, ns, ttl);
+    let waiter = locker(seeds, ns, ttl).await;
     let pattern = format!("{ns}/dlock:notify:*");
     let mut latencies = Vec::new();
     for round in 0..7 {
@@ -419,8 +421,8 @@ async fn a_moved_slot_is_followed() {
     let ttl = Duration::from_millis(1500);
     let name = LockName::new("resharded").expect("a valid name");
     let k = key(ns, "resharded");
-    let a = locker(urls(&cluster), ns, ttl);
-    let b = locker(urls(&cluster), ns, ttl);
+    let a = locker(urls(&cluster), ns, ttl).await;
+    let b = locker(urls(&cluster), ns, ttl).await;
     let lease = a
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
         .await
@@ -442,7 +444,7 @@ async fn a_moved_slot_is_followed() {
         "another locker must find it held on the new master"
     );
     // A waiter queued on the new master is handed the lock by the release there.
-    let c = locker(urls(&cluster), ns, Duration::from_secs(20));
+    let c = locker(urls(&cluster), ns, Duration::from_secs(20)).await;
     let waiter = {
         let name = name.clone();
         tokio::spawn(async move {
@@ -522,7 +524,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
     let Some(cluster) = cluster() else { return };
     let ns = "killed";
     let ttl = Duration::from_millis(2000);
-    let l = locker(urls(&cluster), ns, ttl);
+    let l = locker(urls(&cluster), ns, ttl).await;
     let mut by_node = one_lease_per_master(&cluster, &l, ns, "k").await;
     let victim = 1;
     cluster.node(victim).kill().expect("kill");
@@ -545,7 +547,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         );
     }
     // Names on the live masters keep working for a new locker.
-    let again = locker(urls(&cluster), ns, ttl);
+    let again = locker(urls(&cluster), ns, ttl).await;
     let mut granted = 0;
     for i in 0..100 {
         let name = format!("fresh{i}");
@@ -578,7 +580,7 @@ async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
     let Some(cluster) = cluster() else { return };
     let ns = "frozen";
     let ttl = Duration::from_millis(1500);
-    let l = locker(urls(&cluster), ns, ttl);
+    let l = locker(urls(&cluster), ns, ttl).await;
     let mut by_node = one_lease_per_master(&cluster, &l, ns, "f").await;
     let victim = 2;
     cluster.node(victim).pause().expect("pause");
@@ -630,7 +632,7 @@ async fn proxied_locker(
     for (node, proxy) in cluster.addrs().iter().zip(&proxies) {
         b = b.cluster_address_map(node.to_string(), proxy.addr().to_string());
     }
-    let l = b.build().expect("a cluster locker");
+    let l = b.build().await.expect("a cluster locker");
     for i in 0..10 {
         let warm = l
             .try_acquire(&LockName::new(format!("warm{i}")).expect("valid name"))

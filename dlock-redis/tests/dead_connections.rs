@@ -19,16 +19,17 @@ async fn a_silent_notification_connection_is_probed_and_replaced() {
     let url = cluster.endpoints().remove(0);
     let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
     let ns = "dlock-test/dead/pubsub";
-    let build = |url: &str| {
+    let build = async |url: &str| {
         RedisLocker::builder()
             .url(url)
             .ttl(Duration::from_secs(1))
             .namespace(ns)
             .build()
+            .await
             .expect("builds")
     };
-    let holder = build(&url);
-    let waiter = build(&format!("redis://{}", proxy.addr()));
+    let holder = build(&url).await;
+    let waiter = build(&format!("redis://{}", proxy.addr())).await;
     let lock = LockName::new("n").expect("valid name");
     let held = holder
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))

@@ -16,12 +16,13 @@ fn shared() -> Arc<Cluster> {
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
 }
 
-fn locker(ns: &str) -> RedisLocker {
+async fn locker(ns: &str) -> RedisLocker {
     RedisLocker::builder()
         .url(shared().endpoints().remove(0))
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("locker")
 }
 
@@ -40,7 +41,7 @@ fn ns(test: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
     let ns = ns("gap");
-    let l = locker(&ns);
+    let l = locker(&ns).await;
     let name = LockName::new("leader").expect("valid");
     let mut changes = l.observe(&name).await.expect("observe");
     let leading = l
@@ -55,7 +56,7 @@ async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
     // Announcements the observer never sees: trimmed from the stream, as MAXLEN would after
     // many changes.
     leading.proclaim(b"v2").await.expect("proclaim");
-    let stream = format!("{}dlock:{{leader}}:changes", l.key_prefix());
+    let stream = format!("{}dlock:{{leader}}:changes", l.prefix());
     let _: i64 = redis::cmd("XTRIM")
         .arg(&stream)
         .arg("MAXLEN")

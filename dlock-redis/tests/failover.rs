@@ -36,6 +36,7 @@ async fn a_demoted_server_is_retried_within_the_wait_on_a_new_connection() {
         .ttl(Duration::from_secs(2))
         .namespace("dlock-test/failover/readonly")
         .build()
+        .await
         .expect("builds");
     let lock = LockName::new("f").expect("valid name");
     drop(l.try_acquire(&lock).await.expect("server up"));
@@ -111,6 +112,7 @@ async fn a_stalled_replica_does_not_starve_renewals() {
         .namespace("dlock-test/failover/wait-starves")
         .wait_for_replicas(1, Duration::from_millis(900))
         .build()
+        .await
         .expect("builds");
     let held = l
         .acquire(
@@ -194,6 +196,7 @@ async fn grants_wait_for_replica_acknowledgement() {
         .namespace(ns)
         .wait_for_replicas(1, Duration::from_millis(300))
         .build()
+        .await
         .expect("builds");
     let lease = l
         .acquire(
@@ -227,6 +230,7 @@ async fn grants_wait_for_replica_acknowledgement() {
         .url(&urls[0])
         .ttl(Duration::from_secs(2))
         .wait_for_replicas(0, Duration::from_millis(300))
-        .build();
+        .build()
+        .await;
     assert_eq!(bad.expect_err("no replica").kind(), ErrorKind::InvalidInput);
 }

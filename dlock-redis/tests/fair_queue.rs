@@ -23,12 +23,13 @@ fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }
 
-fn locker(url: &str, ns: &str, ttl: Duration) -> RedisLocker {
+async fn locker(url: &str, ns: &str, ttl: Duration) -> RedisLocker {
     RedisLocker::builder()
         .url(url)
         .ttl(ttl)
         .namespace(ns)
         .build()
+        .await
         .expect("builds")
 }
 
@@ -79,10 +80,10 @@ async fn a_crashed_head_stalls_the_queue_for_seconds_not_ttls() {
     let lock = name("stall");
     let queue = format!("{ns}/dlock:{{stall}}:q");
     let mut conn = connect(&url).await;
-    let holder = locker(&url, ns, ttl);
+    let holder = locker(&url, ns, ttl).await;
     let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
-    let doomed = locker(&format!("redis://{}", proxy.addr()), ns, ttl);
-    let next = locker(&url, ns, ttl);
+    let doomed = locker(&format!("redis://{}", proxy.addr()), ns, ttl).await;
+    let next = locker(&url, ns, ttl).await;
     let held = holder
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
         .await
@@ -123,9 +124,9 @@ async fn a_short_ttl_waiter_never_shortens_the_queue() {
     let deadlines = format!("{ns}/dlock:{{mixed}}:qt");
     let mut conn = connect(&url).await;
     let long = Duration::from_secs(30);
-    let holder = locker(&url, ns, long);
-    let patient = locker(&url, ns, long);
-    let hasty = locker(&url, ns, Duration::from_millis(200));
+    let holder = locker(&url, ns, long).await;
+    let patient = locker(&url, ns, long).await;
+    let hasty = locker(&url, ns, Duration::from_millis(200)).await;
     let held = holder
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
         .await

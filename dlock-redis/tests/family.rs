@@ -24,13 +24,14 @@ fn url() -> String {
     shared().endpoints().remove(0)
 }
 
-fn locker(ns: &str, ttl: Duration, fair: bool) -> RedisLocker {
+async fn locker(ns: &str, ttl: Duration, fair: bool) -> RedisLocker {
     RedisLocker::builder()
         .url(url())
         .ttl(ttl)
         .namespace(ns)
         .fair(fair)
         .build()
+        .await
         .expect("locker")
 }
 
@@ -72,7 +73,7 @@ async fn nothing_left(ns: &str) {
 async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
     let ns = ns("deleted");
     let ttl = Duration::from_millis(900);
-    let l = locker(&ns, ttl, true);
+    let l = locker(&ns, ttl, true).await;
     let leases = [
         l.read(&name("r"), AcquireOptions::wait(WAIT))
             .await
@@ -124,7 +125,7 @@ async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
 async fn mutex_and_family_leases_are_renewed_in_one_round_trip() {
     let ns = ns("renewed-together");
     let ttl = Duration::from_millis(600);
-    let l = locker(&ns, ttl, true);
+    let l = locker(&ns, ttl, true).await;
     let leases = [
         l.acquire(&name("m"), AcquireOptions::wait(WAIT))
             .await

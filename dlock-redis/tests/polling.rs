@@ -68,7 +68,7 @@ async fn spin_mode_polls_do_not_write() {
         .endpoints()
         .remove(0);
     let ns = "dlock-test/polling/spin";
-    let build = || {
+    let build = async || {
         RedisLocker::builder()
             .url(&url)
             .ttl(Duration::from_secs(2))
@@ -76,9 +76,10 @@ async fn spin_mode_polls_do_not_write() {
             .retry_delay(Duration::from_millis(10))
             .namespace(ns)
             .build()
+            .await
             .expect("builds")
     };
-    let (holder, waiter) = (build(), build());
+    let (holder, waiter) = (build().await, build().await);
     let key = format!("{ns}/dlock:{{held}}:fence");
     polls_leave_the_fence_alone(&holder, &waiter, std::slice::from_ref(&url), &key).await;
 }
@@ -89,16 +90,17 @@ async fn redlock_polls_do_not_write() {
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
     let urls = cluster.endpoints();
     let ns = "dlock-test/polling/redlock";
-    let build = || {
+    let build = async || {
         RedlockLocker::builder()
             .nodes(urls.clone())
             .ttl(Duration::from_secs(2))
             .retry_delay(Duration::from_millis(10))
             .namespace(ns)
             .build()
+            .await
             .expect("builds")
     };
-    let (holder, waiter) = (build(), build());
+    let (holder, waiter) = (build().await, build().await);
     let key = format!("{ns}/dlock:{{held}}:fence");
     polls_leave_the_fence_alone(&holder, &waiter, &urls, &key).await;
 }

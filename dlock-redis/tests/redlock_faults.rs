@@ -21,12 +21,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
+async fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
     RedlockLocker::builder()
         .nodes(cluster.endpoints())
         .ttl(Duration::from_secs(1))
         .namespace(ns)
         .build()
+        .await
         .expect("a valid locker")
 }
 
@@ -40,7 +41,7 @@ fn majority_down_fails_within_the_wait_and_leaves_nothing() {
     }
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/majority-down";
-        let l = locker(&cluster, ns);
+        let l = locker(&cluster, ns).await;
         let name = LockName::new("job").expect("valid name");
         let wait = Duration::from_secs(1);
         let began = Instant::now();
@@ -93,8 +94,8 @@ fn restarted_empty_nodes_do_not_let_two_holders_in() {
     let cluster = private(5);
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/restart";
-        let a = locker(&cluster, ns);
-        let b = locker(&cluster, ns);
+        let a = locker(&cluster, ns).await;
+        let b = locker(&cluster, ns).await;
         let name = LockName::new("job").expect("valid name");
         // Raise the counters on every node first, so a forgotten counter is visibly lower.
         let mut last = 0;
@@ -149,7 +150,7 @@ fn a_paused_minority_node_does_not_block_acquire() {
     let cluster = private(5);
     cluster.node(4).pause().expect("pause a node");
     runtime().block_on(async {
-        let l = locker(&cluster, "dlock-test/redlock-faults/paused");
+        let l = locker(&cluster, "dlock-test/redlock-faults/paused").await;
         let name = LockName::new("job").expect("valid name");
         let began = Instant::now();
         let lease = l
@@ -174,7 +175,7 @@ fn an_undecided_lease_does_not_fail_the_others() {
     let cluster = private(3);
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/per-lease";
-        let l = locker(&cluster, ns);
+        let l = locker(&cluster, ns).await;
         let wait = AcquireOptions::wait(Duration::from_secs(2));
         let kept = l
             .acquire(&LockName::new("kept").expect("valid name"), wait)
@@ -210,7 +211,7 @@ fn an_undecided_lease_does_not_fail_the_others() {
 fn steady_state_grants_need_no_fence_write_back() {
     let cluster = private(3);
     runtime().block_on(async {
-        let l = locker(&cluster, "dlock-test/redlock-faults/steady");
+        let l = locker(&cluster, "dlock-test/redlock-faults/steady").await;
         let name = LockName::new("job").expect("valid name");
         let before = l.stats().requests;
         let rounds = 20;
@@ -263,7 +264,7 @@ fn tokens_keep_increasing_when_a_lagging_node_and_an_emptied_node_form_the_quoru
     let cluster = private(3);
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/lagging";
-        let l = locker(&cluster, ns);
+        let l = locker(&cluster, ns).await;
         let name = LockName::new("job").expect("valid name");
         let key = format!("{ns}/dlock:{{job}}");
         let urls = cluster.endpoints();

@@ -36,12 +36,13 @@ async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("connect")
 }
 
-fn locker(url: &str, ns: &str) -> RedisLocker {
+async fn locker(url: &str, ns: &str) -> RedisLocker {
     RedisLocker::builder()
         .url(url)
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("builds")
 }
 
@@ -74,6 +75,7 @@ async fn a_slow_first_grant_re_armed_never_outlives_its_key() {
         .request_timeout(Duration::from_millis(300))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     drop(l.try_acquire(&name("warm")).await.expect("server up"));
     let mut conn = connect(&url).await;
@@ -102,7 +104,7 @@ async fn a_slow_first_grant_re_armed_never_outlives_its_key() {
 
 /// The token of a fresh grant on `url` (released at once).
 async fn token_on(url: &str, ns: &str, lock: &LockName) -> u64 {
-    let l = locker(url, ns);
+    let l = locker(url, ns).await;
     let lease = l
         .acquire(lock, AcquireOptions::wait(Duration::from_secs(10)))
         .await
@@ -220,7 +222,7 @@ async fn tokens_keep_increasing_after_a_failover_to_a_lagging_replica() {
 async fn a_restart_without_persistence_loses_every_held_lease_before_its_deadline() {
     let cluster = private(1);
     let url = cluster.endpoints().remove(0);
-    let l = locker(&url, "dlock-test/safety/restart-held");
+    let l = locker(&url, "dlock-test/safety/restart-held").await;
     let mut leases = Vec::new();
     for i in 0..3 {
         leases.push(

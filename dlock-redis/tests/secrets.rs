@@ -167,12 +167,14 @@ async fn lockers_and_errors_hide_passwords() {
         let err = RedisLocker::builder()
             .url(url.clone())
             .build()
+            .await
             .expect_err("a malformed URL");
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
         s.assert_hidden("a URL error", &format!("{err}\n{err:?}"));
         let err = RedlockLocker::builder()
             .nodes([url.clone(), url.clone(), url])
             .build()
+            .await
             .expect_err("a malformed URL");
         s.assert_hidden("a Redlock URL error", &format!("{err}\n{err:?}"));
     }
@@ -184,6 +186,7 @@ async fn lockers_and_errors_hide_passwords() {
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     s.assert_hidden("a RedisLocker's Debug", &format!("{wrong:?}"));
     let err = wrong
@@ -205,6 +208,7 @@ async fn lockers_and_errors_hide_passwords() {
         .ttl(Duration::from_secs(2))
         .namespace("dlock-test/secrets/elsewhere")
         .build()
+        .await
         .expect("builds");
     let err = outside
         .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
@@ -221,6 +225,7 @@ async fn lockers_and_errors_hide_passwords() {
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     s.assert_hidden("a RedlockLocker's Debug", &format!("{redlock:?}"));
 }
@@ -238,6 +243,7 @@ async fn traces_do_not_show_the_password() {
         .ttl(Duration::from_secs(1))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     let wait = AcquireOptions::wait(Duration::from_secs(5));
     let lease = locker.acquire(&name("m"), wait).await.expect("acquire");

@@ -214,6 +214,7 @@ async fn sentinels_name_the_master_and_options_are_checked() {
     let l = setup
         .locker(ns, Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let name = LockName::new("found").expect("valid name");
     let lease = l
@@ -239,6 +240,7 @@ async fn sentinels_name_the_master_and_options_are_checked() {
         .ttl(Duration::from_secs(2))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     l.try_acquire(&name)
         .await
@@ -252,6 +254,7 @@ async fn sentinels_name_the_master_and_options_are_checked() {
         .sentinels(setup.sentinel_addrs(), "no-such-master")
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let e = unknown.try_acquire(&name).await.expect_err("no master");
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
@@ -279,12 +282,13 @@ async fn sentinels_name_the_master_and_options_are_checked() {
             .tls_root_certificates(b"not PEM".to_vec()),
     ];
     for (i, b) in bad.into_iter().enumerate() {
-        let e = b.build().expect_err("invalid options");
+        let e = b.build().await.expect_err("invalid options");
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "case {i}: {e}");
     }
     RedisLocker::builder()
         .sentinels(["[::1]:26379", "sentinel-1.example:26379"], MASTER)
         .build()
+        .await
         .expect("IPv6 and host names are addresses");
     println!("sentinel discovery: {:?}", began.elapsed());
 }
@@ -320,6 +324,7 @@ async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
         let l = setup
             .locker(ns, Duration::from_secs(2))
             .build()
+            .await
             .expect("builds");
         let (name, holds, errors, mut stop) =
             (name.clone(), holds.clone(), errors.clone(), stop.clone());
@@ -488,6 +493,7 @@ async fn an_acknowledged_grant_survives_a_failover() {
         .locker(ns, ttl)
         .wait_for_replicas(1, Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let name = LockName::new("acked").expect("valid name");
     let lease = l
@@ -515,7 +521,7 @@ async fn an_acknowledged_grant_survives_a_failover() {
         .await
         .expect("PTTL");
     assert!(pttl > 0, "the lock key is not held on the new master");
-    let other = setup.locker(ns, ttl).build().expect("builds");
+    let other = setup.locker(ns, ttl).build().await.expect("builds");
     assert!(
         other
             .try_acquire(&name)
@@ -554,6 +560,7 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
     let holder = setup
         .locker(ns, Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let lease = holder
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
@@ -591,6 +598,7 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
     let other = setup
         .locker(ns, Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let refused = other.try_acquire(&name).await;
     assert!(
@@ -646,13 +654,13 @@ async fn a_waiting_acquire_is_granted_across_a_failover() {
     let ns = "dlock-test/sentinel/wait-failover";
     let name = LockName::new("waited").expect("valid name");
     let ttl = Duration::from_secs(2);
-    let holder = setup.locker(ns, ttl).build().expect("builds");
+    let holder = setup.locker(ns, ttl).build().await.expect("builds");
     let held = holder
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
         .await
         .expect("granted on the first master");
     let token = held.token().0;
-    let waiter = setup.locker(ns, ttl).build().expect("builds");
+    let waiter = setup.locker(ns, ttl).build().await.expect("builds");
     let (w, n) = (waiter.clone(), name.clone());
     let waiting = tokio::spawn(async move {
         w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
@@ -688,6 +696,7 @@ async fn an_acquire_waits_across_a_killed_master() {
     let l = setup
         .locker(ns, Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let first = l
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))

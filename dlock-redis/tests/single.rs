@@ -27,28 +27,40 @@ async fn bad_options_fail_before_any_io() {
     // A port nothing listens on: any I/O would fail differently (Unavailable).
     let url = "redis://127.0.0.1:1";
     let err = |r: Result<RedisLocker, Error>| r.expect_err("must be rejected").kind();
-    assert_eq!(err(RedisLocker::builder().build()), ErrorKind::InvalidInput);
     assert_eq!(
-        err(RedisLocker::builder().url("http://x").build()),
+        err(RedisLocker::builder().build().await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
-        err(RedisLocker::builder().url(url).ttl(Duration::ZERO).build()),
+        err(RedisLocker::builder().url("http://x").build().await),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(
+        err(RedisLocker::builder()
+            .url(url)
+            .ttl(Duration::ZERO)
+            .build()
+            .await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
         err(RedisLocker::builder()
             .url(url)
             .ttl(Duration::from_secs(90_000))
-            .build()),
+            .build()
+            .await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
-        err(RedisLocker::builder().url(url).key_prefix("a{b}").build()),
+        err(RedisLocker::builder().url(url).prefix("a{b}").build().await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
-        err(RedisLocker::builder().url(url).namespace("a//b").build()),
+        err(RedisLocker::builder()
+            .url(url)
+            .namespace("a//b")
+            .build()
+            .await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
@@ -56,13 +68,15 @@ async fn bad_options_fail_before_any_io() {
             .url(url)
             .ttl(Duration::from_secs(1))
             .request_timeout(Duration::from_secs(5))
-            .build()),
+            .build()
+            .await),
         ErrorKind::InvalidInput
     );
     assert_eq!(
         err(dlock_redis::RedlockLocker::builder()
             .nodes([url, url])
             .build()
+            .await
             .map(|_| unreachable_locker())),
         ErrorKind::InvalidInput
     );
@@ -70,12 +84,14 @@ async fn bad_options_fail_before_any_io() {
         err(dlock_redis::RedlockLocker::builder()
             .nodes(Vec::<String>::new())
             .build()
+            .await
             .map(|_| unreachable_locker())),
         ErrorKind::InvalidInput
     );
     let l = RedisLocker::builder()
         .url(url)
         .build()
+        .await
         .expect("builds without I/O");
     let waited = l
         .acquire(&name("a"), AcquireOptions::wait(dlock_core::MAX_WAIT * 2))
@@ -92,7 +108,7 @@ fn unreachable_locker() -> RedisLocker {
 
 #[test]
 fn building_outside_a_runtime_is_an_error_not_a_panic() {
-    let r = RedisLocker::builder().url("redis://127.0.0.1:1").build();
+    let r = futures::executor::block_on(RedisLocker::builder().url("redis://127.0.0.1:1").build());
     assert_eq!(r.expect_err("no runtime").kind(), ErrorKind::InvalidInput);
 }
 
@@ -107,6 +123,7 @@ async fn server_down_is_unavailable_within_the_wait() {
         .url(url)
         .ttl(Duration::from_secs(1))
         .build()
+        .await
         .expect("builds");
     let began = Instant::now();
     let got = l
@@ -135,6 +152,7 @@ async fn a_paused_server_never_holds_acquire_past_its_wait() {
         .url(url)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     // Connect first, then freeze the server: requests hang at the server.
     drop(l.try_acquire(&name("warm")).await.expect("server up"));
@@ -160,6 +178,7 @@ async fn many_leases_renew_in_one_request_per_period() {
         .ttl(ttl)
         .namespace("dlock-test/single/batch")
         .build()
+        .await
         .expect("builds");
     let mut leases = Vec::new();
     for i in 0..300 {
@@ -198,6 +217,7 @@ async fn scripts_are_reloaded_after_a_flush() {
         .url(&url)
         .ttl(Duration::from_secs(1))
         .build()
+        .await
         .expect("builds");
     let a = l
         .acquire(&name("x"), AcquireOptions::forever())
@@ -244,6 +264,7 @@ async fn auth_through_the_url() {
         .url(format!("redis://:s3cret@{addr}"))
         .ttl(Duration::from_secs(1))
         .build()
+        .await
         .expect("builds");
     let lease = good
         .acquire(&name("auth"), AcquireOptions::wait(Duration::from_secs(1)))
@@ -254,6 +275,7 @@ async fn auth_through_the_url() {
         .url(format!("redis://{addr}"))
         .ttl(Duration::from_secs(1))
         .build()
+        .await
         .expect("builds");
     let e = bad
         .try_acquire(&name("auth"))
@@ -274,6 +296,7 @@ async fn non_fair_mode_excludes() {
         .retry_delay(Duration::from_millis(5))
         .namespace("dlock-test/single/nonfair")
         .build()
+        .await
         .expect("builds");
     assert!(!l.capabilities().fair && !l.capabilities().herd_free);
     let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -319,12 +342,14 @@ async fn head_waiter_takes_over_an_expired_holder() {
         .ttl(ttl)
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     let waiter = RedisLocker::builder()
         .url(url())
         .ttl(ttl)
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     let lease = holder
         .acquire(&name("e"), AcquireOptions::forever())
@@ -354,6 +379,7 @@ async fn tls_urls_are_supported() {
         .url(format!("rediss://{addr}/"))
         .ttl(Duration::from_secs(1))
         .build()
+        .await
         .expect("a rediss URL builds");
     let e = l
         .try_acquire(&name("tls"))
@@ -370,15 +396,16 @@ async fn tls_urls_are_supported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
     let ns = "dlock-test/single/no-barging";
-    let build = || {
+    let build = async || {
         RedisLocker::builder()
             .url(url())
             .ttl(Duration::from_secs(2))
             .namespace(ns)
             .build()
+            .await
             .expect("builds")
     };
-    let (holder, waiter, newcomer) = (build(), build(), build());
+    let (holder, waiter, newcomer) = (build().await, build().await, build().await);
     let mut conn = redis::Client::open(url())
         .expect("url")
         .get_multiplexed_async_connection()
@@ -428,6 +455,7 @@ async fn insecure_tls_urls_are_rejected_at_build() {
     let e = RedisLocker::builder()
         .url("rediss://127.0.0.1:1/#insecure")
         .build()
+        .await
         .expect_err("#insecure is not supported");
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     let e = dlock_redis::RedlockLocker::builder()
@@ -437,6 +465,7 @@ async fn insecure_tls_urls_are_rejected_at_build() {
             "redis://127.0.0.1:3",
         ])
         .build()
+        .await
         .expect_err("#insecure is not supported");
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 }
@@ -453,12 +482,14 @@ async fn a_locker_from_an_existing_client() {
         .namespace(&ns)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("locker from a client");
     let theirs = RedisLocker::builder()
         .url(url())
         .namespace(&ns)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("locker from the URL");
     let lock = name("shared");
     let held = mine
@@ -525,7 +556,7 @@ fn validate_checks_without_building() {
             .ttl(Duration::ZERO),
         RedisLocker::builder()
             .url("redis://127.0.0.1:1")
-            .key_prefix("a{b}"),
+            .prefix("a{b}"),
         RedisLocker::builder()
             .url("redis://127.0.0.1:1")
             .retry_delay(Duration::ZERO),
@@ -567,6 +598,7 @@ async fn wait_queued(waiter: &RedisLocker, ns: &str) {
         .ttl(Duration::from_secs(5))
         .namespace(ns)
         .build()
+        .await
         .expect("builds");
     let lock = name("n");
     let held = holder
@@ -600,6 +632,7 @@ fn the_notification_task_is_restarted_on_a_new_runtime() {
             .ttl(Duration::from_secs(5))
             .namespace(ns)
             .build()
+            .await
             .expect("builds");
         wait_queued(&waiter, ns).await;
         until_subscribed(ns, 1, "the first wait never subscribed").await;

@@ -20,6 +20,7 @@ async fn locks_over_tls_with_a_private_ca() {
         .tls_root_certificates(ca)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let name = LockName::new("tls").expect("valid name");
     let lease = l
@@ -42,6 +43,7 @@ async fn locks_over_tls_with_a_private_ca() {
         .url(&url)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let e = untrusted
         .try_acquire(&name)
@@ -57,6 +59,7 @@ async fn locks_over_tls_with_a_private_ca() {
         .tls_root_certificates(std::fs::read(server.dir.join("ca.crt")).expect("read the CA"))
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("a Redlock over TLS builds");
     let lease = redlock
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
@@ -67,7 +70,8 @@ async fn locks_over_tls_with_a_private_ca() {
     let bad = RedisLocker::builder()
         .url(format!("redis://{}", server.addr))
         .tls_root_certificates(b"not a certificate".to_vec())
-        .build();
+        .build()
+        .await;
     assert_eq!(
         bad.expect_err("redis:// with roots").kind(),
         ErrorKind::InvalidInput
@@ -75,7 +79,8 @@ async fn locks_over_tls_with_a_private_ca() {
     let bad = RedisLocker::builder()
         .url(&url)
         .tls_root_certificates(b"not a certificate".to_vec())
-        .build();
+        .build()
+        .await;
     assert_eq!(bad.expect_err("not PEM").kind(), ErrorKind::InvalidInput);
 }
 
@@ -112,6 +117,7 @@ async fn client_certificates_when_the_server_requires_them() {
                     .tls_client_identity(cert.clone(), key.clone())
                     .ttl(Duration::from_secs(2))
                     .build()
+                    .await
                     .expect("builds"),
             )
         } else {
@@ -122,6 +128,7 @@ async fn client_certificates_when_the_server_requires_them() {
                     .tls_client_identity(cert.clone(), key.clone())
                     .ttl(Duration::from_secs(2))
                     .build()
+                    .await
                     .expect("builds"),
             )
         };
@@ -138,6 +145,7 @@ async fn client_certificates_when_the_server_requires_them() {
         .tls_root_certificates(ca.clone())
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let began = std::time::Instant::now();
     let e = without
@@ -159,6 +167,7 @@ async fn client_certificates_when_the_server_requires_them() {
         .tls_client_identity(cert.clone(), key.clone())
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let began = std::time::Instant::now();
     let e = untrusted
@@ -179,12 +188,14 @@ async fn client_certificates_when_the_server_requires_them() {
         .url(&url)
         .tls_client_identity(cert.clone(), b"not a key".to_vec())
         .build()
+        .await
         .expect_err("not a PEM key");
     assert_eq!(bad.kind(), ErrorKind::InvalidInput);
     let plain = RedisLocker::builder()
         .url("redis://127.0.0.1:6379")
         .tls_client_identity(cert.clone(), key.clone())
         .build()
+        .await
         .expect_err("an identity without rediss://");
     assert_eq!(plain.kind(), ErrorKind::InvalidInput);
     let shown = format!(

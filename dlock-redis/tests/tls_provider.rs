@@ -32,6 +32,7 @@ async fn an_application_crypto_provider_is_kept() {
         .tls_root_certificates(ca)
         .ttl(Duration::from_secs(2))
         .build()
+        .await
         .expect("builds");
     let name = LockName::new("tls-provider").expect("valid name");
     let lease = l

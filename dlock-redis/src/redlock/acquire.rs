@@ -9,10 +9,11 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::RInner;
-use super::backend::{RHeld, RedlockBackend};
 use super::quorum::{token_plan, validity};
 use super::raise;
-use crate::conn::{is_slow, millis, token_of, unexpected};
+use super::renew::{RHeld, RedlockBackend};
+use crate::conn::millis;
+use crate::error::{is_slow, token_of, unexpected};
 use crate::keys::{Keys, random_id};
 use crate::scripts::{self, scripts};
 use crate::wait::{Wait, at_once};

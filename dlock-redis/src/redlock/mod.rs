@@ -1,25 +1,25 @@
-//! Redlock over N independent Redis nodes.
+//! Redlock over N independent Redis nodes: `RedlockLocker` and its `LockBackend` impl; its
+//! builder, acquire, renewal and quorum arithmetic beside it.
 
 mod acquire;
-mod backend;
+mod builder;
 mod inspect;
 mod quorum;
 mod raise;
+mod renew;
 mod tally;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dlock_core::backend::{Background, Counters, LockBackend, RenewalDriver, validate_ttl};
+use dlock_core::backend::{Counters, LockBackend, RenewalDriver};
 use dlock_core::{
     AcquireOptions, Capabilities, Error, FencingStrength, Lease, LockName, Primitives, Stats,
 };
 
-use crate::conn;
-use crate::keys::{namespace_prefix, validate_prefix};
-use backend::{RedlockBackend, Renewer};
+pub use builder::RedlockLockerBuilder;
+use renew::{RedlockBackend, Renewer};
 
 /// The most nodes a Redlock locker accepts.
 pub const MAX_NODES: usize = 63;
@@ -77,7 +77,8 @@ pub const MAX_NODES: usize = 63;
 /// let locker = RedlockLocker::builder()
 ///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
 ///     .ttl(Duration::from_secs(10))
-///     .build()?;
+///     .build()
+///     .await?;
 /// let lease = locker.acquire(&LockName::new("report")?, AcquireOptions::wait(Duration::from_secs(5))).await?;
 /// lease.release().await?;
 /// # Ok(()) }
@@ -87,6 +88,7 @@ pub struct RedlockLocker {
     inner: Arc<RInner>,
 }
 
+/// The locker's state, shared by its clones.
 struct RInner {
     backend: Arc<RedlockBackend>,
     driver: RenewalDriver<Renewer>,
@@ -107,54 +109,7 @@ impl std::fmt::Debug for RedlockLocker {
     }
 }
 
-/// Builds a [`RedlockLocker`]; see [`RedlockLocker::builder`].
-///
-/// Its `Debug` output masks the passwords in the node URLs.
-#[derive(Clone)]
-#[must_use]
-pub struct RedlockLockerBuilder {
-    nodes: Vec<String>,
-    ttl: Duration,
-    prefix: Result<String, Error>,
-    node_timeout: Option<Duration>,
-    retry_delay: Duration,
-    root_pem: Option<Vec<u8>>,
-    identity: Option<crate::conn::Identity>,
-}
-
-impl std::fmt::Debug for RedlockLockerBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|u| crate::conn::redact_url(u))
-            .collect();
-        f.debug_struct("RedlockLockerBuilder")
-            .field("nodes", &nodes)
-            .field("ttl", &self.ttl)
-            .field("prefix", &self.prefix)
-            .field("node_timeout", &self.node_timeout)
-            .field("retry_delay", &self.retry_delay)
-            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
-            .field("tls_client_identity", &self.identity.is_some())
-            .finish()
-    }
-}
-
 impl RedlockLocker {
-    /// A builder with the defaults: TTL 30 s, no key prefix.
-    pub fn builder() -> RedlockLockerBuilder {
-        RedlockLockerBuilder {
-            nodes: Vec::new(),
-            ttl: crate::DEFAULT_TTL,
-            prefix: Ok(String::new()),
-            node_timeout: None,
-            retry_delay: crate::DEFAULT_RETRY_DELAY,
-            root_pem: None,
-            identity: None,
-        }
-    }
-
     /// How many nodes must agree.
     pub fn quorum(&self) -> usize {
         self.inner.backend.quorum
@@ -163,195 +118,6 @@ impl RedlockLocker {
     /// How many leases the locker holds and renews now.
     pub fn held(&self) -> usize {
         self.inner.driver.len()
-    }
-}
-
-impl RedlockLockerBuilder {
-    /// The independent Redis masters (URLs as for [`RedisLockerBuilder::url`](crate::RedisLockerBuilder::url)).
-    pub fn nodes<I, S>(mut self, urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.nodes = urls.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// The lease TTL (default 30 s; 100 ms ..= 24 h).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// A raw prefix for every key (printable ASCII, no whitespace, no `{` or `}`).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.prefix = validate_prefix(&prefix).map(|()| prefix);
-        self
-    }
-
-    /// A namespace: segments of `[A-Za-z0-9._-]` joined by `/`; keys get the prefix
-    /// `<namespace>/`.
-    pub fn namespace(mut self, namespace: &str) -> Self {
-        self.prefix = namespace_prefix(namespace);
-        self
-    }
-
-    /// The bound on one request to one node (default TTL/5, between 50 ms and 1 s). A
-    /// slow node then counts as a refusal instead of eating the validity.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = Some(timeout);
-        self
-    }
-
-    /// The upper bound of the random delay between attempts (default 50 ms).
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-
-    /// For `rediss://` nodes: trust only these root certificates (PEM, one or more) instead of
-    /// the system's, e.g. a private CA. Every node must then use `rediss://`. Checked by
-    /// [`build`](Self::build).
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_pem = Some(pem.into());
-        self
-    }
-
-    /// For `rediss://` nodes: present this client certificate (PEM chain) and private key
-    /// (PEM) to every node, for servers that require client certificates. Checked by
-    /// [`build`](Self::build); the key never appears in `Debug` output or errors.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// Checks every option the way [`build`](Self::build) does, without building (no I/O, no
-    /// runtime needed): for configuration checks at startup.
-    ///
-    /// # Errors
-    /// As [`build`](Self::build), except the tokio runtime check.
-    pub fn validate(&self) -> Result<(), Error> {
-        self.checked().map(|_| ())
-    }
-
-    /// The validated options `build` uses.
-    fn checked(&self) -> Result<Checked, Error> {
-        let ttl = validate_ttl(self.ttl)?;
-        let prefix = self.prefix.clone()?;
-        if self.nodes.is_empty() || self.nodes.len() > MAX_NODES {
-            return Err(Error::invalid_option(
-                "nodes",
-                format!(
-                    "{} nodes given; Redlock needs 1 ..= {MAX_NODES}",
-                    self.nodes.len()
-                ),
-            ));
-        }
-        let mut clients = Vec::with_capacity(self.nodes.len());
-        let mut seen = HashSet::new();
-        for url in &self.nodes {
-            let client = conn::parse_url_with_roots(
-                "nodes",
-                url,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
-            )?;
-            let addr = client.get_connection_info().addr().to_string();
-            if !seen.insert(addr.clone()) {
-                return Err(Error::invalid_option(
-                    "nodes",
-                    format!("{addr} is listed twice; every node must be an independent server"),
-                ));
-            }
-            clients.push(client);
-        }
-        let node_timeout = match self.node_timeout {
-            None => (ttl / 5).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-            Some(t) if t.is_zero() || t >= ttl => {
-                return Err(Error::invalid_option(
-                    "node_timeout",
-                    format!("{t:?} must be above zero and below the TTL {ttl:?}"),
-                ));
-            }
-            Some(t) => t,
-        };
-        if self.retry_delay.is_zero() || self.retry_delay > ttl {
-            return Err(Error::invalid_option(
-                "retry_delay",
-                format!(
-                    "{:?} must be above zero and at most the TTL {ttl:?}",
-                    self.retry_delay
-                ),
-            ));
-        }
-        Ok(Checked {
-            ttl,
-            prefix,
-            clients,
-            node_timeout,
-        })
-    }
-
-    /// Checks every option (before any I/O) and builds the locker. The build never waits for
-    /// the network: connections are opened in the background; nodes that are down only make
-    /// their requests fail.
-    ///
-    /// # Errors
-    /// [`Error::InvalidOption`] for no nodes, more than [`MAX_NODES`], a malformed or duplicate
-    /// URL (or `#insecure`), root certificates that are not PEM or come with a `redis://` node,
-    /// a TTL out of range, a bad prefix or namespace, a node timeout that is zero or not
-    /// below the TTL, a zero or too long retry delay, or when called outside a tokio runtime.
-    pub fn build(self) -> Result<RedlockLocker, Error> {
-        let Checked {
-            ttl,
-            prefix,
-            clients,
-            node_timeout,
-        } = self.checked()?;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::invalid_option(
-                "runtime",
-                "a RedlockLocker must be built inside a tokio runtime",
-            ));
-        }
-        let nodes = clients
-            .into_iter()
-            .map(|c| conn::open(c, node_timeout))
-            .collect::<Result<Vec<_>, _>>()?;
-        for node in &nodes {
-            conn::warm_up(node, node_timeout.max(Duration::from_secs(1)));
-        }
-        let counters = Arc::new(Counters::default());
-        let backend = Arc::new(RedlockBackend {
-            quorum: quorum::quorum(nodes.len()),
-            raiser: raise::Raiser::new(nodes.len()),
-            nodes,
-            ttl,
-            node_timeout,
-            counters: Arc::clone(&counters),
-            background: Background::new(),
-        });
-        let driver = RenewalDriver::with_background(
-            Arc::new(Renewer(Arc::clone(&backend))),
-            ttl,
-            Arc::clone(&counters),
-            backend.background.clone(),
-        );
-        Ok(RedlockLocker {
-            inner: Arc::new(RInner {
-                backend,
-                driver,
-                counters,
-                prefix,
-                ttl,
-                retry_delay: self.retry_delay,
-            }),
-        })
     }
 }
 
@@ -397,12 +163,4 @@ impl LockBackend for RedlockLocker {
     fn counters(&self) -> Stats {
         self.inner.counters.snapshot()
     }
-}
-
-/// A [`RedlockLockerBuilder`]'s options, validated.
-struct Checked {
-    ttl: Duration,
-    prefix: String,
-    clients: Vec<redis::Client>,
-    node_timeout: Duration,
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::backend::RedlockBackend;
+use super::renew::RedlockBackend;
 use crate::scripts::{RENEW_CHUNK, scripts};
 
 /// The most fence keys waiting to be raised on one node; beyond it new ones are dropped (and

@@ -46,7 +46,7 @@ impl ClusterBackend {
     }
 
     /// A cluster locker with the scenario's options: seeds and address map through `via`.
-    pub fn locker(&self, opts: &ClientOptions) -> Result<RedisLocker, Error> {
+    pub async fn locker(&self, opts: &ClientOptions) -> Result<RedisLocker, Error> {
         let real = self.cluster.get().addrs();
         let seeds: Vec<String> = match &opts.via {
             Some(via) => via.iter().map(|a| format!("redis://{a}")).collect(),
@@ -64,7 +64,7 @@ impl ClusterBackend {
         if let Some(t) = opts.request_timeout {
             b = b.request_timeout(t);
         }
-        b.build()
+        b.build().await
     }
 
     fn key(namespace: &str, name: &LockName) -> String {
@@ -99,7 +99,7 @@ impl TestBackend for ClusterBackend {
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
-        Ok(Arc::new(self.locker(&opts)?))
+        Ok(Arc::new(self.locker(&opts).await?))
     }
 
     /// Live keys and queue entries under `namespace` on every master (each holds its slots'

@@ -306,7 +306,7 @@ async fn leftovers_of(
 
 impl RedisBackend {
     /// A single-node locker (fair unless this is the spin backend) with the scenario's options.
-    fn single(&self, opts: &ClientOptions) -> Result<RedisLocker, Error> {
+    async fn single(&self, opts: &ClientOptions) -> Result<RedisLocker, Error> {
         let url = self
             .urls(opts.via.as_deref())
             .into_iter()
@@ -323,7 +323,7 @@ impl RedisBackend {
         if let Some(ca) = self.ca_pem() {
             b = b.tls_root_certificates(ca);
         }
-        b.build()
+        b.build().await
     }
 }
 
@@ -343,7 +343,7 @@ impl TestBackend for RedisBackend {
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         let urls = self.urls(opts.via.as_deref());
         match self.kind {
-            Kind::Single | Kind::Spin => Ok(Arc::new(self.single(&opts)?)),
+            Kind::Single | Kind::Spin => Ok(Arc::new(self.single(&opts).await?)),
             // Redlock's per-node timeout derives from the TTL; it has no request timeout knob.
             Kind::Redlock => {
                 let mut b = RedlockLocker::builder()
@@ -353,7 +353,7 @@ impl TestBackend for RedisBackend {
                 if let Some(ca) = self.ca_pem() {
                     b = b.tls_root_certificates(ca);
                 }
-                Ok(Arc::new(b.build()?))
+                Ok(Arc::new(b.build().await?))
             }
         }
     }

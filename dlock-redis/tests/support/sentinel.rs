@@ -650,7 +650,7 @@ impl SentinelBackend {
         if let Some(t) = opts.request_timeout {
             b = b.request_timeout(t);
         }
-        b.build()
+        b.build().await
     }
 }
 

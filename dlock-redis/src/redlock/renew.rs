@@ -1,4 +1,5 @@
-//! Redlock renewal and release, fanned out to every node concurrently.
+//! `RenewBackend` for Redlock: renewal rounds and release, fanned out to every node
+//! concurrently.
 
 use std::sync::Arc;
 use std::time::Duration;

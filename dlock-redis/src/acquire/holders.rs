@@ -1,4 +1,5 @@
-//! [`RwLocker`] and [`Semaphore`] on one Redis server: holders of one name in a sorted set
+//! Acquiring a read, write or permit hold on one Redis server (for `rw.rs` and
+//! `semaphore.rs`): holders of one name in a sorted set
 //! (member `<mode>:<owner>`, score = expiry), a FIFO queue across modes, tokens from the
 //! name's fence counter; see `family_scripts` for the layout and the grant rule.
 //!
@@ -12,25 +13,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use dlock_core::backend::{RwBackend, SemaphoreBackend};
-use dlock_core::{AcquireOptions, Error, Lease, LockName};
+use dlock_core::{Error, Lease, LockName};
 use tokio::time::Instant;
 
-use super::backend::Slot;
 use super::grant::{self, replicas_acknowledged};
 use super::pending::Pending;
 use super::queue::{doze, entry_lifetime, join_queue, refresh_period};
-use super::{Inner, RedisLocker};
-use crate::conn::{millis, token_of, unexpected};
+use crate::conn::millis;
+use crate::error::{token_of, unexpected};
 use crate::family_scripts::family_scripts;
 use crate::keys::{FamilyKeys, Keys, random_id};
+use crate::locker::Inner;
+use crate::renew::Slot;
 use crate::scripts::fence_lifetime_ms;
 use crate::wait::Wait;
 
 /// How a request holds a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Read,
     Write,
     Permit(u32),
@@ -106,7 +106,7 @@ async fn acknowledged(inner: &Inner, r: &mut Pending) -> Result<(), Error> {
 }
 
 /// Waits for `name` in `mode`.
-async fn acquire(
+pub(crate) async fn acquire(
     inner: &Arc<Inner>,
     name: &LockName,
     mode: Mode,
@@ -190,52 +190,6 @@ async fn acquire(
         if !doze(inner, &wait, Some(&notify), sleep).await {
             return Err(r.timeout(&wait).await);
         }
-    }
-}
-
-/// Readers and writers of one name on one Redis server: FIFO across modes (a reader that
-/// arrives while a writer waits queues behind it), readers at the head granted together.
-/// In fair and spin mode alike (the queue is what keeps writers from starving).
-#[async_trait]
-impl RwBackend for RedisLocker {
-    /// # Errors
-    /// As [`Locker::acquire`](dlock_core::Locker::acquire).
-    ///
-    /// # Cancel safety
-    /// Dropping the future withdraws the request in the background (its queue entry, and a
-    /// grant whose reply was not seen); nothing is left behind.
-    async fn lock_read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        acquire(&self.inner, name, Mode::Read, opts.wait).await
-    }
-
-    /// # Errors
-    /// As [`Locker::acquire`](dlock_core::Locker::acquire).
-    ///
-    /// # Cancel safety
-    /// As [`lock_read`](Self::lock_read).
-    async fn lock_write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        acquire(&self.inner, name, Mode::Write, opts.wait).await
-    }
-}
-
-/// A counting semaphore of one name on one Redis server: at most N live holders, FIFO.
-/// N is recorded with the holders (`p<N>` in their members and queue entries).
-#[async_trait]
-impl SemaphoreBackend for RedisLocker {
-    /// # Errors
-    /// [`Error::InvalidOption`] for a permit count outside 1..=[`MAX_PERMITS`](dlock_core::MAX_PERMITS)
-    /// (before any I/O), or one that differs from the count of the permits held or awaited;
-    /// otherwise as [`Locker::acquire`](dlock_core::Locker::acquire).
-    ///
-    /// # Cancel safety
-    /// Dropping the future withdraws the request in the background; nothing is left behind.
-    async fn lock_permit(
-        &self,
-        name: &LockName,
-        permits: u32,
-        opts: AcquireOptions,
-    ) -> Result<Lease, Error> {
-        acquire(&self.inner, name, Mode::Permit(permits), opts.wait).await
     }
 }
 

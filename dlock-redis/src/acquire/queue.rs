@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::Inner;
 use super::pending::Pending;
+use crate::locker::Inner;
 use crate::wait::Wait;
 
 /// The longest a waiter sleeps without refreshing its queue entry (its fallback timer): the

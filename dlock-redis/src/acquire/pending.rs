@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use dlock_core::{Error, LockName};
 
-use super::backend::{Held, SingleBackend, Slot};
 use super::notify::Notifier;
-use crate::conn::{is_slow, is_unreachable};
+use crate::error::{is_slow, is_unreachable};
 use crate::keys::{FamilyKeys, Keys};
+use crate::renew::{Held, SingleBackend, Slot};
 use crate::wait::Wait;
 
 /// How long a timed-out acquire waits for its withdrawal before returning.

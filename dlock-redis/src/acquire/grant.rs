@@ -7,9 +7,9 @@ use dlock_core::{Error, FencingToken, Lease, LockName};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use super::Inner;
 use super::pending::Pending;
 use crate::conn::{bounded, millis};
+use crate::locker::Inner;
 
 /// The most idle `WAIT` connections a locker keeps.
 const MAX_IDLE: usize = 8;
@@ -19,7 +19,7 @@ const MAX_IDLE: usize = 8;
 /// every other request of the locker (its renewals too) for k × the timeout. Each `WAIT` takes
 /// an idle connection (or opens one) and gives it back only when its reply came in time.
 #[derive(Default)]
-pub(super) struct WaitConns {
+pub(crate) struct WaitConns {
     /// Idle connections and the server address each one goes to.
     idle: Mutex<Vec<(String, MultiplexedConnection)>>,
 }

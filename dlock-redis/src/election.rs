@@ -25,9 +25,10 @@ use dlock_core::{
 use redis::Script;
 use redis::streams::StreamReadReply;
 
-use super::{Inner, RedisLocker, acquire};
+use crate::acquire;
 use crate::conn::{self, millis};
 use crate::keys::Keys;
+use crate::locker::{Inner, RedisLocker};
 use crate::scripts::FENCE_LIFETIME;
 
 /// Announces `owner` (term, value), if the lock key still holds `owner`; for a

@@ -1,123 +1,30 @@
-//! The single-node Redis lock.
-
-mod acquire;
-mod backend;
-mod election;
-mod family;
-mod grant;
-mod hints;
-mod notify;
-mod pending;
-mod queue;
+//! `RedisLockerBuilder`: the single-node locker's options, checked before any I/O, and the
+//! build that turns them into a `RedisLocker`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use dlock_core::backend::{Background, Counters, LockBackend, RenewalDriver, validate_ttl};
-use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingStrength, HolderState, Lease, LockName, LockState,
-    Primitives, Stats,
-};
+use dlock_core::backend::{Background, Counters, RenewalDriver};
+use dlock_core::{CommonOptions, Error};
 
+use crate::acquire::{grant, hints, notify::Notifier};
 use crate::conn::{self, Node};
-use crate::inspect;
-use crate::keys::{self, namespace_prefix, validate_prefix};
-use backend::SingleBackend;
-use notify::Notifier;
+use crate::keys::{self, key_prefix};
+use crate::locker::{Inner, RedisLocker};
+use crate::renew::SingleBackend;
+use crate::tls;
 
 /// The default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// The default upper bound of the randomized retry delay in non-fair mode.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 
-/// A lock on one Redis server (or one Redis Cluster slot owner).
-///
-/// - A lock `name` lives in the key `<prefix>dlock:{name}` (a plain string holding a random
-///   128-bit owner value, with a TTL), next to `<prefix>dlock:{name}:fence` (the fencing
-///   counter) and, in fair mode, `<prefix>dlock:{name}:q` / `:qt` (the waiter queue and its
-///   deadlines). The braces make them one hash tag, one cluster slot.
-/// - An acquire's first attempt is one round trip (a small script: `SET NX PX`, and only when
-///   that granted, the next token; a refused attempt writes nothing): the token arrives with
-///   the grant. A token is the fence counter + 1, raised to at least the server's clock in
-///   microseconds, so tokens keep increasing when the counter is lost (a restart without
-///   persistence, a failover to a lagging replica, an evicted fence key). Release is a compare-and-delete. Every
-///   lease the locker holds is renewed in ONE round trip every TTL/3 (on a Redis Cluster, one
-///   per master: see [`RedisLockerBuilder::cluster`]).
-/// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
-///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
-///   queue for long. A release with waiters queued reserves the lock for the head (nobody can
-///   barge in) and notifies ONLY that waiter, over the locker's single pub/sub connection; a
-///   timer (the holder's remaining TTL) covers a lost message or a crashed holder. Only after a
-///   holder's key expired (a crash) may a newcomer get the lock before the queued head.
-///   Non-fair mode retries after randomized, jittered delays.
-///
-/// # Cancel safety
-/// Dropping a pending `acquire` withdraws its queue entry in the background (and passes the
-/// baton when it was the head); an `acquire` that times out withdraws before it returns (waiting
-/// at most 100 ms for a hung server). A grant whose reply was never seen is deleted by owner
-/// value, so nothing is left behind.
-///
-/// It also implements [`RwLocker`](dlock_core::RwLocker) and
-/// [`Semaphore`](dlock_core::Semaphore): holders in the sorted set `<prefix>dlock:{name}:holders`
-/// with a FIFO queue across modes (in fair and spin mode alike), renewed in the same round trip
-/// as the mutex leases; see the crate README's "Read-write lock and semaphore".
-///
-/// Every client of one name must use the same mode: a non-fair client ignores the queue.
-/// Other clients that lock the same key with a plain `SET key value NX PX` exclude and are
-/// excluded by dlock.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use dlock_core::{AcquireOptions, LockName, Locker};
-/// use dlock_redis::RedisLocker;
-/// # async fn demo() -> Result<(), dlock_core::Error> {
-/// let locker = RedisLocker::builder()
-///     .url("redis://127.0.0.1:6379")
-///     .ttl(Duration::from_secs(10))
-///     .namespace("billing")
-///     .build()?;
-/// let lease = locker.acquire(&LockName::new("invoice/42")?, AcquireOptions::wait(Duration::from_secs(5))).await?;
-/// println!("token {}", lease.token());
-/// lease.release().await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct RedisLocker {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    backend: Arc<SingleBackend>,
-    driver: RenewalDriver<SingleBackend>,
-    counters: Arc<Counters>,
-    prefix: String,
-    ttl: Duration,
-    fair: bool,
-    request_timeout: Duration,
-    retry_delay: Duration,
-    replicas: Option<(usize, Duration)>,
-    /// `WAIT`'s connections (see `grant::WaitConns`).
-    wait_conns: grant::WaitConns,
-    notifier: Arc<Notifier>,
-    locker_id: String,
-    seq: AtomicU64,
-    contended: hints::Contended,
-}
-
-impl std::fmt::Debug for RedisLocker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLocker")
-            .field("node", &self.inner.backend.node.display)
-            .field("prefix", &self.inner.prefix)
-            .field("ttl", &self.inner.ttl)
-            .field("fair", &self.inner.fair)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Builds a [`RedisLocker`]; see [`RedisLocker::builder`].
+///
+/// TLS material (`tls_root_certificates`, `tls_client_identity`) needs a `rediss://` URL or
+/// cluster nodes, or [`tls`](Self::tls) with sentinels; a server that refuses the client
+/// certificate fails the first request with a non-retryable error.
 ///
 /// Its `Debug` output shows no password: the URL's is masked, the sentinel and master
 /// passwords show only whether they are set.
@@ -127,14 +34,13 @@ pub struct RedisLockerBuilder {
     url: Option<String>,
     /// A client the application built itself (instead of `url`).
     client: Option<redis::Client>,
-    ttl: Duration,
-    prefix: Result<String, Error>,
+    common: CommonOptions,
+    /// The raw key prefix (before the namespace).
+    prefix: String,
     fair: bool,
     request_timeout: Option<Duration>,
     retry_delay: Duration,
     replicas: Option<(usize, Duration)>,
-    root_pem: Option<Vec<u8>>,
-    identity: Option<conn::Identity>,
     /// The sentinels' addresses and the master's name.
     sentinels: Option<(Vec<String>, String)>,
     sentinel_password: Option<String>,
@@ -151,14 +57,12 @@ impl std::fmt::Debug for RedisLockerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLockerBuilder")
             .field("url", &self.url.as_deref().map(crate::conn::redact_url))
-            .field("ttl", &self.ttl)
+            .field("common", &self.common)
             .field("prefix", &self.prefix)
             .field("fair", &self.fair)
             .field("request_timeout", &self.request_timeout)
             .field("retry_delay", &self.retry_delay)
             .field("replicas", &self.replicas)
-            .field("root_pem", &self.root_pem.as_ref().map(Vec::len))
-            .field("tls_client_identity", &self.identity.is_some())
             .field("sentinels", &self.sentinels)
             .field(
                 "sentinel_password",
@@ -196,14 +100,12 @@ impl RedisLocker {
         RedisLockerBuilder {
             url: None,
             client: None,
-            ttl: DEFAULT_TTL,
-            prefix: Ok(String::new()),
+            common: CommonOptions::default(),
+            prefix: String::new(),
             fair: true,
             request_timeout: None,
             retry_delay: DEFAULT_RETRY_DELAY,
             replicas: None,
-            root_pem: None,
-            identity: None,
             sentinels: None,
             sentinel_password: None,
             master_username: None,
@@ -212,21 +114,6 @@ impl RedisLocker {
             cluster: None,
             cluster_address_map: Vec::new(),
         }
-    }
-
-    /// The key prefix this locker works under.
-    pub fn key_prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// Whether the locker queues waiters fairly.
-    pub fn is_fair(&self) -> bool {
-        self.inner.fair
-    }
-
-    /// How many leases the locker holds and renews now.
-    pub fn held(&self) -> usize {
-        self.inner.driver.len()
     }
 }
 
@@ -239,7 +126,7 @@ impl RedisLockerBuilder {
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
-    /// let locker = dlock_redis::RedisLocker::builder().client(client.clone()).build()?;
+    /// let locker = dlock_redis::RedisLocker::builder().client(client.clone()).build().await?;
     /// # Ok(()) }
     /// ```
     pub fn client(mut self, client: redis::Client) -> Self {
@@ -371,23 +258,15 @@ impl RedisLockerBuilder {
         self
     }
 
-    /// The lease TTL: how long a crashed holder blocks others (default 30 s; 100 ms ..= 24 h).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
+    dlock_core::common_builder_options!(
+        "Default [`DEFAULT_TTL`] (30 s); leases are renewed every TTL/3."
+    );
 
-    /// A raw prefix for every key (printable ASCII, no whitespace, no `{` or `}`).
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        let prefix = prefix.into();
-        self.prefix = validate_prefix(&prefix).map(|()| prefix);
-        self
-    }
-
-    /// A namespace: segments of `[A-Za-z0-9._-]` joined by `/`; keys get the prefix
-    /// `<namespace>/`.
-    pub fn namespace(mut self, namespace: &str) -> Self {
-        self.prefix = namespace_prefix(namespace);
+    /// A raw prefix for every key, before the [`namespace`](Self::namespace)'s `<namespace>/`
+    /// (default none): printable ASCII, no whitespace, no `{` or `}`, at most 512 bytes with
+    /// the namespace. Checked by [`validate`](Self::validate) and [`build`](Self::build).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
         self
     }
 
@@ -400,28 +279,6 @@ impl RedisLockerBuilder {
     /// The bound on one request to the server (default TTL/3, at most 2 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = Some(timeout);
-        self
-    }
-
-    /// For a `rediss://` URL (or [`tls`](Self::tls) with sentinels): trust only these root
-    /// certificates (PEM, one or more) instead of
-    /// the system's, e.g. a private CA. Checked by [`build`](Self::build).
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_pem = Some(pem.into());
-        self
-    }
-
-    /// For a `rediss://` URL, cluster nodes (or [`tls`](Self::tls) with sentinels): present this
-    /// client certificate (PEM chain) and private key (PEM), for servers that require client
-    /// certificates (`tls-auth-clients yes`). Checked by [`build`](Self::build); the key never
-    /// appears in `Debug` output or errors. A server that refuses the certificate fails the
-    /// first request with a non-retryable error.
-    pub fn tls_client_identity(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.identity = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -450,10 +307,11 @@ impl RedisLockerBuilder {
     /// # Errors
     /// As [`build`](Self::build), except the tokio runtime check.
     pub fn validate(&self) -> Result<(), Error> {
-        let ttl = validate_ttl(self.ttl)?;
+        self.common.validate(DEFAULT_TTL)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         self.target()?;
         self.request_timeout_or_default()?;
-        self.prefix.clone()?;
+        key_prefix(&self.prefix, self.common.namespace())?;
         if self.retry_delay.is_zero() || self.retry_delay > ttl {
             return Err(Error::invalid_option(
                 "retry_delay",
@@ -484,17 +342,17 @@ impl RedisLockerBuilder {
     /// [`Error::InvalidOption`] for a missing or malformed URL (or `#insecure`), more than one
     /// or none of a URL, [`sentinels`](Self::sentinels) and [`cluster`](Self::cluster), bad
     /// cluster nodes or address map (see there), bad sentinel addresses or master name
-    /// (see there), sentinel-only options with a URL, root certificates that are not PEM or
-    /// come without a `rediss://` URL (or TLS), a TTL out of range, a bad key
-    /// prefix or namespace, a zero or too long request timeout or retry delay, a replica
+    /// (see there), sentinel-only options with a URL, TLS material that is not PEM (or a key
+    /// that does not go with its certificate) or comes without a `rediss://` URL (or TLS), a
+    /// TTL out of range, a bad prefix or namespace, a zero or too long request timeout or retry delay, a replica
     /// acknowledgement of no replica or with a timeout not below half the TTL, or when called
     /// outside a tokio runtime.
-    pub fn build(self) -> Result<RedisLocker, Error> {
+    pub async fn build(self) -> Result<RedisLocker, Error> {
         self.validate()?;
-        let ttl = validate_ttl(self.ttl)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         let target = self.target()?;
         let request_timeout = self.request_timeout_or_default()?;
-        let prefix = self.prefix?;
+        let prefix = key_prefix(&self.prefix, self.common.namespace())?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid_option(
                 "runtime",
@@ -571,8 +429,7 @@ impl RedisLockerBuilder {
                 ("url", self.url.is_some()),
                 ("sentinels", self.sentinels.is_some()),
                 ("cluster", self.cluster.is_some()),
-                ("tls_root_certificates", self.root_pem.is_some()),
-                ("tls_client_identity", self.identity.is_some()),
+                (tls::option_given(&self.common), self.common.wants_tls()),
             ];
             if let Some((option, _)) = conflicting.into_iter().find(|(_, set)| *set) {
                 return Err(Error::invalid_option(
@@ -613,25 +470,8 @@ impl RedisLockerBuilder {
                 ));
             }
             (Some(url), None) => {
-                let sentinel_only = [
-                    ("sentinel_password", self.sentinel_password.is_some()),
-                    ("master_username", self.master_username.is_some()),
-                    ("master_password", self.master_password.is_some()),
-                    ("tls", self.tls),
-                ];
-                if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
-                    return Err(Error::invalid_option(
-                        option,
-                        "only with `sentinels`; with a URL, put credentials in the URL and use rediss:// for TLS",
-                    ));
-                }
-                let client = conn::parse_url_with_roots(
-                    "url",
-                    url,
-                    self.root_pem.as_deref(),
-                    self.identity.as_ref(),
-                )?;
-                return Ok(Target::Url(client));
+                self.no_sentinel_options("with a URL, put credentials in the URL")?;
+                return Ok(Target::Url(tls::client("url", url, &self.common)?));
             }
             (None, Some(s)) => s,
         };
@@ -653,24 +493,13 @@ impl RedisLockerBuilder {
                 ),
             ));
         }
-        if let Some(pem) = &self.root_pem {
-            if !self.tls {
-                return Err(Error::invalid_option(
-                    "tls_root_certificates",
-                    "root certificates need TLS: call `.tls(true)` with sentinels",
-                ));
-            }
-            conn::check_pem(pem)?;
+        if self.common.wants_tls() && !self.tls {
+            return Err(Error::invalid_option(
+                tls::option_given(&self.common),
+                "TLS certificates need TLS: call `.tls(true)` with sentinels",
+            ));
         }
-        if let Some(identity) = &self.identity {
-            if !self.tls {
-                return Err(Error::invalid_option(
-                    "tls_client_identity",
-                    "a client identity needs TLS: call `.tls(true)` with sentinels",
-                ));
-            }
-            conn::check_identity(identity)?;
-        }
+        let certs = tls::certificates(&self.common);
         let mut clients = Vec::with_capacity(addrs.len());
         for (i, addr) in addrs.iter().enumerate() {
             if addrs[..i].contains(addr) {
@@ -689,8 +518,7 @@ impl RedisLockerBuilder {
                 &host,
                 port,
                 self.tls,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
+                certs.as_ref(),
                 None,
                 self.sentinel_password.as_deref(),
             )
@@ -710,8 +538,7 @@ impl RedisLockerBuilder {
             addrs: addrs.clone(),
             master: master.clone(),
             tls: self.tls,
-            root_pem: self.root_pem.clone(),
-            identity: self.identity.clone(),
+            certs,
             username: self.master_username.clone(),
             password: self.master_password.clone(),
         }))
@@ -719,9 +546,26 @@ impl RedisLockerBuilder {
 }
 
 impl RedisLockerBuilder {
+    /// Refuses the options only sentinels take; `instead` says what to do with a URL or cluster.
+    fn no_sentinel_options(&self, instead: &str) -> Result<(), Error> {
+        let sentinel_only = [
+            ("sentinel_password", self.sentinel_password.is_some()),
+            ("master_username", self.master_username.is_some()),
+            ("master_password", self.master_password.is_some()),
+            ("tls", self.tls),
+        ];
+        match sentinel_only.into_iter().find(|(_, set)| *set) {
+            Some((option, _)) => Err(Error::invalid_option(
+                option,
+                format!("only with `sentinels`; {instead} and use rediss:// for TLS"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The request timeout: as set (above zero, at most the TTL), or TTL/3 at most 2 s.
     fn request_timeout_or_default(&self) -> Result<Duration, Error> {
-        let ttl = validate_ttl(self.ttl)?;
+        let ttl = self.common.ttl_or(DEFAULT_TTL);
         match self.request_timeout {
             None => Ok((ttl / 3).min(Duration::from_secs(2))),
             Some(t) if t.is_zero() || t > ttl => Err(Error::invalid_option(
@@ -738,18 +582,7 @@ impl RedisLockerBuilder {
         nodes: &[String],
         request_timeout: Duration,
     ) -> Result<(conn::ClusterTarget, String), Error> {
-        let sentinel_only = [
-            ("sentinel_password", self.sentinel_password.is_some()),
-            ("master_username", self.master_username.is_some()),
-            ("master_password", self.master_password.is_some()),
-            ("tls", self.tls),
-        ];
-        if let Some((option, _)) = sentinel_only.into_iter().find(|(_, set)| *set) {
-            return Err(Error::invalid_option(
-                option,
-                "only with `sentinels`; with a cluster, put credentials in the URLs and use rediss:// for TLS",
-            ));
-        }
+        self.no_sentinel_options("with a cluster, put credentials in the URLs")?;
         if self.replicas.is_some() {
             return Err(Error::invalid_option(
                 "wait_for_replicas",
@@ -775,12 +608,7 @@ impl RedisLockerBuilder {
                     format!("node {i} is a duplicate"),
                 ));
             }
-            let client = conn::parse_url_with_roots(
-                "cluster",
-                url,
-                self.root_pem.as_deref(),
-                self.identity.as_ref(),
-            )?;
+            let client = tls::client("cluster", url, &self.common)?;
             let info = client.get_connection_info().clone();
             if matches!(info.addr(), redis::ConnectionAddr::Unix(_)) {
                 return Err(Error::invalid_option(
@@ -846,9 +674,7 @@ impl RedisLockerBuilder {
         if !map.is_empty() {
             builder = builder.node_address_map(map);
         }
-        if let Some(certs) =
-            conn::tls_certificates(self.root_pem.as_deref(), self.identity.as_ref())
-        {
+        if let Some(certs) = tls::certificates(&self.common) {
             builder = builder.certs(certs);
         }
         let client = builder.build().map_err(|e| {
@@ -869,86 +695,5 @@ impl RedisLockerBuilder {
             },
             display,
         ))
-    }
-}
-
-#[async_trait]
-impl LockBackend for RedisLocker {
-    fn closed(&self) -> bool {
-        self.inner.driver.is_closed()
-    }
-
-    async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-        Ok(acquire::acquire(&self.inner, name, opts.wait).await?.0)
-    }
-
-    async fn try_lock(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-        Ok(acquire::try_acquire(&self.inner, name)
-            .await?
-            .map(|(lease, _)| lease))
-    }
-
-    /// One read-only script on the name's server (its master; its slot's master on a
-    /// cluster): the lock key's owner value and `PTTL`, the fence counter and, in fair mode,
-    /// the live queue entries. A lock reserved for the queue's head shows no holder.
-    ///
-    /// The token shown is the fence counter: a grant sets the lock key and the counter in one
-    /// script, and no other grant of the name can raise the counter while the key holds that
-    /// owner (the read-write lock and semaphore share the counter, but a name is one primitive).
-    async fn state(&self, name: &LockName) -> Result<LockState, Error> {
-        let inner = &self.inner;
-        let keys = keys::Keys::new(&inner.prefix, name);
-        let node = &inner.backend.node;
-        let view = inspect::read(
-            node,
-            &keys,
-            inner.fair,
-            inner.request_timeout,
-            &inner.counters,
-        )
-        .await?;
-        let holder = view.holder.map(|owner| {
-            HolderState::new(
-                view.fence,
-                keys.lock,
-                String::from_utf8_lossy(&owner),
-                view.pttl,
-            )
-        });
-        Ok(LockState::new(holder, inner.fair.then_some(view.waiting)))
-    }
-
-    fn lease_ttl(&self) -> Duration {
-        self.inner.ttl
-    }
-
-    /// Ends every lease and deletes its key (one guarded delete each, all at once); the
-    /// connections close when the last clone of the locker is dropped.
-    async fn shutdown(&self) -> Result<(), Error> {
-        self.inner.driver.close().await
-    }
-
-    fn guarantees(&self) -> Capabilities {
-        Capabilities::new(self.inner.ttl)
-            .with_fair_queue(self.inner.fair, self.inner.fair)
-            .with_fencing(FencingStrength::Linearizable)
-            .with_crash_release_slack(Duration::from_millis(250))
-            .with_primitives(Primitives::ALL)
-    }
-
-    fn counters(&self) -> Stats {
-        self.inner.counters.snapshot()
-    }
-
-    fn election(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Election>> {
-        Some(self)
-    }
-
-    fn rw(self: Arc<Self>) -> Option<Arc<dyn dlock_core::RwLocker>> {
-        Some(self)
-    }
-
-    fn semaphore(self: Arc<Self>) -> Option<Arc<dyn dlock_core::Semaphore>> {
-        Some(self)
     }
 }

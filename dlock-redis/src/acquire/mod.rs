@@ -1,5 +1,14 @@
-//! Acquiring: one script call per attempt; fair waiters sleep until notified or until their
-//! fallback timer, non-fair waiters retry after a randomized delay.
+//! Acquiring on one Redis server: one script call per attempt; fair waiters sleep until
+//! notified or until their fallback timer, non-fair waiters retry after a randomized delay.
+//! The queue, notification and grant machinery the mutex, the read-write lock and the
+//! semaphore share lives beside it.
+
+pub(crate) mod grant;
+pub(crate) mod hints;
+pub(crate) mod holders;
+pub(crate) mod notify;
+mod pending;
+mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,15 +17,16 @@ use dlock_core::{Error, Lease, LockName};
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::Inner;
-use super::backend::Slot;
-use super::grant::{self, replicas_acknowledged};
-use super::pending::Pending;
-use super::queue::{doze, entry_lifetime, join_queue, refresh_period};
-use crate::conn::{millis, token_of, unexpected};
+use crate::conn::millis;
+use crate::error::{token_of, unexpected};
 use crate::keys::{Keys, random_id};
+use crate::locker::Inner;
+use crate::renew::Slot;
 use crate::scripts::{self, scripts};
 use crate::wait::{Wait, at_once};
+use grant::replicas_acknowledged;
+use pending::Pending;
+use queue::{doze, entry_lifetime, join_queue, refresh_period};
 
 /// What one attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +116,7 @@ fn pending(inner: &Inner, keys: Keys) -> Pending {
 }
 
 /// One attempt: the lease and its owner value, or `None` when someone else holds the lock.
-pub(super) async fn try_acquire(
+pub(crate) async fn try_acquire(
     inner: &Arc<Inner>,
     name: &LockName,
 ) -> Result<Option<(Lease, String)>, Error> {
@@ -130,7 +140,7 @@ pub(super) async fn try_acquire(
 }
 
 /// Waits for the lock: the lease and its owner value.
-pub(super) async fn acquire(
+pub(crate) async fn acquire(
     inner: &Arc<Inner>,
     name: &LockName,
     wait: Option<Duration>,

@@ -1,6 +1,6 @@
-//! The single-node renewal backend: batched compare-and-PEXPIRE (mutex keys) and
-//! compare-and-re-score (read-write and semaphore holders) in one round trip, and guarded
-//! release.
+//! `RenewBackend` for `RedisLocker`: renewal rounds of batched compare-and-PEXPIRE (mutex
+//! keys) and compare-and-re-score (read-write and semaphore holders) in one round trip (one
+//! per master on a cluster), and guarded release.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use dlock_core::backend::{Background, Counters, RenewBackend, Renewal};
 use dlock_core::{Error, LossReason};
 
-use crate::conn::{Node, millis};
+use crate::conn::{Node, key_slot, millis};
 use crate::family_scripts;
 use crate::keys::{FamilyKeys, Keys};
 use crate::scripts::{self, scripts};
@@ -252,7 +252,7 @@ impl SingleBackend {
         // master (or `?<slot>` for a slot no master serves in the map) → slot → leases
         let mut groups: BTreeMap<String, BTreeMap<u16, SlotLeases>> = BTreeMap::new();
         for (i, key) in keys.iter().enumerate() {
-            let slot = crate::conn::key_slot(key);
+            let slot = key_slot(key);
             let master = match map.master(slot) {
                 Some(m) => m.to_owned(),
                 None => format!("?{slot}"),
