@@ -8,6 +8,7 @@
 //! 4. Every library crate users build on has its README as crate docs and forbids unsafe code.
 //! 5. The contract is core's: no backend crate implements a user trait (`Locker`, `Election`,
 //!    `RwLocker`, `Semaphore`) or checks options, permits, values or a closed locker itself.
+//! 6. Every backend crate has the same standard files for the same roles ([`STANDARD_FILES`]).
 //!
 //! Each rule is a function from file contents to findings, so its tests can show it failing.
 
@@ -53,6 +54,9 @@ pub fn run(root: &Path) -> Result<(), String> {
         let manifest = read(&root.join(m).join("Cargo.toml"))?;
         findings.extend(backend_deps(m, &manifest));
     }
+    for b in BACKENDS {
+        findings.extend(standard_files(b, &files));
+    }
     for f in &files {
         let text = read(&root.join(f))?;
         findings.extend(module_docs(f, &text));
@@ -74,7 +78,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     }
     if findings.is_empty() {
         eprintln!(
-            "tidy: {} files in {} crates: module docs, architecture map, backend dependencies, test hooks, crate roots, contract in core all fine",
+            "tidy: {} files in {} crates: module docs, architecture map, backend dependencies, test hooks, crate roots, contract in core, backend layout all fine",
             files.len(),
             members.len()
         );
@@ -220,6 +224,35 @@ pub fn ungated_hooks(file: &str, text: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// The files every backend crate has at `src/`, each for the same role: the builder and its
+/// validated options, the locker and its `LockBackend` impl, client errors mapped to dlock's,
+/// the server-side layout of names, the renewal rounds, one file per primitive, TLS wiring,
+/// and `inspect`.
+pub const STANDARD_FILES: [&str; 11] = [
+    "lib.rs",
+    "builder.rs",
+    "locker.rs",
+    "error.rs",
+    "keys.rs",
+    "renew.rs",
+    "election.rs",
+    "rw.rs",
+    "semaphore.rs",
+    "tls.rs",
+    "inspect.rs",
+];
+
+/// Rule 6: a backend crate missing one of the [`STANDARD_FILES`] (`files` are the workspace's
+/// source paths, relative to its root).
+pub fn standard_files(backend: &str, files: &[String]) -> Vec<String> {
+    STANDARD_FILES
+        .iter()
+        .map(|f| format!("{backend}/src/{f}"))
+        .filter(|path| !files.contains(path))
+        .map(|path| format!("{path}: missing; every backend has the same files for the same roles"))
+        .collect()
 }
 
 /// What only core's contract does: implement the user traits, and check input or a closed
@@ -373,6 +406,19 @@ mod tests {
         assert!(found[0].starts_with("dlock-zk/src/x.rs:1: implements `Semaphore`"));
         let good = "impl SemaphoreBackend for X {}\n// opts.validate() is core's\n";
         assert!(contract_outside_core("dlock-zk/src/x.rs", good).is_empty());
+    }
+
+    #[test]
+    fn a_backend_without_a_standard_file_fails() {
+        let mut files: Vec<String> = STANDARD_FILES
+            .iter()
+            .map(|f| format!("dlock-zk/src/{f}"))
+            .collect();
+        assert!(standard_files("dlock-zk", &files).is_empty());
+        files.retain(|f| !f.ends_with("/renew.rs"));
+        let found = standard_files("dlock-zk", &files);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("dlock-zk/src/renew.rs: missing"));
     }
 
     #[test]
