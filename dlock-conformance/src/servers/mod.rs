@@ -292,7 +292,12 @@ impl HarnessError {
 }
 
 /// How long a start or restart may take before it is reported as [`HarnessError::NotReady`].
-pub const READY_TIMEOUT: Duration = Duration::from_secs(45);
+///
+/// Above ZooKeeper's own worst case: a member whose leader dropped it goes back to leader
+/// election, whose notification rounds back off exponentially up to 60 s
+/// (`FastLeaderElection`'s `maxNotificationInterval`), so an ensemble restarted all at once can
+/// take over a minute to serve again.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running set of server nodes of one kind.
 pub struct Cluster {
