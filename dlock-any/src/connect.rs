@@ -90,6 +90,29 @@ fn tls_pem(files: &TlsFiles) -> Result<(Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8
     Ok((ca, identity))
 }
 
+/// `$builder` with the URL's `ttl=`, `namespace=` and TLS files: the options every backend's
+/// builder takes with the same methods (dlock-core's `common_builder_options!`).
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zk"))]
+macro_rules! common_options {
+    ($builder:expr, $url:expr) => {{
+        let mut b = $builder;
+        if let Some(ttl) = $url.ttl() {
+            b = b.ttl(ttl);
+        }
+        if let Some(ns) = $url.namespace() {
+            b = b.namespace(ns);
+        }
+        let (ca, identity) = tls_pem(&$url.tls)?;
+        if let Some(ca) = ca {
+            b = b.tls_root_certificates(ca);
+        }
+        if let Some((cert, key)) = identity {
+            b = b.tls_client_identity(cert, key);
+        }
+        b
+    }};
+}
+
 /// `redis://[user:password@]host:port[/db]` (`rediss://` over TLS) for one host of `url`.
 #[cfg(feature = "redis")]
 fn redis_node_url(url: &LockerUrl, host: &crate::HostPort) -> String {
@@ -133,40 +156,14 @@ async fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
             b = b.cluster(nodes);
         }
     }
-    if let Some(ttl) = url.ttl() {
-        b = b.ttl(ttl);
-    }
-    if let Some(ns) = url.namespace() {
-        b = b.namespace(ns);
-    }
-    let (ca, identity) = tls_pem(&url.tls)?;
-    if let Some(ca) = ca {
-        b = b.tls_root_certificates(ca);
-    }
-    if let Some((cert, key)) = identity {
-        b = b.tls_client_identity(cert, key);
-    }
-    b.build().await
+    common_options!(b, url).build().await
 }
 
 #[cfg(feature = "redis")]
 async fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
     let nodes: Vec<String> = url.hosts().iter().map(|h| redis_node_url(url, h)).collect();
-    let mut b = RedlockLocker::builder().nodes(nodes);
-    if let Some(ttl) = url.ttl() {
-        b = b.ttl(ttl);
-    }
-    if let Some(ns) = url.namespace() {
-        b = b.namespace(ns);
-    }
-    let (ca, identity) = tls_pem(&url.tls)?;
-    if let Some(ca) = ca {
-        b = b.tls_root_certificates(ca);
-    }
-    if let Some((cert, key)) = identity {
-        b = b.tls_client_identity(cert, key);
-    }
-    b.build().await
+    let b = RedlockLocker::builder().nodes(nodes);
+    common_options!(b, url).build().await
 }
 
 #[cfg(feature = "etcd")]
@@ -179,23 +176,10 @@ async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
         .collect();
     let prefix = url.path().unwrap_or(dlock_etcd::DEFAULT_PREFIX);
     let mut b = EtcdLocker::builder().endpoints(endpoints).prefix(prefix);
-    if let Some(ns) = url.namespace() {
-        b = b.namespace(ns);
-    }
-    if let Some(ttl) = url.ttl() {
-        b = b.ttl(ttl);
-    }
     if let (Some(user), Some(password)) = (url.user(), url.password()) {
         b = b.user(user, password);
     }
-    let (ca, identity) = tls_pem(&url.tls)?;
-    if let Some(ca) = ca {
-        b = b.tls_root_certificates(ca);
-    }
-    if let Some((cert, key)) = identity {
-        b = b.tls_client_identity(cert, key);
-    }
-    b.build().await
+    common_options!(b, url).build().await
 }
 
 #[cfg(feature = "zk")]
@@ -210,21 +194,8 @@ async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
     if let Some(root) = url.path() {
         b = b.prefix(format!("/{root}"));
     }
-    if let Some(ns) = url.namespace() {
-        b = b.namespace(ns);
-    }
-    if let Some(ttl) = url.ttl() {
-        b = b.ttl(ttl);
-    }
     if let (Some(user), Some(password)) = (url.user(), url.password()) {
         b = b.digest_auth(user, password);
     }
-    let (ca, identity) = tls_pem(&url.tls)?;
-    if let Some(ca) = ca {
-        b = b.tls_root_certificates(ca);
-    }
-    if let Some((cert, key)) = identity {
-        b = b.tls_client_identity(cert, key);
-    }
-    b.build().await
+    common_options!(b, url).build().await
 }
