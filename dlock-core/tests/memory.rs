@@ -65,4 +65,3 @@ async fn dropping_a_lease_releases_it() {
         .expect("released by drop, not by TTL");
     lease.release().await.expect("release");
 }
-
