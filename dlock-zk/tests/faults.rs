@@ -229,7 +229,7 @@ fn spawn_contender(
 /// the session timeout and the lease is held throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_killed_lease_held() {
-    let Some(cluster) = tokio::task::spawn_blocking(|| private(3)).await.unwrap() else {
+    let Some(cluster) = private(3).await else {
         return;
     };
     let leader = cluster.zk_leader().expect("a leader");
@@ -282,7 +282,7 @@ async fn follower_killed_lease_held() {
 /// does a contender get the lock before lost() fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_held_or_lost_never_double_granted() {
-    let Some(cluster) = tokio::task::spawn_blocking(|| private(3)).await.unwrap() else {
+    let Some(cluster) = private(3).await else {
         return;
     };
     let leader = cluster.zk_leader().expect("a leader");
@@ -337,7 +337,7 @@ async fn leader_killed_held_or_lost_never_double_granted() {
 /// behind once the server is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ensemble_down_is_unavailable_within_the_wait() {
-    let Some(cluster) = tokio::task::spawn_blocking(|| private(1)).await.unwrap() else {
+    let Some(cluster) = private(1).await else {
         return;
     };
     let connect = cluster.endpoints()[0].clone();

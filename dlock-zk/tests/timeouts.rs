@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use dlock_conformance::faults::{Mode, Proxy};
 use dlock_core::{AcquireOptions, LockName, Locker};
-use support::ensemble::Ensemble;
-use support::{eventually, locker, namespace};
+use support::{eventually, locker, namespace, partitionable};
 use tokio::time::Instant;
 
 /// What the locker asks for, and what the high member grants.
@@ -25,19 +24,20 @@ const LOW_MAX_MS: u64 = 1000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnect_to_a_member_with_a_lower_maximum_shortens_the_lease() {
     let low = 2;
-    let Some(ens) = Ensemble::start_with(|i| {
-        if i == low {
-            format!("maxSessionTimeout={LOW_MAX_MS}\n")
-        } else {
-            String::new()
-        }
-    }) else {
+    let Some(ens) = partitionable().await else {
         return;
     };
-    ens.wait_ready().await;
+    // The harness gives every member the same settings: the low member gets its own maximum
+    // as a later `zoo.cfg` line (which overrides the earlier one) and a restart.
+    let cfg = ens.data_dir().unwrap().join(format!("zk{low}/zoo.cfg"));
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}maxSessionTimeout={LOW_MAX_MS}\n")).unwrap();
+    tokio::task::block_in_place(|| ens.node(low).restart()).unwrap();
+    let conf = ens.node(low).read_text(b"conf").unwrap_or_default();
+    assert!(conf.contains(&format!("maxSessionTimeout={LOW_MAX_MS}")), "{conf}");
     let high = 0;
-    let p_high = Proxy::start(ens.servers[high].client).unwrap();
-    let p_low = Proxy::start(ens.servers[low].client).unwrap();
+    let p_high = Proxy::start(ens.addrs()[high]).unwrap();
+    let p_low = Proxy::start(ens.addrs()[low]).unwrap();
     p_low.set(Mode::Reset);
     let ns = namespace("timeouts");
     let name = LockName::new("clamped").unwrap();
@@ -69,7 +69,7 @@ async fn reconnect_to_a_member_with_a_lower_maximum_shortens_the_lease() {
     p_low.set(Mode::Blackhole);
     let cut_at = Instant::now();
 
-    let b = locker(&ens.servers[high].client.to_string(), &ns, TTL).await;
+    let b = locker(&ens.endpoints()[high], &ns, TTL).await;
     let granted = b
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(20)))
         .await

@@ -2,19 +2,18 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod backend;
-pub mod ensemble;
 pub mod java;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::{Cluster, HarnessError, ServerKind};
 use dlock_zk::ZkLocker;
 
-/// The shared single-node server, or `None` (printed) when the binaries are missing outside CI.
-pub fn shared(nodes: usize) -> Option<Arc<Cluster>> {
-    match Cluster::shared(ServerKind::Zk, nodes) {
+/// `started`, or `None` (printed) when the binaries are missing outside CI.
+fn available<C>(started: Result<C, HarnessError>) -> Option<C> {
+    match started {
         Ok(c) => Some(c),
         Err(e) if e.may_skip() => {
             eprintln!("SKIP: {e}");
@@ -24,16 +23,23 @@ pub fn shared(nodes: usize) -> Option<Arc<Cluster>> {
     }
 }
 
-/// A private cluster for destructive tests.
-pub fn private(nodes: usize) -> Option<Cluster> {
-    match Cluster::start(ServerKind::Zk, nodes) {
-        Ok(c) => Some(c),
-        Err(e) if e.may_skip() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("ZooKeeper harness: {e}"),
-    }
+/// The shared cluster of `nodes` servers.
+pub fn shared(nodes: usize) -> Option<Arc<Cluster>> {
+    available(Cluster::shared(ServerKind::Zk, nodes))
+}
+
+/// A private cluster of `nodes` servers for destructive tests (started off the runtime).
+pub async fn private(nodes: usize) -> Option<Cluster> {
+    let started = tokio::task::spawn_blocking(move || Cluster::start(ServerKind::Zk, nodes));
+    available(started.await.expect("cluster start"))
+}
+
+/// A private local 3-server ensemble whose peer links go through fault proxies (its followers
+/// wait 10 s for a silent leader, longer than the sessions tests use).
+pub async fn partitionable() -> Option<Cluster> {
+    let started =
+        tokio::task::spawn_blocking(|| Cluster::start_partitionable(ServerKind::Zk, 3));
+    available(started.await.expect("cluster start"))
 }
 
 /// A namespace unique to this test and process run.
