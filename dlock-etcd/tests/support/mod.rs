@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_core::{AcquireOptions, Lease, LockName, Locker};
 use dlock_etcd::{EtcdLocker, EtcdLockerBuilder};
 
 /// The shared single-node etcd of this test process (skips when etcd is not installed and `CI`
@@ -46,6 +47,62 @@ pub async fn locker(cluster: &Cluster, ns: &str) -> EtcdLocker {
         .build()
         .await
         .expect("build the locker")
+}
+
+/// A valid lock name.
+pub fn name(s: &str) -> LockName {
+    LockName::new(s).expect("valid name")
+}
+
+/// `locker`'s lease on `name`, granted within 5 s.
+pub async fn hold(locker: &EtcdLocker, name: &LockName) -> Lease {
+    locker
+        .acquire(name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("acquire")
+}
+
+/// Acquires and releases a name of its own, so that `locker` has a live session.
+pub async fn warm_up(locker: &EtcdLocker) {
+    hold(locker, &name("warm-up"))
+        .await
+        .release()
+        .await
+        .expect("warm-up release");
+}
+
+/// A private 3-member cluster, and the lock that lets only one such cluster live at a time
+/// in a test binary: several at once starved their members on 2 cores. Dereferences to the
+/// cluster.
+pub struct ThreeMembers {
+    cluster: Cluster,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for ThreeMembers {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.cluster
+    }
+}
+
+/// Starts a [`ThreeMembers`] cluster, once the previous one of this binary is gone.
+pub fn three_members() -> ThreeMembers {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    ThreeMembers {
+        cluster: Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}")),
+        _one: one,
+    }
+}
+
+/// Resumes a paused member on drop, so that a failing test leaves no member stopped.
+pub struct Resume<'a>(pub &'a Cluster, pub usize);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.node(self.1).resume();
+    }
 }
 
 /// A multi-thread runtime for one test.

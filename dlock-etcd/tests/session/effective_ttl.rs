@@ -1,7 +1,7 @@
 //! etcd raises a lease's TTL to its minimum (1.5 × the election timeout, rounded up to whole
 //! seconds): `ttl()` and `capabilities()` report what the server granted.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! round: the keep-alive must still renew. A try that is merely slow is kept in flight while
 //! the next member is tried, never abandoned for a fresh stream that is just as slow.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! endpoints, renews through that client, and refuses a second way to reach etcd before any
 //! I/O.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

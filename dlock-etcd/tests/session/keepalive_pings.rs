@@ -6,10 +6,10 @@
 //! trips that whenever etcd is silent for about 8 s: with a TTL ≥ 24 s, between every two
 //! keep-alive rounds. So the check needs a TTL of at least 24 s and a few silent gaps.
 //!
-//! SLOW (about 45 s): a 30 s TTL and a lock held for 40 s (four silent gaps of 10 s). It runs
-//! alone in this test binary; run it with `cargo test -p dlock-etcd --test keepalive_pings`.
+//! SLOW (about 45 s): a 30 s TTL and a lock held for 40 s (four silent gaps of 10 s). Run it alone
+//! with `cargo test -p dlock-etcd --test session keepalive_pings`.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -9,11 +9,11 @@
 //! by: `a_recipes_reader_misses_a_moved_dlock_writer` shows the double hold the README
 //! documents.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, Election, LockName, Locker, RwLocker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{
@@ -23,9 +23,6 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 const HELD: usize = 1_000;
-
-/// One 3-member cluster at a time in this binary (2 cores are shared by every test).
-static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Waits until `locker`'s session runs on another lease than `first` (it moved).
 async fn moved_from(locker: &EtcdLocker, first: i64) -> i64 {
@@ -67,8 +64,7 @@ async fn move_leader(cluster: &Cluster) -> u64 {
 
 #[test]
 fn a_leader_change_with_a_thousand_held_locks_loses_none() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = support::three_members();
     support::runtime().block_on(async {
         let ns = support::namespace("relocate-many");
         let locker = support::builder(cluster.endpoints(), &ns)
@@ -186,8 +182,7 @@ async fn recipes_blocking_writer(c: &mut Client, range: &str, my_rev: i64) -> Op
 /// double hold. If this test fails, the hazard is gone and the README must say so.
 #[test]
 fn a_recipes_reader_misses_a_moved_dlock_writer() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = support::three_members();
     support::runtime().block_on(async {
         let ns = support::namespace("relocate-recipes-rw");
         let locker = support::builder(cluster.endpoints(), &ns)

@@ -3,12 +3,10 @@
 //! request at once with an error that is not retryable; PEM that cannot be parsed fails
 //! `build` before any I/O, naming the option.
 //!
-//! Run with `cargo test -p dlock-etcd --test tls` (the tests build with the `tls` feature).
+//! Run with `cargo test -p dlock-etcd --test security tls` (the tests build with the `tls` feature).
 //! Needs `openssl` (to make the test certificates), `etcd` and `etcdctl`.
 
-#![cfg(feature = "tls")]
-
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -12,11 +12,11 @@
 //!
 //! Ignored by default: it fails on etcd builds without the upstream fix (etcd-io/etcd#16822),
 //! such as Debian's 3.4.23 installed here. Run it with
-//! `cargo test -p dlock-etcd --test overlap_trace -- --ignored --nocapture`.
+//! `cargo test -p dlock-etcd --test cluster overlap_trace -- --ignored --nocapture`.
 
 use std::time::{Duration, Instant};
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::Cluster;
 use dlock_etcd::etcd_client::{Client, PutOptions};
 
 const TTL: i64 = 2;
@@ -147,7 +147,7 @@ fn expired_by_node(cluster: &Cluster) -> String {
 #[test]
 #[ignore = "fails on etcd without etcd-io/etcd#16822 (Debian 3.4.23): run with --ignored"]
 fn a_resumed_stale_leader_never_revokes_a_lease_before_its_acknowledged_ttl() {
-    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = crate::support::three_members();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

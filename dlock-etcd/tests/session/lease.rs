@@ -1,7 +1,7 @@
 //! The session lease: one lease for all locks of a locker, loss of all of them when etcd drops
 //! it, and a fresh session for later acquires.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Authentication that keeps working: an expired auth token (etcd's `--auth-token-ttl`) is
 //! refreshed and the request retried, and such failures are retryable.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

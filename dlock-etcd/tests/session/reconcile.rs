@@ -3,7 +3,7 @@
 //! and that applied after its cleanup read) is deleted, and a held key deleted at the server
 //! (by hand) makes that lease lost.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

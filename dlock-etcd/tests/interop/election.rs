@@ -1,8 +1,7 @@
 //! dlock's `Election` on etcd against etcd's own (`etcdctl elect`, which is
-//! `concurrency.Election`), contending and observing both ways, and the edges the
-//! conformance scenarios do not reach.
+//! `concurrency.Election`), contending and observing both ways.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -104,49 +103,5 @@ fn dlock_leads_then_etcdctl_observes_and_campaigns() {
         assert_eq!(observer.line(WAIT).as_deref(), Some(ctl_key.as_str()));
         assert_eq!(observer.line(WAIT).as_deref(), Some("from-etcdctl"));
         ctl.interrupt();
-    });
-}
-
-/// Issue 10: a leader that proclaims the value it already has is reported again, as
-/// dlock-zk's observer reports every proclamation (a change with the same term and value);
-/// before the fix etcd's observer hid it. A session move to a new lease rewrites the key too,
-/// but is no proclamation: `relocate.rs` keeps the value and changes the lease.
-#[test]
-fn observe_reports_a_re_proclamation_of_the_same_value() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("elect-same-value");
-        let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("leader").expect("valid");
-        let leading = locker
-            .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
-            .await
-            .expect("lead");
-        let mut changes = locker.observe(&name).await.expect("observe");
-        let first = next(&mut changes).await;
-        assert_eq!(
-            (first.term, first.value.as_slice()),
-            (leading.term(), &b"v1"[..])
-        );
-        leading
-            .proclaim(b"v1")
-            .await
-            .expect("proclaim the same value");
-        leading
-            .proclaim(b"v2")
-            .await
-            .expect("proclaim another value");
-        let again = next(&mut changes).await;
-        assert_eq!(
-            (again.term, again.value.as_slice()),
-            (leading.term(), &b"v1"[..]),
-            "the re-proclamation of v1 is reported before v2"
-        );
-        let then = next(&mut changes).await;
-        assert_eq!(
-            (then.term, then.value.as_slice()),
-            (leading.term(), &b"v2"[..])
-        );
-        leading.resign().await.expect("resign");
     });
 }

@@ -9,7 +9,7 @@
 //! finds each form a secret could take (the text, its bytes as `Debug` prints them, a line of
 //! a PEM key), in the `Debug` output of etcd-client's own options, which do print them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -133,9 +133,10 @@ fn builder_debug_hides_the_password_and_the_key() {
     secrets.assert_hidden("an identity error", &format!("{bad} {bad:?}"));
 }
 
-/// A wrong password against a real server: the error (Display, Debug, source chain) names
-/// neither the wrong password nor the right one; a user without permission for the prefix
-/// gets an error without the password.
+/// A wrong password against a real server: a non-retryable `AccessDenied` whose text
+/// (Display, Debug, source chain) names neither the wrong password nor the right one; a user
+/// without permission for the prefix gets an error without the password; a locker without
+/// credentials is refused.
 #[test]
 fn errors_do_not_show_passwords() {
     let server = auth_server();
@@ -152,6 +153,7 @@ fn errors_do_not_show_passwords() {
             .await
             .expect_err("a wrong password");
         assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+        assert!(!err.is_retryable(), "{err}");
         let mut text = format!("{err}\n{err:?}\n{err:#?}");
         let mut source = std::error::Error::source(&err);
         while let Some(s) = source {
@@ -175,6 +177,17 @@ fn errors_do_not_show_passwords() {
             "a permission error",
             &format!("{err}\n{err:?}\n{outside:?}"),
         );
+
+        // Without credentials: refused as well.
+        let anonymous = support::builder(vec![server.endpoint.clone()], &ns)
+            .build()
+            .await
+            .expect("connects lazily");
+        let err = anonymous
+            .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+            .await
+            .expect_err("anonymous access must be refused");
+        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
     });
 }
 

@@ -8,11 +8,11 @@
 //! leader (which never knew that lease) cannot revoke it. `overlap_trace.rs` shows the server
 //! behaviour without dlock.
 
-mod support;
+use crate::support::{self, Resume};
 
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_etcd::etcd_client::{Client, GetOptions};
 use tokio::time::Instant;
@@ -21,15 +21,6 @@ const TTL: Duration = Duration::from_secs(2);
 /// Pause/resume cycles: the stale revocation races the old leader's step-down, so one cycle
 /// does not always show it (on etcd 3.4.23 about one cycle in ten to twenty loses the race).
 const CYCLES: usize = 20;
-
-/// Resumes the paused member even if the test fails.
-struct Resume<'a>(&'a Cluster, usize);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.node(self.1).resume();
-    }
-}
 
 /// Whether a key under `ns` with create revision `token` exists; `None` when the read failed.
 async fn held_key_exists(c: &Client, ns: &str, token: u64) -> Option<bool> {
@@ -135,7 +126,7 @@ async fn cycle(cluster: &Cluster, round: usize) -> Result<String, String> {
 
 #[test]
 fn a_resumed_stale_leader_never_takes_a_held_lock_before_its_deadline() {
-    let cluster = Cluster::start(ServerKind::Etcd, 3).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = support::three_members();
     support::runtime().block_on(async {
         for round in 0..CYCLES {
             match cycle(&cluster, round).await {

@@ -3,7 +3,7 @@
 //! holder releases, the waiter queues again on a fresh session and its token is higher than
 //! every earlier grant, and its key exists with that create revision.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! acquire sends the enqueue again within its wait and finds its own key (the first attempt
 //! applied); when the wait ends first, nothing of the acquire stays on the server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,12 +1,10 @@
-//! Server-side operations while locking: compaction during a wait, etcd authentication.
+//! Compaction of etcd's history while a waiter watches: no stale key, no stuck waiter.
 
-mod support;
+use crate::support;
 
-use std::process::Command;
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_etcd::etcd_client::{CompactionOptions, GetOptions};
 
 /// Keys under `ns/`.
@@ -83,67 +81,5 @@ fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
         );
         got.release().await.expect("release");
         assert!(keys(&holder, &ns).await.is_empty(), "stale keys left");
-    });
-}
-
-fn etcdctl(endpoint: &str, args: &[&str]) {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg("--endpoints")
-        .arg(endpoint)
-        .args(args)
-        .output()
-        .expect("run etcdctl");
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[test]
-fn user_and_password_are_passed_to_etcd() {
-    let cluster = Cluster::start(ServerKind::Etcd, 1).expect("a private etcd");
-    let endpoint = cluster.endpoints()[0].clone();
-    etcdctl(
-        &endpoint,
-        &["user", "add", "root", "--new-user-password=s3cret"],
-    );
-    etcdctl(&endpoint, &["auth", "enable"]);
-    support::runtime().block_on(async {
-        let ns = support::namespace("auth");
-        let name = LockName::new("a").expect("valid");
-
-        let good = support::builder(cluster.endpoints(), &ns)
-            .user("root", "s3cret")
-            .build()
-            .await
-            .expect("authenticated locker");
-        let lease = good
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire with auth");
-        // Renewal works through the authenticated keep-alive stream.
-        tokio::time::sleep(good.ttl() * 2).await;
-        assert!(lease.check().is_ok(), "{:?}", lease.check());
-        lease.release().await.expect("release");
-
-        let err = support::builder(cluster.endpoints(), &ns)
-            .user("root", "wrong")
-            .build()
-            .await
-            .expect_err("a wrong password must be rejected");
-        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
-        assert!(!err.is_retryable());
-
-        let anonymous = support::builder(cluster.endpoints(), &ns)
-            .build()
-            .await
-            .expect("lazy");
-        let err = anonymous
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect_err("anonymous access must be refused");
-        assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
     });
 }

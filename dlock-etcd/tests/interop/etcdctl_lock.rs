@@ -1,7 +1,7 @@
 //! `etcdctl lock` (etcd's own `concurrency.Mutex`) and dlock exclude each other on the same
 //! name, in both orders.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The read-write lock and the semaphore on etcd: the edges the conformance scenarios do not
 //! reach (permit counts that disagree, cancelled waits, FIFO across modes, the key layout).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
