@@ -48,42 +48,6 @@ fn claiming_primitives_it_lacks_fails_family_cancel() {
 }
 
 #[test]
-fn no_fencing_fails_token_monotonicity() {
-    let row = run(
-        MemoryBackend::with_defect(Defect::NoFencing),
-        Scenario::FencingMonotonic,
-    );
-    assert_caught(&row, "was granted after token");
-}
-
-#[test]
-fn no_fencing_fails_the_fenced_resource() {
-    let row = run(
-        MemoryBackend::with_defect(Defect::NoFencing),
-        Scenario::FencedResource,
-    );
-    assert_caught(&row, "stale holder's write");
-}
-
-#[test]
-fn unguarded_release_fails_release_retry() {
-    let row = run(
-        MemoryBackend::with_defect(Defect::UnguardedRelease),
-        Scenario::ReleaseIdempotent,
-    );
-    assert_caught(&row, "deleted the newer holder's lock");
-}
-
-#[test]
-fn early_expiry_fails_lost_before_stolen() {
-    let row = run(
-        MemoryBackend::with_defect(Defect::EarlyExpiry),
-        Scenario::LostBeforeStolen,
-    );
-    assert_caught(&row, "BEFORE the cut-off holder's lost() was due");
-}
-
-#[test]
 fn late_loss_fails_lost_before_stolen() {
     // The server lets go 50 ms before the lease's promised deadline: the contender is
     // granted before it.
@@ -153,14 +117,6 @@ fn wake_all_claiming_herd_free_fails_herd() {
     );
 }
 
-/// Two wake-ups per release (the head and the waiter behind it) passed the old bound of two;
-/// herd at one catches it.
-#[test]
-fn waking_two_per_release_fails_herd() {
-    let row = run(MemoryBackend::with_defect(Defect::WakeTwo), Scenario::Herd);
-    assert_caught(&row, "wakes more than one waiter");
-}
-
 /// A waiter that reads the queue an entry at a time after each wake-up: one wake-up per
 /// release, but up to five more requests per handoff. Under the old bound (2 × r1 + 6) it
 /// passed at every N; herd at one (r1 + 1) catches it.
@@ -189,36 +145,6 @@ fn reading_the_queue_per_wakeup_fails_the_herd_request_bound() {
 }
 
 #[test]
-fn herd_at_one_passes_on_the_honest_memory_backend() {
-    let row = run(MemoryBackend::new(), Scenario::Herd);
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
-}
-
-#[test]
-fn split_brain_fails_mutual_exclusion() {
-    let row = run(SplitBrain, Scenario::MutualExclusion);
-    assert_caught(&row, "overlapping holds");
-}
-
-#[test]
-fn colliding_names_fail_name_isolation() {
-    let row = run(
-        Wrapped::new(MemoryBackend::new(), Twist::FirstCharOnly),
-        Scenario::NameIsolation,
-    );
-    assert_caught(&row, "blocks");
-}
-
-#[test]
-fn accepting_a_zero_ttl_fails_bad_input() {
-    let row = run(
-        Wrapped::new(MemoryBackend::new(), Twist::ClampTtl),
-        Scenario::BadInput,
-    );
-    assert_caught(&row, "TTL");
-}
-
-#[test]
 fn leaking_waiters_fail_the_leak_audits() {
     for s in [
         Scenario::WaitTimeout,
@@ -230,13 +156,44 @@ fn leaking_waiters_fail_the_leak_audits() {
     }
 }
 
-#[test]
-fn a_lease_that_is_never_lost_fails_lost_after_break() {
-    let row = run(
-        Wrapped::new(MemoryBackend::new(), Twist::NeverBreak),
-        Scenario::LostAfterBreak,
-    );
-    assert_caught(&row, "did not fire");
+/// One test per checker that a broken backend must fail with the quoted reason.
+macro_rules! caught {
+    ($($(#[$doc:meta])* $test:ident: $backend:expr, $scenario:ident, $why:literal;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $test() {
+                assert_caught(&run($backend, Scenario::$scenario), $why);
+            }
+        )*
+    };
+}
+
+caught! {
+    no_fencing_fails_token_monotonicity:
+        MemoryBackend::with_defect(Defect::NoFencing), FencingMonotonic, "was granted after token";
+    no_fencing_fails_the_fenced_resource:
+        MemoryBackend::with_defect(Defect::NoFencing), FencedResource, "stale holder's write";
+    unguarded_release_fails_release_retry:
+        MemoryBackend::with_defect(Defect::UnguardedRelease), ReleaseIdempotent,
+        "deleted the newer holder's lock";
+    early_expiry_fails_lost_before_stolen:
+        MemoryBackend::with_defect(Defect::EarlyExpiry), LostBeforeStolen,
+        "BEFORE the cut-off holder's lost() was due";
+    /// Two wake-ups per release (the head and the waiter behind it) passed the old bound of two;
+    /// herd at one catches it.
+    waking_two_per_release_fails_herd:
+        MemoryBackend::with_defect(Defect::WakeTwo), Herd, "wakes more than one waiter";
+    split_brain_fails_mutual_exclusion: SplitBrain, MutualExclusion, "overlapping holds";
+    colliding_names_fail_name_isolation:
+        Wrapped::new(MemoryBackend::new(), Twist::FirstCharOnly), NameIsolation, "blocks";
+    accepting_a_zero_ttl_fails_bad_input:
+        Wrapped::new(MemoryBackend::new(), Twist::ClampTtl), BadInput, "TTL";
+    a_lease_that_is_never_lost_fails_lost_after_break:
+        Wrapped::new(MemoryBackend::new(), Twist::NeverBreak), LostAfterBreak, "did not fire";
+    one_lost_lease_failing_its_whole_renewal_round_fails_many_leases_break:
+        MemoryBackend::with_defect(Defect::BatchLoss), ManyLeasesBreak,
+        "other leases were lost after one of 1000 was broken";
 }
 
 // ---- broken backends built from the memory backend ----
@@ -665,15 +622,6 @@ fn a_reused_token_is_caught_by_the_token_and_fenced_safety_checks() {
         Defect::ReusedToken,
         &["token violation", "fenced-safety violation"],
     );
-}
-
-#[test]
-fn one_lost_lease_failing_its_whole_renewal_round_fails_many_leases_break() {
-    let row = run(
-        MemoryBackend::with_defect(Defect::BatchLoss),
-        Scenario::ManyLeasesBreak,
-    );
-    assert_caught(&row, "other leases were lost after one of 1000 was broken");
 }
 
 #[test]
