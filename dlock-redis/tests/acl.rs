@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, LockName, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
 use support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
 
@@ -36,46 +36,6 @@ async fn locker(addr: std::net::SocketAddr, user: &str, password: &str, ns: &str
         .build()
         .await
         .expect("builds")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_is_not_retryable() {
-    let cluster = Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
-    let ns = "dlock-test/acl/wrongpass";
-    acl_user(&url, "dlock-wrongpass", ns, RULES).await;
-    let l = locker(addr, "dlock-wrongpass", "not-the-password", ns).await;
-    let e = l
-        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect_err("a wrong password");
-    assert!(!e.is_retryable(), "{e}");
-    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
-    assert!(!format!("{e}").contains("not-the-password"), "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_permission_is_not_retryable() {
-    let cluster = Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
-    let ns = "dlock-test/acl/noperm";
-    // Everything but the keys' commands.
-    acl_user(
-        &url,
-        "dlock-noperm",
-        ns,
-        &["+evalsha", "+eval", "+script|load", "+ping"],
-    )
-    .await;
-    let l = locker(addr, "dlock-noperm", "pw", ns).await;
-    let e = l
-        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect_err("no permission");
-    assert!(!e.is_retryable(), "{e}");
-    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
 }
 
 /// Exactly the documented rules: uncontended and queued acquires, a handoff with notification,

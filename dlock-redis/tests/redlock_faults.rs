@@ -31,10 +31,10 @@ async fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
         .expect("a valid locker")
 }
 
-/// With 3 of 5 nodes down, acquire fails within its wait with every node's cause, and the two
-/// reachable nodes keep no key of the failed attempts.
+/// With 3 of 5 nodes down, acquire fails within its wait with `QuorumNotReached` naming every
+/// down node's cause (that nothing is left on the live nodes is `majority_nodes_down`'s).
 #[test]
-fn majority_down_fails_within_the_wait_and_leaves_nothing() {
+fn majority_down_fails_within_the_wait_naming_every_cause() {
     let cluster = private(5);
     for i in 0..3 {
         cluster.node(i).kill().expect("kill a node");
@@ -76,13 +76,6 @@ fn majority_down_fails_within_the_wait_and_leaves_nothing() {
             l.try_acquire(&name).await,
             Err(Error::QuorumNotReached { .. })
         ));
-        // Unlock-all ran before returning: nothing is left on the reachable nodes.
-        for url in &cluster.endpoints()[3..] {
-            let left = support::server_leftovers(url, ns)
-                .await
-                .expect("read a live node");
-            assert!(left.is_empty(), "partial keys left on {url}: {left:?}");
-        }
     });
 }
 

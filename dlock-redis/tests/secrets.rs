@@ -194,6 +194,7 @@ async fn lockers_and_errors_hide_passwords() {
         .await
         .expect_err("a wrong password");
     assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+    assert!(!err.is_retryable(), "{err}");
     let mut text = format!("{err}\n{err:?}\n{err:#?}");
     let mut source = std::error::Error::source(&err);
     while let Some(e) = source {
@@ -215,6 +216,7 @@ async fn lockers_and_errors_hide_passwords() {
         .await
         .expect_err("no permission");
     assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+    assert!(!err.is_retryable(), "{err}");
     s.assert_hidden(
         "a permission error",
         &format!("{err}\n{err:?}\n{outside:?}"),

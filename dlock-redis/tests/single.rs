@@ -22,88 +22,133 @@ fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }
 
+/// Every option a builder refuses, refused by `validate` (no runtime, no I/O) and by `build`
+/// before any I/O (nothing listens at the addresses): one URL, Sentinel, Cluster, TLS and
+/// Redlock options. TTLs and waits out of range are the `bad_input` scenario's on every row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_options_fail_before_any_io() {
-    // A port nothing listens on: any I/O would fail differently (Unavailable).
-    let url = "redis://127.0.0.1:1";
-    let err = |r: Result<RedisLocker, Error>| r.expect_err("must be rejected").kind();
-    assert_eq!(
-        err(RedisLocker::builder().build().await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder().url("http://x").build().await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder()
-            .url(url)
-            .ttl(Duration::ZERO)
-            .build()
-            .await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder()
-            .url(url)
-            .ttl(Duration::from_secs(90_000))
-            .build()
-            .await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder().url(url).prefix("a{b}").build().await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder()
-            .url(url)
-            .namespace("a//b")
-            .build()
-            .await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(RedisLocker::builder()
-            .url(url)
-            .ttl(Duration::from_secs(1))
-            .request_timeout(Duration::from_secs(5))
-            .build()
-            .await),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(dlock_redis::RedlockLocker::builder()
-            .nodes([url, url])
-            .build()
-            .await
-            .map(|_| unreachable_locker())),
-        ErrorKind::InvalidInput
-    );
-    assert_eq!(
-        err(dlock_redis::RedlockLocker::builder()
-            .nodes(Vec::<String>::new())
-            .build()
-            .await
-            .map(|_| unreachable_locker())),
-        ErrorKind::InvalidInput
-    );
-    let l = RedisLocker::builder()
-        .url(url)
+    use dlock_redis::RedlockLocker;
+    let u = "redis://127.0.0.1:1";
+    let b = RedisLocker::builder;
+    let s = || ["127.0.0.1:26379", "127.0.0.1:26380"].map(String::from);
+    let pem = || b"not PEM".to_vec();
+    let redis = [
+        ("no URL", b()),
+        ("not a redis URL", b().url("http://x")),
+        ("zero TTL", b().url(u).ttl(Duration::ZERO)),
+        ("hash tag in the prefix", b().url(u).prefix("a{b}")),
+        ("empty namespace segment", b().url(u).namespace("a//b")),
+        (
+            "request timeout above the TTL",
+            b().url(u)
+                .ttl(Duration::from_secs(1))
+                .request_timeout(Duration::from_secs(5)),
+        ),
+        ("zero retry delay", b().url(u).retry_delay(Duration::ZERO)),
+        ("#insecure", b().url("rediss://127.0.0.1:1/#insecure")),
+        ("roots with redis://", b().url(u).tls_root_certificates(pem())),
+        ("roots not PEM", b().url("rediss://127.0.0.1:1").tls_root_certificates(pem())),
+        (
+            "no replica",
+            b().url(u).wait_for_replicas(0, Duration::from_millis(300)),
+        ),
+        ("TLS flag with a URL", b().url(u).tls(true)),
+        ("master password with a URL", b().url(u).master_password("pw")),
+        ("URL and sentinels", b().url(u).sentinels(s(), "m")),
+        ("no sentinel", b().sentinels(Vec::<String>::new(), "m")),
+        ("sentinel without port", b().sentinels(["127.0.0.1"], "m")),
+        ("sentinel port 0", b().sentinels(["127.0.0.1:0"], "m")),
+        ("sentinel not an address", b().sentinels(["a b:1"], "m")),
+        ("sentinel twice", b().sentinels([s()[0].clone(), s()[0].clone()], "m")),
+        ("empty master name", b().sentinels(s(), "")),
+        ("master name with a space", b().sentinels(s(), "my master")),
+        (
+            "sentinel roots not PEM",
+            b().sentinels(s(), "m").tls_root_certificates(pem()),
+        ),
+        ("no cluster node", b().cluster(Vec::<String>::new())),
+        ("URL and cluster", b().url(u).cluster(["redis://127.0.0.1:2"])),
+        (
+            "cluster node twice",
+            b().cluster(["redis://127.0.0.1:2", "redis://127.0.0.1:2"]),
+        ),
+        ("unix cluster node", b().cluster(["unix:///tmp/r.sock"])),
+        (
+            "mixed schemes",
+            b().cluster(["redis://127.0.0.1:2", "rediss://127.0.0.1:3"]),
+        ),
+        (
+            "mixed credentials",
+            b().cluster(["redis://a:b@127.0.0.1:2", "redis://127.0.0.1:3"]),
+        ),
+        (
+            "address map without port",
+            b().cluster(["redis://127.0.0.1:2"])
+                .cluster_address_map("127.0.0.1", "127.0.0.1:5"),
+        ),
+        (
+            "address mapped twice",
+            b().cluster(["redis://127.0.0.1:2"])
+                .cluster_address_map("127.0.0.1:2", "127.0.0.1:5")
+                .cluster_address_map("127.0.0.1:2", "127.0.0.1:6"),
+        ),
+        (
+            "address map without cluster",
+            b().url(u).cluster_address_map("127.0.0.1:2", "127.0.0.1:5"),
+        ),
+        (
+            "cluster waiting for replicas",
+            b().cluster(["redis://127.0.0.1:2"])
+                .wait_for_replicas(1, Duration::from_secs(1)),
+        ),
+        (
+            "master password with a cluster",
+            b().cluster(["redis://127.0.0.1:2"]).master_password("x"),
+        ),
+    ];
+    for (what, builder) in redis {
+        let e = builder.validate().expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "validate, {what}: {e}");
+        let began = Instant::now();
+        let e = builder.build().await.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "build, {what}: {e}");
+        assert!(began.elapsed() < Duration::from_millis(100), "{what}: I/O?");
+    }
+    let r = RedlockLocker::builder;
+    let nodes = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"];
+    let redlock = [
+        ("no node", r()),
+        ("no nodes", r().nodes(Vec::<String>::new())),
+        ("node twice", r().nodes([u, u])),
+        ("zero node timeout", r().nodes(nodes).node_timeout(Duration::ZERO)),
+        (
+            "#insecure node",
+            r().nodes([nodes[0], "rediss://127.0.0.1:2/#insecure", nodes[2]]),
+        ),
+    ];
+    for (what, builder) in redlock {
+        let e = builder.validate().expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "validate, {what}: {e}");
+        let e = builder.build().await.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "build, {what}: {e}");
+    }
+    // Good options build without I/O although nothing listens there; IPv6 and host names are
+    // sentinel addresses; a cluster locker's Debug names its seeds but not the password.
+    r().nodes(nodes).validate().expect("valid Redlock options");
+    b().url(u).build().await.expect("builds without I/O");
+    b().sentinels(["[::1]:26379", "sentinel-1.example:26379"], "m")
         .build()
         .await
-        .expect("builds without I/O");
-    let waited = l
-        .acquire(&name("a"), AcquireOptions::wait(dlock_core::MAX_WAIT * 2))
-        .await;
-    assert_eq!(
-        waited.expect_err("wait too long").kind(),
-        ErrorKind::InvalidInput
-    );
-}
-
-fn unreachable_locker() -> RedisLocker {
-    panic!("a Redlock builder accepted bad nodes")
+        .expect("IPv6 and host names are addresses");
+    let l = b()
+        .cluster(["redis://u:s3cr3t@127.0.0.1:1", "redis://u:s3cr3t@127.0.0.1:2"])
+        .cluster_address_map("127.0.0.1:1", "localhost:7001")
+        .build()
+        .await
+        .expect("valid cluster options build without I/O");
+    let shown = format!("{l:?}");
+    assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    assert!(!shown.contains("s3cr3t"), "the password leaked: {shown}");
 }
 
 #[test]
@@ -286,51 +331,6 @@ async fn auth_through_the_url() {
     assert!(!format!("{e}").contains("s3cret"));
 }
 
-/// Non-fair mode: exclusion holds with randomized retries.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn non_fair_mode_excludes() {
-    let l = RedisLocker::builder()
-        .url(url())
-        .ttl(Duration::from_secs(2))
-        .fair(false)
-        .retry_delay(Duration::from_millis(5))
-        .namespace("dlock-test/single/nonfair")
-        .build()
-        .await
-        .expect("builds");
-    assert!(!l.capabilities().fair && !l.capabilities().herd_free);
-    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let total = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let (l, inside, total) = (l.clone(), Arc::clone(&inside), Arc::clone(&total));
-        tasks.push(tokio::spawn(async move {
-            let mut last = 0;
-            for _ in 0..10 {
-                let lease = l
-                    .acquire(&name("nf"), AcquireOptions::wait(Duration::from_secs(10)))
-                    .await
-                    .expect("acquire");
-                assert!(lease.token().get() > last);
-                last = lease.token().get();
-                assert_eq!(
-                    inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
-                    0,
-                    "two holders at once"
-                );
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                total.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                lease.release().await.expect("release");
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("task");
-    }
-    assert_eq!(total.load(std::sync::atomic::Ordering::SeqCst), 40);
-}
-
 /// A fair waiter whose holder crashed (key left to expire, no release message) gets the lock
 /// through its timer at the holder's expiry, not a poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,28 +448,6 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
     }
 }
 
-/// `rediss://…#insecure` (accept any certificate) is not supported by this build: it is
-/// rejected by `build()`, before any I/O, not at the first request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn insecure_tls_urls_are_rejected_at_build() {
-    let e = RedisLocker::builder()
-        .url("rediss://127.0.0.1:1/#insecure")
-        .build()
-        .await
-        .expect_err("#insecure is not supported");
-    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    let e = dlock_redis::RedlockLocker::builder()
-        .nodes([
-            "redis://127.0.0.1:1",
-            "rediss://127.0.0.1:2/#insecure",
-            "redis://127.0.0.1:3",
-        ])
-        .build()
-        .await
-        .expect_err("#insecure is not supported");
-    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-}
-
 /// A locker built from the application's own `redis::Client` locks against that server like
 /// one built from the URL (the same name excludes across the two), and `client` with a second
 /// way to reach a server is a typed error before any I/O.
@@ -519,49 +497,6 @@ async fn a_locker_from_an_existing_client() {
             .tls_root_certificates(b"-----BEGIN CERTIFICATE-----".to_vec()),
     ] {
         let err = conflicting.validate().expect_err("two ways to one server");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
-}
-
-/// `validate` rejects what `build` rejects, with no runtime and no I/O (RedisLocker and
-/// Redlock).
-#[test]
-fn validate_checks_without_building() {
-    use dlock_redis::RedlockLocker;
-    let nodes = [
-        "redis://127.0.0.1:1",
-        "redis://127.0.0.1:2",
-        "redis://127.0.0.1:3",
-    ];
-    RedlockLocker::builder()
-        .nodes(nodes)
-        .validate()
-        .expect("valid Redlock options");
-    for bad in [
-        RedlockLocker::builder(),
-        RedlockLocker::builder().nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:1"]),
-        RedlockLocker::builder()
-            .nodes(nodes)
-            .node_timeout(Duration::ZERO),
-    ] {
-        let err = bad.validate().expect_err("invalid");
-        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
-    }
-    let ok = RedisLocker::builder().url("redis://127.0.0.1:1");
-    ok.validate().expect("valid options");
-    for bad in [
-        RedisLocker::builder(),
-        RedisLocker::builder()
-            .url("redis://127.0.0.1:1")
-            .ttl(Duration::ZERO),
-        RedisLocker::builder()
-            .url("redis://127.0.0.1:1")
-            .prefix("a{b}"),
-        RedisLocker::builder()
-            .url("redis://127.0.0.1:1")
-            .retry_delay(Duration::ZERO),
-    ] {
-        let err = bad.validate().expect_err("invalid");
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     }
 }
