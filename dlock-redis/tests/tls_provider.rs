@@ -8,12 +8,10 @@
 
 use std::time::Duration;
 
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_redis::RedisLocker;
 use rustls::crypto::CryptoProvider;
-
-#[path = "support/tls_server.rs"]
-mod tls_server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_crypto_provider_is_kept() {
@@ -25,10 +23,13 @@ async fn an_application_crypto_provider_is_kept() {
     assert!(suites > 0 && suites < rustls::crypto::ring::default_provider().cipher_suites.len());
     mine.install_default().expect("no provider installed yet");
 
-    let server = tokio::task::block_in_place(tls_server::start);
-    let ca = std::fs::read(server.dir.join("ca.crt")).expect("read the CA");
+    // A TLS-only server of the harness (its own readiness checks bring their own provider).
+    let tls = ServerOptions::default().with_tls(false);
+    let cluster = tokio::task::block_in_place(|| Cluster::start_with(ServerKind::Redis, 1, &tls))
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let ca = cluster.tls().expect("a TLS cluster").ca_pem().expect("read the CA");
     let l = RedisLocker::builder()
-        .url(format!("rediss://{}", server.addr))
+        .url(cluster.endpoints().remove(0))
         .tls_root_certificates(ca)
         .ttl(Duration::from_secs(2))
         .build()
