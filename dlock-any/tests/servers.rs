@@ -228,52 +228,32 @@ async fn redis_acl_user_by_url() {
     assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rediss_by_url() {
-    let c = cluster_with(
-        ServerKind::Redis,
-        1,
-        &ServerOptions::default().with_tls(true),
-    );
+/// `scheme://NODES[path]?ttl=…&namespace=…&<the CA and client identity>` against TLS-only
+/// servers: excludes and releases.
+async fn over_tls(kind: ServerKind, nodes: usize, scheme: &str, path: &str, ttl: &str) {
+    let c = cluster_with(kind, nodes, &ServerOptions::default().with_tls(true));
     let url = format!(
-        "rediss://{}?ttl=2s&namespace={}&{}",
+        "{scheme}://{}{path}?ttl={ttl}&namespace={}&{}",
         authority(&c),
         namespace(),
         tls_query(&c)
     );
     exclude_and_release(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_by_url() {
+    over_tls(ServerKind::Redis, 1, "rediss", "", "2s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_tls_by_url() {
-    let c = cluster_with(
-        ServerKind::Redis,
-        3,
-        &ServerOptions::default().with_tls(true),
-    );
-    let url = format!(
-        "redlock+tls://{}?ttl=2s&namespace={}&{}",
-        authority(&c),
-        namespace(),
-        tls_query(&c)
-    );
-    exclude_and_release(&url).await;
+    over_tls(ServerKind::Redis, 3, "redlock+tls", "", "2s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_tls_by_url() {
-    let c = cluster_with(
-        ServerKind::Etcd,
-        1,
-        &ServerOptions::default().with_tls(true),
-    );
-    let url = format!(
-        "etcd+tls://{}?ttl=2s&namespace={}&{}",
-        authority(&c),
-        namespace(),
-        tls_query(&c)
-    );
-    exclude_and_release(&url).await;
+    over_tls(ServerKind::Etcd, 1, "etcd+tls", "", "2s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,12 +286,5 @@ async fn zk_digest_by_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_tls_by_url() {
-    let c = cluster_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true));
-    let url = format!(
-        "zk+tls://{}/dlock-any-tls?ttl=4s&namespace={}&{}",
-        authority(&c),
-        namespace(),
-        tls_query(&c)
-    );
-    exclude_and_release(&url).await;
+    over_tls(ServerKind::Zk, 1, "zk+tls", "/dlock-any-tls", "4s").await;
 }
