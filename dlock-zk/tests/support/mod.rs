@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, HarnessError, ServerKind};
+use dlock_conformance::faults::Proxy;
+use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions};
+use dlock_core::{Leader, LeaderChanges};
 use dlock_zk::ZkLocker;
 
 /// `started`, or `None` (printed) when the binaries are missing outside CI.
@@ -28,6 +30,56 @@ pub fn shared(nodes: usize) -> Option<Arc<Cluster>> {
     available(Cluster::shared(ServerKind::Zk, nodes))
 }
 
+/// The shared single server that serves clients over TLS only, to client certificates of its
+/// CA only.
+pub fn shared_tls() -> Option<Arc<Cluster>> {
+    let tls = ServerOptions::default().with_tls(true);
+    available(Cluster::shared_with(ServerKind::Zk, 1, &tls))
+}
+
+/// A test on the shared single server: its connect string and a namespace of its own.
+pub struct Zk {
+    /// The shared server.
+    pub cluster: Arc<Cluster>,
+    /// Its connect string.
+    pub connect: String,
+    /// The test's namespace.
+    pub ns: String,
+}
+
+impl Zk {
+    /// The shared server and a fresh namespace for `test`, or `None` (printed) when the
+    /// binaries are missing outside CI.
+    pub fn new(test: &str) -> Option<Zk> {
+        let cluster = shared(1)?;
+        let connect = cluster.endpoints()[0].clone();
+        Some(Zk {
+            cluster,
+            connect,
+            ns: namespace(test),
+        })
+    }
+
+    /// A locker on the server, in the namespace, with `ttl`.
+    pub async fn locker(&self, ttl: Duration) -> ZkLocker {
+        locker(&self.connect, &self.ns, ttl).await
+    }
+
+    /// A locker reaching the server through a fresh proxy (returned with it).
+    pub async fn proxied(&self, ttl: Duration) -> (ZkLocker, Proxy) {
+        let proxy = Proxy::start(self.cluster.addrs()[0]).expect("proxy");
+        (
+            locker(&proxy.addr().to_string(), &self.ns, ttl).await,
+            proxy,
+        )
+    }
+
+    /// A plain session on the server.
+    pub async fn raw(&self) -> zookeeper_client::Client {
+        raw(&self.connect).await
+    }
+}
+
 /// A private cluster of `nodes` servers for destructive tests (started off the runtime).
 pub async fn private(nodes: usize) -> Option<Cluster> {
     let started = tokio::task::spawn_blocking(move || Cluster::start(ServerKind::Zk, nodes));
@@ -37,8 +89,7 @@ pub async fn private(nodes: usize) -> Option<Cluster> {
 /// A private local 3-server ensemble whose peer links go through fault proxies (its followers
 /// wait 10 s for a silent leader, longer than the sessions tests use).
 pub async fn partitionable() -> Option<Cluster> {
-    let started =
-        tokio::task::spawn_blocking(|| Cluster::start_partitionable(ServerKind::Zk, 3));
+    let started = tokio::task::spawn_blocking(|| Cluster::start_partitionable(ServerKind::Zk, 3));
     available(started.await.expect("cluster start"))
 }
 
@@ -98,6 +149,26 @@ pub async fn node_of(raw: &zookeeper_client::Client, parent: &str, session: i64)
         }
     }
     None
+}
+
+/// `_c_<36-char uuid>-<marker><10-digit sequence>` (a protected node of Curator's recipes):
+/// the uuid and the sequence.
+pub fn protected<'a>(node: &'a str, marker: &str) -> (&'a str, &'a str) {
+    let (uuid, seq) = node
+        .strip_prefix("_c_")
+        .and_then(|rest| rest.split_once(&format!("-{marker}")))
+        .unwrap_or_else(|| panic!("{node} is not a protected {marker} node"));
+    assert_eq!(uuid.len(), 36, "{node}");
+    assert_eq!(seq.len(), 10, "{node}");
+    (uuid, seq)
+}
+
+/// The next leader change, within `within`.
+pub async fn next_change(changes: &mut Box<dyn LeaderChanges>, within: Duration) -> Leader {
+    tokio::time::timeout(within, changes.next())
+        .await
+        .expect("a change in time")
+        .expect("the observation goes on")
 }
 
 /// Polls `f` until it returns true or `within` passes.

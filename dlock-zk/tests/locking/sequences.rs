@@ -7,9 +7,6 @@
 //! snapshot whose lock parents' cversion is already 2^31 - 1, written with the server's own
 //! classes (`DataTree::setCversionPzxid`, `FileTxnSnapLog::save`): the next child created
 //! there gets the last positive sequence, the one after it the first negative.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Zk, contenders, eventually, locker, raw};
 use dlock_conformance::servers::local::ZK_JAR;
 use dlock_core::{AcquireOptions, Election, ErrorKind, LockName, Locker, RwLocker, Semaphore};
-use support::{contenders, eventually, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -28,13 +25,11 @@ const TTL: Duration = Duration::from_secs(2);
 /// ours (as it is for Curator, which sorts such names first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_named_after_a_cversion_wrap_is_ahead_of_ours() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("wrap");
-    let l = Arc::new(locker(connect, &ns, TTL).await);
+    let Some(zk) = Zk::new("wrap") else { return };
+    let l = Arc::new(zk.locker(TTL).await);
     let name = LockName::new("wrapped").unwrap();
     let parent = l.lock_path(&name);
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let open = zookeeper_client::Acls::anyone_all();
     z.mkdir(
         &parent,

@@ -4,20 +4,15 @@
 //! `InterProcessReadWriteLock` and `InterProcessSemaphoreV2`. Each side must see the other's
 //! nodes: a holder on one side keeps the other side out (a short wait elapses), and the waiter
 //! is granted once the holder lets go.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
-use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_conformance::servers::Cluster;
+use crate::support::java::{Curator, curator};
+use crate::support::{Zk, contenders, eventually, next_change, node_of};
 use dlock_core::{
     AcquireOptions, Election, ErrorKind, FencingToken, Leader, LeaderChanges, LockName, RwLocker,
     Semaphore,
 };
-use support::java::{Curator, curator};
-use support::{contenders, eventually, locker, namespace, node_of, raw, shared};
 
 const TTL: Duration = Duration::from_secs(4);
 /// How long a reply of the peer may take (a JVM starting on a loaded machine, a long wait).
@@ -33,10 +28,10 @@ const LONG: Duration = Duration::from_millis(LONG_MS);
 
 /// The shared server and the compiled peer, or `None` (printed) when either is missing
 /// outside CI.
-fn setup() -> Option<(Arc<Cluster>, &'static Curator)> {
-    let cluster = shared(1)?;
+fn setup(test: &str) -> Option<(Zk, &'static Curator)> {
+    let zk = Zk::new(test)?;
     let curator = curator()?;
-    Some((cluster, curator))
+    Some((zk, curator))
 }
 
 /// Waits until `parent` has exactly `n` children.
@@ -60,10 +55,7 @@ async fn queued_by(z: &zookeeper_client::Client, parent: &str, session: i64) {
 }
 
 async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
-    tokio::time::timeout(Duration::from_secs(30), changes.next())
-        .await
-        .expect("a change within 30 s")
-        .expect("the observation goes on")
+    next_change(changes, Duration::from_secs(30)).await
 }
 
 /// The term and value dlock must report for the node `node` of `parent`: its czxid and data.
@@ -79,17 +71,14 @@ async fn leader_of(z: &zookeeper_client::Client, parent: &str, node: &str) -> Le
 /// value), a dlock campaign waits behind it, and wins once the latch closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() {
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("curator-latch-java-leads");
-    let (l, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    let Some((zk, curator)) = setup("curator-latch-java-leads") else {
+        return;
+    };
+    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("latch").unwrap();
     let path = l.lock_path(&name);
-    let z = raw(connect).await;
-    let mut java = curator.spawn(connect, &["latch", &path]).await;
+    let z = zk.raw().await;
+    let mut java = curator.spawn(&zk.connect, &["latch", &path]).await;
     assert_eq!(java.ask("start j java-1", REPLY).await, "STARTED j");
     assert_eq!(
         java.ask(&format!("await j {LONG_MS}"), REPLY).await,
@@ -156,12 +145,13 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
 /// observes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("curator-latch-dlock-leads"), TTL).await;
+    let Some((zk, curator)) = setup("curator-latch-dlock-leads") else {
+        return;
+    };
+    let l = zk.locker(TTL).await;
     let name = LockName::new("latch").unwrap();
     let path = l.lock_path(&name);
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let lead = l
         .campaign(&name, b"dlock-1", AcquireOptions::wait(LONG))
         .await
@@ -173,7 +163,7 @@ async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
     };
     assert_eq!(next(&mut changes).await, dlock_leader);
 
-    let mut java = curator.spawn(connect, &["latch", &path]).await;
+    let mut java = curator.spawn(&zk.connect, &["latch", &path]).await;
     assert_eq!(java.ask("start j java-2", REPLY).await, "STARTED j");
     assert_eq!(
         java.ask(&format!("await j {SHORT_MS}"), REPLY).await,
@@ -231,17 +221,14 @@ async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
 /// waiting dlock reader is granted once Curator releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("curator-rw-java-writes");
-    let (l, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    let Some((zk, curator)) = setup("curator-rw-java-writes") else {
+        return;
+    };
+    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("rw").unwrap();
     let path = l.lock_path(&name);
-    let z = raw(connect).await;
-    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    let z = zk.raw().await;
+    let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
         java.ask(&format!("write w {LONG_MS}"), REPLY).await,
         "ACQUIRED w"
@@ -288,14 +275,15 @@ async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
 /// waiting Curator reader is granted once dlock releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_a_dlock_writer_keeps_curator_readers_and_writers_out() {
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("curator-rw-dlock-writes"), TTL).await;
+    let Some((zk, curator)) = setup("curator-rw-dlock-writes") else {
+        return;
+    };
+    let l = zk.locker(TTL).await;
     let name = LockName::new("rw").unwrap();
     let path = l.lock_path(&name);
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let w = l.write(&name, AcquireOptions::wait(LONG)).await.unwrap();
-    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
         java.ask(&format!("read r {SHORT_MS}"), REPLY).await,
         "TIMEOUT r",
@@ -324,17 +312,14 @@ async fn rw_a_dlock_writer_keeps_curator_readers_and_writers_out() {
 /// across modes holds across the two).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() {
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("curator-rw-readers");
-    let (l, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    let Some((zk, curator)) = setup("curator-rw-readers") else {
+        return;
+    };
+    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("rw").unwrap();
     let path = l.lock_path(&name);
-    let z = raw(connect).await;
-    let mut java = curator.spawn(connect, &["rw", &path]).await;
+    let z = zk.raw().await;
+    let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
         java.ask(&format!("read r1 {LONG_MS}"), REPLY).await,
         "ACQUIRED r1"
@@ -399,20 +384,17 @@ async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_curator_and_dlock_share_the_permits() {
     const N: u32 = 3;
-    let Some((c, curator)) = setup() else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("curator-semaphore");
-    let (l, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    let Some((zk, curator)) = setup("curator-semaphore") else {
+        return;
+    };
+    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("pool").unwrap();
     let path = l.lock_path(&name);
     let leases = format!("{path}/leases");
     let locks = format!("{path}/locks");
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let mut java = curator
-        .spawn(connect, &["semaphore", &path, &N.to_string()])
+        .spawn(&zk.connect, &["semaphore", &path, &N.to_string()])
         .await;
     for h in ["a", "b"] {
         assert_eq!(

@@ -1,16 +1,13 @@
 //! The server clamps the session timeout again on every reconnect: a member with a lower
 //! `maxSessionTimeout` (e.g. during a rolling change of it) shortens the session when the
 //! client reconnects there. The leases' deadlines must follow the shorter timeout.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{eventually, locker, namespace, partitionable};
 use dlock_conformance::faults::{Mode, Proxy};
 use dlock_core::{AcquireOptions, LockName, Locker};
-use support::{eventually, locker, namespace, partitionable};
 use tokio::time::Instant;
 
 /// What the locker asks for, and what the high member grants.
@@ -34,7 +31,10 @@ async fn reconnect_to_a_member_with_a_lower_maximum_shortens_the_lease() {
     std::fs::write(&cfg, format!("{text}maxSessionTimeout={LOW_MAX_MS}\n")).unwrap();
     tokio::task::block_in_place(|| ens.node(low).restart()).unwrap();
     let conf = ens.node(low).read_text(b"conf").unwrap_or_default();
-    assert!(conf.contains(&format!("maxSessionTimeout={LOW_MAX_MS}")), "{conf}");
+    assert!(
+        conf.contains(&format!("maxSessionTimeout={LOW_MAX_MS}")),
+        "{conf}"
+    );
     let high = 0;
     let p_high = Proxy::start(ens.addrs()[high]).unwrap();
     let p_low = Proxy::start(ens.addrs()[low]).unwrap();

@@ -1,14 +1,10 @@
 //! `RwLocker` and `Semaphore` on ZooKeeper, beyond the conformance scenarios: Curator's node
-//! names, FIFO across modes, permit counts that disagree, and withdrawn requests that leave
-//! nothing behind.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+//! names and what the nodes hold.
 
 use std::time::Duration;
 
+use crate::support::{Zk, contenders, protected};
 use dlock_core::{AcquireOptions, LockName, RwLocker, Semaphore};
-use support::{contenders, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -16,34 +12,24 @@ fn wait() -> AcquireOptions {
     AcquireOptions::wait(Duration::from_secs(10))
 }
 
-/// `_c_<36-char uuid>-<marker><10-digit sequence>`: the marker and the sequence.
-fn split_node<'a>(node: &'a str, marker: &str) -> (&'a str, &'a str) {
-    let (uuid, seq) = node
-        .strip_prefix("_c_")
-        .and_then(|rest| rest.split_once(&format!("-{marker}")))
-        .unwrap_or_else(|| panic!("{node} is not a protected {marker} node"));
-    assert_eq!(uuid.len(), 36, "{node}");
-    assert_eq!(seq.len(), 10, "{node}");
-    (uuid, seq)
-}
-
 /// Read and write nodes are Curator's `InterProcessReadWriteLock` nodes (`__READ__`,
 /// `__WRIT__`, protected) in the lock's own parent, and a lease's token is its node's czxid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_nodes_are_curator_read_and_write_nodes() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("rw-layout"), TTL).await;
+    let Some(zk) = Zk::new("rw-layout") else {
+        return;
+    };
+    let l = zk.locker(TTL).await;
     let name = LockName::new("layout").unwrap();
     let parent = l.lock_path(&name);
-    let z = raw(connect).await;
+    let z = zk.raw().await;
 
     let r1 = l.read(&name, wait()).await.unwrap();
     let r2 = l.read(&name, wait()).await.unwrap();
     let kids = contenders(&z, &parent).await;
     assert_eq!(kids.len(), 2, "{kids:?}");
     for node in &kids {
-        split_node(node, "__READ__");
+        protected(node, "__READ__");
         let (_, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
         let czxid = u64::try_from(stat.czxid).unwrap();
         assert!(czxid == r1.token().get() || czxid == r2.token().get());
@@ -54,7 +40,7 @@ async fn rw_nodes_are_curator_read_and_write_nodes() {
     let w = l.write(&name, wait()).await.unwrap();
     let kids = contenders(&z, &parent).await;
     assert_eq!(kids.len(), 1, "{kids:?}");
-    split_node(&kids[0], "__WRIT__");
+    protected(&kids[0], "__WRIT__");
     let (data, stat) = z.get_data(&format!("{parent}/{}", kids[0])).await.unwrap();
     assert_eq!(w.token().get(), u64::try_from(stat.czxid).unwrap());
     assert!(String::from_utf8_lossy(&data).contains(l.locker_id()));
@@ -66,12 +52,13 @@ async fn rw_nodes_are_curator_read_and_write_nodes() {
 /// acquires) and `leases` with one `lease-` node per permit, recording the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_nodes_are_curator_lease_nodes() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("sem-layout"), TTL).await;
+    let Some(zk) = Zk::new("sem-layout") else {
+        return;
+    };
+    let l = zk.locker(TTL).await;
     let name = LockName::new("layout").unwrap();
     let parent = l.lock_path(&name);
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let a = l.acquire_permit(&name, 2, wait()).await.unwrap();
     let b = l.acquire_permit(&name, 2, wait()).await.unwrap();
     assert!(b.token() > a.token());
@@ -79,7 +66,7 @@ async fn semaphore_nodes_are_curator_lease_nodes() {
     let leases = contenders(&z, &format!("{parent}/leases")).await;
     assert_eq!(leases.len(), 2, "{leases:?}");
     for node in &leases {
-        split_node(node, "lease-");
+        protected(node, "lease-");
         let (data, _) = z
             .get_data(&format!("{parent}/leases/{node}"))
             .await

@@ -1,14 +1,11 @@
-//! `Election` on ZooKeeper, beyond the conformance scenarios: the `LeaderLatch` layout, lost
-//! leaderships, refused values, empty elections, withdrawn campaigns, and an observer that
-//! keeps up with a leader that proclaims and resigns at once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+//! `Election` on ZooKeeper, beyond the conformance scenarios: the `LeaderLatch` layout, and
+//! observers that read late, lose their connection, share their session with a campaign, or
+//! list the queue just before a campaign lands.
 
 use std::time::Duration;
 
+use crate::support::{Zk, contenders, next_change, protected};
 use dlock_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName};
-use support::{contenders, locker, namespace, raw, shared};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -20,22 +17,18 @@ fn wait() -> AcquireOptions {
 /// holding the value, and `leader()` reads its czxid and data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_are_latch_nodes_holding_the_value() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let l = locker(connect, &namespace("election-layout"), TTL).await;
+    let Some(zk) = Zk::new("election-layout") else {
+        return;
+    };
+    let l = zk.locker(TTL).await;
     let name = LockName::new("layout").unwrap();
     let parent = l.lock_path(&name);
     let leading = l.campaign(&name, b"participant-1", wait()).await.unwrap();
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     let kids = contenders(&z, &parent).await;
     assert_eq!(kids.len(), 1, "{kids:?}");
     let node = &kids[0];
-    let (uuid, seq) = node
-        .strip_prefix("_c_")
-        .and_then(|rest| rest.split_once("-latch-"))
-        .unwrap_or_else(|| panic!("{node} is not a protected latch node"));
-    assert_eq!(uuid.len(), 36, "{node}");
-    assert_eq!(seq.len(), 10, "{node}");
+    protected(node, "latch-");
     let (data, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
     assert_eq!(data, b"participant-1");
     assert_eq!(leading.term().get(), u64::try_from(stat.czxid).unwrap());
@@ -55,68 +48,6 @@ async fn nodes_are_latch_nodes_holding_the_value() {
     assert_eq!(l.leader(&name).await.unwrap(), None);
 }
 
-/// A leader that proclaims and resigns at once (its node may be gone before the observer reads
-/// it): the observer reports the proclaimed value (from the parent's record), then the next
-/// leader, who does the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_observer_sees_a_proclamation_made_just_before_resigning() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-observe");
-    let (o, a, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
-    let name = LockName::new("observe").unwrap();
-    let la = a.campaign(&name, b"a1", wait()).await.unwrap();
-    let mut changes = o.observe(&name).await.unwrap();
-    let ta = la.term();
-    assert_eq!(
-        next(&mut changes).await,
-        Leader {
-            term: ta,
-            value: b"a1".to_vec()
-        }
-    );
-    let bname = name.clone();
-    let waiting = tokio::spawn(async move { b.campaign(&bname, b"b1", wait()).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    la.proclaim(b"a2").await.unwrap();
-    la.resign().await.unwrap();
-    let lb = waiting.await.unwrap().unwrap();
-    lb.proclaim(b"b2").await.unwrap();
-    lb.resign().await.unwrap();
-    assert_eq!(o.leader(&name).await.unwrap(), None);
-    let seen = vec![
-        next(&mut changes).await,
-        next(&mut changes).await,
-        next(&mut changes).await,
-    ];
-    assert_eq!(
-        seen[0],
-        Leader {
-            term: ta,
-            value: b"a2".to_vec()
-        }
-    );
-    assert_eq!(seen[1].value, b"b1");
-    assert!(seen[1].term > ta, "{seen:?}");
-    assert_eq!(
-        seen[2],
-        Leader {
-            term: seen[1].term,
-            value: b"b2".to_vec()
-        }
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), changes.next())
-            .await
-            .is_err(),
-        "a change nobody made"
-    );
-}
-
 /// An observer whose reads arrive late (its replies and events delayed 300 ms) while a leader
 /// proclaims three times in a row, resigns, and the next leader proclaims: every read finds
 /// the parent a few proclamations further on, and the parent's history still gives each one
@@ -124,16 +55,12 @@ async fn an_observer_sees_a_proclamation_made_just_before_resigning() {
 /// "proclamations were missed".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_that_reads_late_still_sees_every_proclamation() {
-    use dlock_conformance::faults::{Direction, Mode, Proxy};
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-observe-late");
-    let proxy = Proxy::start(c.addrs()[0]).unwrap();
-    let o = locker(&proxy.addr().to_string(), &ns, TTL).await;
-    let (a, b) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    use dlock_conformance::faults::{Direction, Mode};
+    let Some(zk) = Zk::new("election-observe-late") else {
+        return;
+    };
+    let (o, proxy) = zk.proxied(TTL).await;
+    let (a, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("late").unwrap();
     let la = a.campaign(&name, b"a1", wait()).await.unwrap();
     let ta = la.term();
@@ -176,10 +103,7 @@ async fn an_observer_that_reads_late_still_sees_every_proclamation() {
 
 /// The next change, within 5 s.
 async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
-    tokio::time::timeout(Duration::from_secs(5), changes.next())
-        .await
-        .expect("a change within 5 s")
-        .expect("the observation goes on")
+    next_change(changes, Duration::from_secs(5)).await
 }
 
 /// A lost connection may hide changes (ZooKeeper does not replay the events of a reconnect):
@@ -187,13 +111,12 @@ async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
 /// new observation starts from the leader then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observation_fails_when_its_connection_drops() {
-    use dlock_conformance::faults::{Mode, Proxy};
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-observe-cut");
-    let proxy = Proxy::start(c.addrs()[0]).unwrap();
-    let o = locker(&proxy.addr().to_string(), &ns, TTL).await;
-    let a = locker(connect, &ns, TTL).await;
+    use dlock_conformance::faults::Mode;
+    let Some(zk) = Zk::new("election-observe-cut") else {
+        return;
+    };
+    let (o, proxy) = zk.proxied(TTL).await;
+    let a = zk.locker(TTL).await;
     let name = LockName::new("cut").unwrap();
     let la = a.campaign(&name, b"a1", wait()).await.unwrap();
     let mut changes = o.observe(&name).await.unwrap();
@@ -224,12 +147,12 @@ async fn an_observation_fails_when_its_connection_drops() {
 /// predecessor beside the recursive watch) still sees every change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_sharing_its_session_with_a_campaign_sees_every_change() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-observe-shared");
+    let Some(zk) = Zk::new("election-observe-shared") else {
+        return;
+    };
     let (a, b) = (
-        locker(connect, &ns, TTL).await,
-        std::sync::Arc::new(locker(connect, &ns, TTL).await),
+        zk.locker(TTL).await,
+        std::sync::Arc::new(zk.locker(TTL).await),
     );
     let name = LockName::new("shared").unwrap();
     let mut changes = b.observe(&name).await.unwrap();
@@ -266,13 +189,10 @@ async fn an_observer_sharing_its_session_with_a_campaign_sees_every_change() {
 /// snapshot goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_sees_a_campaign_made_right_after_its_listing() {
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("election-observe-after-listing");
-    let (a, o) = (
-        locker(connect, &ns, TTL).await,
-        locker(connect, &ns, TTL).await,
-    );
+    let Some(zk) = Zk::new("election-observe-after-listing") else {
+        return;
+    };
+    let (a, o) = (zk.locker(TTL).await, zk.locker(TTL).await);
     let name = LockName::new("after-listing").unwrap();
     let parent = o.lock_path(&name);
     let la = a.campaign(&name, b"a1", wait()).await.unwrap();
@@ -310,5 +230,5 @@ async fn an_observer_sees_a_campaign_made_right_after_its_listing() {
         },
         "the campaign made right after the listing ({node_b}) leads now"
     );
-    raw(connect).await.delete(&node_b, None).await.unwrap();
+    zk.raw().await.delete(&node_b, None).await.unwrap();
 }
