@@ -9,13 +9,12 @@
 //! finds each form a secret could take (the text, its bytes as `Debug` prints them, a line of
 //! a PEM key), in the `Debug` output of etcd-client's own options, which do print them.
 
-use crate::support;
+use crate::support::{self, name};
 
 use std::time::Duration;
 
 use dlock_conformance::kit::{Secrets, captured};
-use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{ConnectOptions, Identity, TlsOptions};
 use support::PrivateEtcd;
@@ -59,22 +58,8 @@ fn auth_server() -> PrivateEtcd {
 
 /// A client identity of a test CA, made with openssl: (certificate, key) PEM.
 fn identity_files() -> (Vec<u8>, Vec<u8>) {
-    let cluster = Cluster::shared_with(
-        ServerKind::Etcd,
-        1,
-        &ServerOptions::default().with_tls(true),
-    )
-    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let files = cluster.tls().expect("a TLS cluster");
-    let (cert, key) = files.client_identity().expect("a client identity");
-    (
-        std::fs::read(cert).expect("read the certificate"),
-        std::fs::read(key).expect("read the key"),
-    )
-}
-
-fn name(s: &str) -> LockName {
-    LockName::new(s).expect("valid name")
+    let tls = support::tls_etcd();
+    (tls.cert, tls.key)
 }
 
 /// The detector finds every form, in etcd-client's own `Debug` output (which prints the
@@ -198,14 +183,12 @@ fn errors_do_not_show_passwords() {
 fn traces_do_not_show_the_password_or_the_key() {
     captured();
     let server = auth_server();
-    let (cert, key) = identity_files();
-    let tls_cluster = Cluster::shared_with(
-        ServerKind::Etcd,
-        1,
-        &ServerOptions::default().with_tls(true),
-    )
-    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let ca = std::fs::read(tls_cluster.tls().expect("TLS").ca()).expect("read the CA");
+    let support::TlsEtcd {
+        cluster: tls_cluster,
+        ca,
+        cert,
+        key,
+    } = support::tls_etcd();
     let secrets = Secrets::new()
         .password("password", PASSWORD)
         .pem_key("key", &key);

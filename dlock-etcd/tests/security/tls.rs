@@ -1,279 +1,80 @@
-//! TLS through the builder (cargo feature `tls`): an etcd serving https with a test CA.
-//! Certificates the client cannot trust (another CA, another host name, no CA) fail the first
+//! TLS through the builder (cargo feature `tls`), against the harness's etcd that serves https
+//! and checks client certificates (`support::tls_etcd`). Certificates the client cannot trust
+//! (another CA, another host name, no CA) and a missing client certificate fail the first
 //! request at once with an error that is not retryable; PEM that cannot be parsed fails
-//! `build` before any I/O, naming the option.
+//! `build` before any I/O, naming the option. (`tls_root_certificates` with
+//! `tls_client_identity` serving locks is the `etcd-tls` row.)
 //!
-//! Run with `cargo test -p dlock-etcd --test security tls` (the tests build with the `tls` feature).
-//! Needs `openssl` (to make the test certificates), `etcd` and `etcdctl`.
+//! Needs `openssl` (to make the certificates) and `etcd`.
 
-use crate::support;
-
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_etcd::EtcdLocker;
-use dlock_etcd::etcd_client::{Certificate, TlsOptions};
+use dlock_etcd::etcd_client::{Certificate, Identity, TlsOptions};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+use crate::support;
 
-fn run(dir: &Path, args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", args[0]));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA the server's certificate does not come from (`other-ca.pem`).
-fn make_other_ca(dir: &Path) {
-    run(
-        dir,
-        &[
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "other-ca.key",
-            "-out",
-            "other-ca.pem",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=dlock-other-ca",
-        ],
-    );
-}
-
-/// A test CA and a server certificate for 127.0.0.1 / localhost.
-fn make_certs(dir: &Path) {
-    run(
-        dir,
-        &[
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=dlock-test-ca",
-        ],
-    );
-    run(
-        dir,
-        &[
-            "openssl",
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .expect("write ext");
-    run(
-        dir,
-        &[
-            "openssl",
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "1",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
-}
-
-struct TlsEtcd {
-    child: Child,
-    dir: PathBuf,
-    endpoint: String,
-}
-
-impl Drop for TlsEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start() -> TlsEtcd {
-    // One directory per server: the tests run in parallel.
-    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "dlock-etcd-tls-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    make_certs(&dir);
-    make_other_ca(&dir);
-    let (client, peer) = (free_port(), free_port());
-    let endpoint = format!("https://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .current_dir(&dir)
-        .args(["--name", "t", "--data-dir", "data"])
-        .args([
-            "--listen-client-urls",
-            &endpoint,
-            "--advertise-client-urls",
-            &endpoint,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-        ])
-        .args([
-            "--initial-cluster",
-            &format!("t={peer_url}"),
-            "--initial-cluster-state",
-            "new",
-        ])
-        .args(["--cert-file", "server.pem", "--key-file", "server.key"])
-        .args([
-            "--logger",
-            "zap",
-            "--log-outputs",
-            "stderr",
-            "--log-level",
-            "error",
-        ])
-        .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start etcd");
-    let server = TlsEtcd {
-        child,
-        dir,
-        endpoint,
-    };
-    for _ in 0..100 {
-        let ok = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .current_dir(&server.dir)
-            .args([
-                "--endpoints",
-                &server.endpoint,
-                "--cacert",
-                "ca.pem",
-                "endpoint",
-                "health",
-            ])
+/// A CA that signed nothing the server presents: (certificate, key), PEM, made once.
+fn other_ca() -> &'static (Vec<u8>, Vec<u8>) {
+    static CA: OnceLock<(Vec<u8>, Vec<u8>)> = OnceLock::new();
+    CA.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("dlock-etcd-other-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let out = Command::new("openssl")
+            .current_dir(&dir)
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
+            .args(["-keyout", "ca.key", "-out", "ca.pem", "-days", "1"])
+            .args(["-subj", "/CN=dlock-other-ca"])
             .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("etcd with TLS did not become healthy");
+            .expect("run openssl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let read = |f: &str| std::fs::read(dir.join(f)).expect("read");
+        let made = (read("ca.pem"), read("ca.key"));
+        let _ = std::fs::remove_dir_all(&dir);
+        made
+    })
 }
 
+/// A builder for the TLS etcd presenting its client identity, trusting nothing yet.
+fn with_identity(tls: &support::TlsEtcd, ns: &str) -> dlock_etcd::EtcdLockerBuilder {
+    support::builder(tls.cluster.endpoints(), ns)
+        .tls_client_identity(tls.cert.clone(), tls.key.clone())
+}
+
+/// `EtcdLockerBuilder::tls` (etcd-client's own options: CA, domain name, identity) reaches
+/// etcd, and renews over TLS; without any CA the server is not trusted.
 #[test]
 fn tls_options_reach_etcd() {
-    let server = start();
-    let ca = std::fs::read(server.dir.join("ca.pem")).expect("ca");
+    let tls = support::tls_etcd();
     support::runtime().block_on(async {
         let ns = support::namespace("tls");
-        let name = LockName::new("secure").expect("valid");
-        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+        let name = support::name("secure");
+        let locker = support::builder(tls.cluster.endpoints(), &ns)
             .tls(
                 TlsOptions::new()
-                    .ca_certificate(Certificate::from_pem(&ca))
-                    .domain_name("localhost"),
+                    .ca_certificate(Certificate::from_pem(&tls.ca))
+                    .domain_name("localhost")
+                    .identity(Identity::from_pem(&tls.cert, &tls.key)),
             )
             .build()
             .await
             .expect("TLS locker");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire over TLS");
+        let lease = support::hold(&locker, &name).await;
         tokio::time::sleep(locker.ttl()).await;
-        assert!(
-            lease.check().is_ok(),
-            "renewal over TLS: {:?}",
-            lease.check()
-        );
+        lease.check().expect("renewal over TLS");
         lease.release().await.expect("release over TLS");
 
         // Without our CA the server's certificate is not trusted: no lock, a clear error.
         let untrusted = EtcdLocker::builder()
-            .endpoints([server.endpoint.clone()])
+            .endpoints(tls.cluster.endpoints())
             .prefix(ns.clone())
             .request_timeout(Duration::from_secs(1))
             .build()
             .await;
         assert_refused_at_once(untrusted, &name, "no CA").await;
-    });
-}
-
-/// The same CA through the builder's `tls_root_certificates`: no domain needed, the
-/// certificate names 127.0.0.1.
-#[test]
-fn root_certificates_reach_etcd() {
-    let server = start();
-    let ca = std::fs::read(server.dir.join("ca.pem")).expect("ca");
-    support::runtime().block_on(async {
-        let ns = support::namespace("tls-roots");
-        let name = LockName::new("secure").expect("valid");
-        let locker = support::builder(vec![server.endpoint.clone()], &ns)
-            .tls_root_certificates(ca)
-            .build()
-            .await
-            .expect("TLS locker");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire over TLS");
-        lease.release().await.expect("release over TLS");
     });
 }
 
@@ -305,32 +106,22 @@ async fn assert_refused_at_once(
     );
 }
 
+/// Another CA, and the right CA for another host name (the certificate names 127.0.0.1 and
+/// localhost only): refused at once, not retryable.
 #[test]
-fn a_wrong_ca_fails_at_once_and_is_not_retryable() {
-    let server = start();
-    let other = std::fs::read(server.dir.join("other-ca.pem")).expect("other ca");
+fn a_wrong_ca_or_host_name_fails_at_once_and_is_not_retryable() {
+    let tls = support::tls_etcd();
     support::runtime().block_on(async {
-        let ns = support::namespace("tls-wrong-ca");
-        let name = LockName::new("secure").expect("valid");
-        let built = support::builder(vec![server.endpoint.clone()], &ns)
-            .tls_root_certificates(other)
+        let ns = support::namespace("tls-wrong");
+        let name = support::name("secure");
+        let built = with_identity(&tls, &ns)
+            .tls_root_certificates(other_ca().0.clone())
             .build()
             .await;
         assert_refused_at_once(built, &name, "wrong CA").await;
-    });
-}
-
-#[test]
-fn a_wrong_host_name_fails_at_once_and_is_not_retryable() {
-    let server = start();
-    let ca = std::fs::read(server.dir.join("ca.pem")).expect("ca");
-    support::runtime().block_on(async {
-        let ns = support::namespace("tls-wrong-host");
-        let name = LockName::new("secure").expect("valid");
-        // The right CA, but the certificate names 127.0.0.1 and localhost only.
-        let built = support::builder(vec![server.endpoint.clone()], &ns)
+        let built = with_identity(&tls, &ns)
             .tls(TlsOptions::new().domain_name("not-the-server.invalid"))
-            .tls_root_certificates(ca)
+            .tls_root_certificates(tls.ca.clone())
             .build()
             .await;
         assert_refused_at_once(built, &name, "wrong host name").await;
@@ -338,16 +129,11 @@ fn a_wrong_host_name_fails_at_once_and_is_not_retryable() {
 }
 
 /// PEM that cannot be used fails `build` before any I/O (nothing listens on port 1), with
-/// the option named.
+/// the option named and the key not quoted.
 #[tokio::test]
 async fn unusable_pem_is_rejected_before_io() {
-    let dir = std::env::temp_dir().join(format!("dlock-etcd-tls-pem-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    make_certs(&dir);
-    let read = |f: &str| std::fs::read(dir.join(f)).expect("read");
-    let (ca, cert, key) = (read("ca.pem"), read("server.pem"), read("server.key"));
-    let other_key = read("ca.key");
+    let support::TlsEtcd { ca, cert, key, .. } = support::tls_etcd();
+    let other_key = other_ca().1.clone();
     let garbage_body =
         b"-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
     let base = || {
@@ -355,40 +141,23 @@ async fn unusable_pem_is_rejected_before_io() {
             .endpoints(["https://127.0.0.1:1"])
             .request_timeout(Duration::from_secs(1))
     };
-    let cases: Vec<(&str, dlock_etcd::EtcdLockerBuilder)> = vec![
-        (
-            "tls_root_certificates",
-            base().tls_root_certificates(b"hello".to_vec()),
-        ),
-        (
-            "tls_root_certificates",
-            base().tls_root_certificates(garbage_body.to_vec()),
-        ),
-        (
-            "tls_root_certificates",
-            base().tls_root_certificates(key.clone()),
-        ),
+    let roots = |pem: &[u8]| ("tls_root_certificates", base().tls_root_certificates(pem.to_vec()));
+    let identity = |c: &[u8], k: &[u8]| {
         (
             "tls_client_identity",
-            base().tls_client_identity(b"x".to_vec(), key.clone()),
-        ),
-        (
-            "tls_client_identity",
-            base().tls_client_identity(cert.clone(), b"x".to_vec()),
-        ),
-        (
-            "tls_client_identity",
-            base().tls_client_identity(key.clone(), cert.clone()),
-        ),
-        (
-            "tls_client_identity",
-            base().tls_client_identity(cert.clone(), garbage_body.to_vec()),
-        ),
+            base().tls_client_identity(c.to_vec(), k.to_vec()),
+        )
+    };
+    let cases = [
+        roots(b"hello"),
+        roots(garbage_body),
+        roots(&key),
+        identity(b"x", &key),
+        identity(&cert, b"x"),
+        identity(&key, &cert),
+        identity(&cert, garbage_body),
         // A key of another certificate.
-        (
-            "tls_client_identity",
-            base().tls_client_identity(cert.clone(), other_key),
-        ),
+        identity(&cert, &other_key),
     ];
     let key_text = String::from_utf8_lossy(&key).into_owned();
     let key_line = key_text.lines().nth(1).expect("a key body line");
@@ -411,44 +180,27 @@ async fn unusable_pem_is_rejected_before_io() {
         .tls_client_identity(cert, key)
         .validate()
         .expect("usable PEM");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// etcd checking client certificates (`--client-cert-auth`, the harness's TLS cluster): the
-/// identity through `tls_client_identity` is accepted; without one the server's refusal is a
-/// non-retryable `AccessDenied` at the first request.
+/// The identity through `tls_client_identity` is accepted; without one the server's refusal
+/// is a non-retryable `AccessDenied` at the first request, naming the option.
 #[test]
 fn client_identity_is_presented_and_its_absence_refused_at_once() {
-    use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-    let cluster = Cluster::shared_with(
-        ServerKind::Etcd,
-        1,
-        &ServerOptions::default().with_tls(true),
-    )
-    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let files = cluster.tls().expect("a TLS cluster");
-    let read = |p: &Path| std::fs::read(p).expect("read a certificate file");
-    let ca = read(files.ca());
-    let (cert, key) = files.client_identity().expect("a client identity");
-    let (cert, key) = (read(cert), read(key));
+    let tls = support::tls_etcd();
     support::runtime().block_on(async {
         let ns = support::namespace("tls-identity");
-        let name = LockName::new("secure").expect("valid");
-        let locker = support::builder(cluster.endpoints(), &ns)
-            .tls_root_certificates(ca.clone())
-            .tls_client_identity(cert, key)
+        let name = support::name("secure");
+        let locker = with_identity(&tls, &ns)
+            .tls_root_certificates(tls.ca.clone())
             .build()
             .await
             .expect("TLS locker with a client identity");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire with a client certificate");
+        let lease = support::hold(&locker, &name).await;
         lease.release().await.expect("release");
 
         let started = std::time::Instant::now();
-        let anonymous = support::builder(cluster.endpoints(), &ns)
-            .tls_root_certificates(ca)
+        let anonymous = support::builder(tls.cluster.endpoints(), &ns)
+            .tls_root_certificates(tls.ca.clone())
             .build()
             .await
             .expect("lazy connect");

@@ -105,6 +105,41 @@ impl Drop for Resume<'_> {
     }
 }
 
+/// The shared one-member etcd of this process that serves clients over TLS only and accepts
+/// only client certificates of its CA (the harness's TLS cluster, as the `etcd-tls` row), with
+/// its CA and client identity read (PEM).
+pub struct TlsEtcd {
+    /// The cluster.
+    pub cluster: Arc<Cluster>,
+    /// The CA that signed the server's certificate (for 127.0.0.1 and localhost).
+    pub ca: Vec<u8>,
+    /// The client certificate.
+    pub cert: Vec<u8>,
+    /// The client certificate's key.
+    pub key: Vec<u8>,
+}
+
+/// The [`TlsEtcd`] of this process (started at the first call).
+pub fn tls_etcd() -> TlsEtcd {
+    use dlock_conformance::servers::ServerOptions;
+    let cluster = Cluster::shared_with(
+        ServerKind::Etcd,
+        1,
+        &ServerOptions::default().with_tls(true),
+    )
+    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let files = cluster.tls().expect("a TLS cluster");
+    let read = |p: &std::path::Path| std::fs::read(p).expect("read a certificate file");
+    let (cert, key) = files.client_identity().expect("a client identity");
+    let (ca, cert, key) = (read(files.ca()), read(cert), read(key));
+    TlsEtcd {
+        cluster,
+        ca,
+        cert,
+        key,
+    }
+}
+
 /// A multi-thread runtime for one test.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
