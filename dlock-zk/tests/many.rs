@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, Error, LockName, Locker, LossReason};
-use support::{contenders, eventually, locker, namespace, raw, shared};
+use support::{Zk, contenders, eventually};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -23,10 +23,8 @@ const TTL: Duration = Duration::from_secs(2);
 async fn deleted_nodes_among_many_leases_are_lost_within_three_rounds() {
     use futures::StreamExt;
     const LEASES: usize = 1000;
-    let Some(c) = shared(1) else { return };
-    let connect = &c.endpoints()[0];
-    let ns = namespace("many");
-    let l = Arc::new(locker(connect, &ns, TTL).await);
+    let Some(zk) = Zk::new("many") else { return };
+    let l = Arc::new(zk.locker(TTL).await);
     let names: Vec<LockName> = (0..LEASES)
         .map(|i| LockName::new(format!("m{i}")).unwrap())
         .collect();
@@ -49,7 +47,7 @@ async fn deleted_nodes_among_many_leases_are_lost_within_three_rounds() {
     // Spread over the whole set: a partial window per round (64 of 1,000) cannot reach them
     // all in three rounds.
     let victims = [0, LEASES / 4, LEASES / 2, LEASES * 3 / 4, LEASES - 1];
-    let z = raw(connect).await;
+    let z = zk.raw().await;
     for &v in &victims {
         let parent = l.lock_path(&names[v]);
         let kids = contenders(&z, &parent).await;

@@ -11,11 +11,9 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_conformance::kit::{Secrets, captured, hex};
-use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_zk::{ZkAcl, ZkLocker, ZkLockerBuilder};
 use rustls::pki_types::PrivateKeyDer;
@@ -27,20 +25,11 @@ const PASSWORD: &str = "pw-Xq7-never-print-me";
 const OTHER_USER: &str = "secret-test-intruder";
 const OTHER_PASSWORD: &str = "pw-Zr9-also-never-printed";
 
-fn tls_server() -> Option<Arc<Cluster>> {
-    match Cluster::shared_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true)) {
-        Ok(c) => Some(c),
-        Err(e) if e.may_skip() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("ZooKeeper harness: {e}"),
-    }
-}
-
 #[test]
 fn the_check_finds_every_form_of_a_secret() {
-    let Some(c) = tls_server() else { return };
+    let Some(c) = support::shared_tls() else {
+        return;
+    };
     let (_, identity) = tls_pem(&c.tls().unwrap());
     let (_, key) = identity.unwrap();
     let secrets = Secrets::new()
@@ -66,7 +55,9 @@ fn the_check_finds_every_form_of_a_secret() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_in_debug_output_errors_or_logs() {
     captured();
-    let Some(c) = tls_server() else { return };
+    let Some(c) = support::shared_tls() else {
+        return;
+    };
     let files = c.tls().unwrap();
     let (ca, identity) = tls_pem(&files);
     let (cert, key) = identity.unwrap();

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions, TlsFiles};
+use dlock_conformance::servers::{Cluster, TlsFiles};
 use dlock_core::{AcquireOptions, Error, ErrorKind, LockName, Locker};
 use dlock_zk::{ZkLocker, ZkLockerBuilder};
 
@@ -36,14 +36,7 @@ fn app_provider() -> &'static Arc<rustls::crypto::CryptoProvider> {
 /// (printed) when ZooKeeper is not installed outside CI.
 fn server() -> Option<Arc<Cluster>> {
     app_provider();
-    match Cluster::shared_with(ServerKind::Zk, 1, &ServerOptions::default().with_tls(true)) {
-        Ok(c) => Some(c),
-        Err(e) if e.may_skip() => {
-            eprintln!("SKIP: {e}");
-            None
-        }
-        Err(e) => panic!("ZooKeeper harness: {e}"),
-    }
+    support::shared_tls()
 }
 
 fn read(p: &Path) -> Vec<u8> {
