@@ -5,14 +5,19 @@
 //! nodes: a holder on one side keeps the other side out (a short wait elapses), and the waiter
 //! is granted once the holder lets go.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use dlock_core::{
+    AcquireOptions, Election, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LockName,
+    RwLocker, Semaphore,
+};
+use dlock_zk::ZkLocker;
+use tokio::task::JoinHandle;
 
 use crate::support::java::{Curator, curator};
 use crate::support::{Zk, contenders, eventually, next_change, node_of};
-use dlock_core::{
-    AcquireOptions, Election, ErrorKind, FencingToken, Leader, LeaderChanges, LockName, RwLocker,
-    Semaphore,
-};
 
 const TTL: Duration = Duration::from_secs(4);
 /// How long a reply of the peer may take (a JVM starting on a loaded machine, a long wait).
@@ -58,6 +63,30 @@ async fn next(changes: &mut Box<dyn LeaderChanges>) -> Leader {
     next_change(changes, Duration::from_secs(30)).await
 }
 
+/// Runs a dlock request of `b` in a task and returns it once the request queued under
+/// `parent` (a node of `b`'s session there, `n` children in all).
+async fn waiter<T: Send + 'static, F: Future<Output = Result<T, Error>> + Send + 'static>(
+    z: &zookeeper_client::Client,
+    parent: &str,
+    n: usize,
+    b: &Arc<ZkLocker>,
+    request: impl FnOnce(Arc<ZkLocker>) -> F,
+) -> JoinHandle<Result<T, Error>> {
+    let session = b.session_id().expect("a session");
+    let task = tokio::spawn(request(Arc::clone(b)));
+    queued_by(z, parent, session).await;
+    queued(z, parent, n).await;
+    task
+}
+
+/// What the request of [`waiter`] was granted, once `what` happened.
+async fn granted<T>(task: JoinHandle<Result<T, Error>>, what: &str) -> T {
+    let got = tokio::time::timeout(REPLY, task).await;
+    let got = got.unwrap_or_else(|_| panic!("not granted once {what}"));
+    got.unwrap()
+        .unwrap_or_else(|e| panic!("not granted once {what}: {e}"))
+}
+
 /// The term and value dlock must report for the node `node` of `parent`: its czxid and data.
 async fn leader_of(z: &zookeeper_client::Client, parent: &str, node: &str) -> Leader {
     let (value, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
@@ -74,7 +103,7 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
     let Some((zk, curator)) = setup("curator-latch-java-leads") else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
+    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
     let name = LockName::new("latch").unwrap();
     let path = l.lock_path(&name);
     let z = zk.raw().await;
@@ -103,16 +132,11 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
 
     // ...and one that waits wins once the latch closes, not before.
-    let b_session = b.session_id().expect("b's session");
-    let bname = name.clone();
-    let waiting = tokio::spawn(async move {
-        let won = b
-            .campaign(&bname, b"dlock-b", AcquireOptions::wait(LONG))
-            .await;
-        (b, won)
-    });
-    queued_by(&z, &path, b_session).await;
-    queued(&z, &path, 2).await;
+    let n = name.clone();
+    let waiting = waiter(&z, &path, 2, &b, |b| async move {
+        b.campaign(&n, b"dlock-b", AcquireOptions::wait(LONG)).await
+    })
+    .await;
     assert!(
         !waiting.is_finished(),
         "dlock led while the Curator latch did"
@@ -122,11 +146,7 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
         "STATE j has=true gained=1 lost=0"
     );
     assert_eq!(java.ask("close j", REPLY).await, "CLOSED j");
-    let (b, won) = tokio::time::timeout(REPLY, waiting)
-        .await
-        .expect("the dlock campaign won once the latch closed")
-        .unwrap();
-    let lead = won.expect("dlock leads once the latch closed");
+    let lead = granted(waiting, "the latch closed").await;
     assert!(lead.term() > java_leader.term);
     let dlock_leader = Leader {
         term: lead.term(),
@@ -136,7 +156,6 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
     assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader));
     lead.resign().await.unwrap();
     java.quit(REPLY).await;
-    drop(b);
 }
 
 /// dlock leads: a Curator `LeaderLatch` started behind it names dlock's campaign value as the
@@ -224,7 +243,7 @@ async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
     let Some((zk, curator)) = setup("curator-rw-java-writes") else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
+    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
     let name = LockName::new("rw").unwrap();
     let path = l.lock_path(&name);
     let z = zk.raw().await;
@@ -250,25 +269,17 @@ async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
         .expect_err("dlock wrote while Curator wrote");
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
 
-    let b_session = b.session_id().expect("b's session");
-    let bname = name.clone();
-    let waiting = tokio::spawn(async move {
-        let got = b.read(&bname, AcquireOptions::wait(LONG)).await;
-        (b, got)
-    });
-    queued_by(&z, &path, b_session).await;
-    queued(&z, &path, 2).await;
+    let n = name.clone();
+    let waiting = waiter(&z, &path, 2, &b, |b| async move {
+        b.read(&n, AcquireOptions::wait(LONG)).await
+    })
+    .await;
     assert!(!waiting.is_finished(), "dlock read while Curator wrote");
     assert_eq!(java.ask("release w", REPLY).await, "RELEASED w");
-    let (b, got) = tokio::time::timeout(REPLY, waiting)
-        .await
-        .expect("the dlock reader was granted once Curator released")
-        .unwrap();
-    let read = got.expect("dlock reads once Curator released");
+    let read = granted(waiting, "Curator released").await;
     read.release().await.unwrap();
     assert!(contenders(&z, &path).await.is_empty());
     java.quit(REPLY).await;
-    drop(b);
 }
 
 /// A dlock write lease keeps Curator readers and writers out (their `acquire(time)` fails); a
@@ -315,7 +326,7 @@ async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() 
     let Some((zk, curator)) = setup("curator-rw-readers") else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
+    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
     let name = LockName::new("rw").unwrap();
     let path = l.lock_path(&name);
     let z = zk.raw().await;
@@ -346,14 +357,11 @@ async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() 
         "TIMEOUT x",
         "Curator wrote while readers held"
     );
-    let b_session = b.session_id().expect("b's session");
-    let bname = name.clone();
-    let writer = tokio::spawn(async move {
-        let got = b.write(&bname, AcquireOptions::wait(LONG)).await;
-        (b, got)
-    });
-    queued_by(&z, &path, b_session).await;
-    queued(&z, &path, 4).await;
+    let n = name.clone();
+    let writer = waiter(&z, &path, 4, &b, |b| async move {
+        b.write(&n, AcquireOptions::wait(LONG)).await
+    })
+    .await;
     // A Curator reader behind the waiting dlock writer waits too.
     assert_eq!(
         java.ask(&format!("read r3 {SHORT_MS}"), REPLY).await,
@@ -365,15 +373,10 @@ async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() 
     assert_eq!(java.ask("release r1", REPLY).await, "RELEASED r1");
     assert_eq!(java.ask("release r2", REPLY).await, "RELEASED r2");
     read.release().await.unwrap();
-    let (b, got) = tokio::time::timeout(REPLY, writer)
-        .await
-        .expect("the dlock writer was granted once the readers left")
-        .unwrap();
-    let w = got.expect("dlock writes once the readers left");
+    let w = granted(writer, "the readers left").await;
     w.release().await.unwrap();
     queued(&z, &path, 0).await;
     java.quit(REPLY).await;
-    drop(b);
 }
 
 /// A Curator `InterProcessSemaphoreV2` with 3 leases and dlock's semaphore with 3 permits on
@@ -387,7 +390,7 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
     let Some((zk, curator)) = setup("curator-semaphore") else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, zk.locker(TTL).await);
+    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
     let name = LockName::new("pool").unwrap();
     let path = l.lock_path(&name);
     let leases = format!("{path}/leases");
@@ -426,16 +429,11 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
     queued(&z, &locks, 0).await;
 
     // A waiting dlock request is granted when Curator returns a lease.
-    let b_session = b.session_id().expect("b's session");
-    let bname = name.clone();
-    let waiting = tokio::spawn(async move {
-        let got = b
-            .acquire_permit(&bname, N, AcquireOptions::wait(LONG))
-            .await;
-        (b, got)
-    });
-    queued_by(&z, &leases, b_session).await;
-    queued(&z, &leases, 4).await;
+    let n = name.clone();
+    let waiting = waiter(&z, &leases, 4, &b, |b| async move {
+        b.acquire_permit(&n, N, AcquireOptions::wait(LONG)).await
+    })
+    .await;
     // It holds the guard meanwhile: a Curator request waits for it in `locks`.
     assert_eq!(
         java.ask(&format!("acquire c {SHORT_MS}"), REPLY).await,
@@ -445,11 +443,7 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
     assert_eq!(contenders(&z, &locks).await.len(), 1);
     assert!(!waiting.is_finished(), "dlock took a 4th permit");
     assert_eq!(java.ask("release a", REPLY).await, "RELEASED a");
-    let (b, got) = tokio::time::timeout(REPLY, waiting)
-        .await
-        .expect("dlock was granted once Curator returned a lease")
-        .unwrap();
-    let p2 = got.expect("dlock was granted once Curator returned a lease");
+    let p2 = granted(waiting, "Curator returned a lease").await;
     assert!(p2.token() > p1.token());
     queued(&z, &leases, 3).await;
 
@@ -477,5 +471,4 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
     p2.release().await.unwrap();
     queued(&z, &leases, 0).await;
     java.quit(REPLY).await;
-    drop(b);
 }
