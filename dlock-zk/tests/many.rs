@@ -1,7 +1,7 @@
 //! Many leases on one locker: renewal covers every held node each round.
 //!
 //! Its own test binary, so its 1,000 acquires do not load the shared server while the
-//! short-TTL tests of `locking` run.
+//! short-TTL tests of `locking` and `faults` run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
