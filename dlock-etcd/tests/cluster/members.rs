@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{LockName, Locker};
+use dlock_core::Locker;
 
 use crate::support::{self, Resume};
 
@@ -66,7 +66,7 @@ fn follower_killed_while_held_keeps_the_lock() {
     let cluster = support::three_members();
     support::runtime().block_on(async {
         let holder = support::locker(&cluster, &support::namespace("follower-killed")).await;
-        let lease = support::hold(&holder, &LockName::new("held").expect("valid")).await;
+        let lease = support::hold(&holder, &support::name("held")).await;
         let leader = cluster
             .wait_leader(Duration::from_secs(10))
             .expect("leader");

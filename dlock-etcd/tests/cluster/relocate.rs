@@ -71,9 +71,7 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
             .build()
             .await
             .expect("build the locker");
-        let names: Vec<LockName> = (0..HELD)
-            .map(|i| LockName::new(format!("l{i}")).expect("valid"))
-            .collect();
+        let names: Vec<LockName> = (0..HELD).map(|i| support::name(&format!("l{i}"))).collect();
         let leases: Vec<_> = futures::stream::iter(&names)
             .map(|name| locker.acquire(name, AcquireOptions::wait(Duration::from_secs(30))))
             .buffer_unordered(16)
@@ -85,7 +83,7 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
             .expect("acquire every lock");
         // A leader of an election on the same session, and an observer of it: the move
         // rewrites the leader's key (new lease, same value), which is no proclamation.
-        let election = LockName::new("leader").expect("valid");
+        let election = support::name("leader");
         let leading = locker
             .campaign(
                 &election,
@@ -189,7 +187,7 @@ fn a_recipes_reader_misses_a_moved_dlock_writer() {
             .build()
             .await
             .expect("build the locker");
-        let name = LockName::new("doc").expect("valid");
+        let name = support::name("doc");
         let range = locker.etcd_mutex_name(&name);
         let write = locker
             .write(&name, AcquireOptions::wait(Duration::from_secs(10)))

@@ -13,7 +13,7 @@ use crate::support::{self, Resume};
 use std::time::Duration;
 
 use dlock_conformance::servers::Cluster;
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Locker};
 use dlock_etcd::etcd_client::{Client, GetOptions};
 use tokio::time::Instant;
 
@@ -57,7 +57,7 @@ async fn cycle(cluster: &Cluster, round: usize) -> Result<String, String> {
     let reader = Client::connect([endpoint], None)
         .await
         .expect("connect to the follower");
-    let name = LockName::new("held").expect("valid");
+    let name = support::name("held");
     let lease = locker
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
         .await

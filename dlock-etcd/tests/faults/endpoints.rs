@@ -6,7 +6,7 @@ use crate::support;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Locker};
 use tokio::time::Instant;
 
 /// Scheduling slack on a loaded test machine: the bound is "within the wait", never a hang.
@@ -45,7 +45,7 @@ fn endpoints_down_or_hung_give_unavailable_within_the_wait() {
                 .build()
                 .await
                 .expect("building connects lazily");
-            let name = LockName::new("a").expect("valid");
+            let name = support::name("a");
 
             let wait = Duration::from_millis(600);
             let t = Instant::now();

@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Lease, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::GetOptions;
 use tokio::time::Instant;
@@ -17,26 +17,36 @@ const REQUEST_TIMEOUT: Duration = Duration::from_millis(300);
 /// Scheduling slack on a loaded test machine: the bound is "within the wait", never a hang.
 const SLACK: Duration = Duration::from_millis(800);
 
-/// A locker whose link to the single etcd goes through `proxy`, with a short request timeout,
-/// and a live session (warmed up on another name).
+/// A locker whose link to the single etcd goes through `proxy`, with a short request timeout.
 async fn proxied(proxy: &Proxy, ns: &str, ttl: Duration) -> EtcdLocker {
-    let locker = support::builder(vec![format!("http://{}", proxy.addr())], ns)
+    support::builder(vec![format!("http://{}", proxy.addr())], ns)
         .ttl(ttl)
         .request_timeout(REQUEST_TIMEOUT)
         .build()
         .await
-        .expect("build the locker");
-    locker
-        .acquire(
-            &LockName::new("warm-up").expect("valid"),
-            AcquireOptions::wait(Duration::from_secs(5)),
-        )
+        .expect("build the locker")
+}
+
+/// `locker` acquires `name` while every reply comes twice the request timeout late (for three
+/// request timeouts): the first request applies at once, its reply comes after the client
+/// gave up on it, and it must be sent again within the wait.
+async fn acquire_through_late_replies(
+    proxy: &Proxy,
+    locker: &EtcdLocker,
+    name: &LockName,
+) -> Lease {
+    proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
+    let (l, n) = (locker.clone(), name.clone());
+    let acquire = tokio::spawn(async move {
+        l.acquire(&n, AcquireOptions::wait(Duration::from_secs(8)))
+            .await
+    });
+    tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
+    proxy.set(Mode::Pass);
+    acquire
         .await
-        .expect("warm-up acquire")
-        .release()
-        .await
-        .expect("warm-up release");
-    locker
+        .expect("the acquire task")
+        .expect("a request without a reply in time is sent again within the wait")
 }
 
 /// The keys of `name`'s range, with their create revisions, read past the proxy.
@@ -64,26 +74,11 @@ fn late_enqueue_replies_are_retried_and_reuse_our_key() {
         let ns = support::namespace("late-enqueue");
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
         let a = proxied(&proxy, &ns, Duration::from_secs(2)).await;
+        support::warm_up(&a).await;
         let direct = support::locker(&cluster, &ns).await;
         let session = a.session_lease().await.expect("a live session");
-        let name = LockName::new("late").expect("valid");
-
-        // Every reply arrives twice the request timeout late: the first enqueue applies at
-        // once, its reply comes after the client gave up on it.
-        proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
-        let n = name.clone();
-        let a2 = a.clone();
-        let acquire = tokio::spawn(async move {
-            a2.acquire(&n, AcquireOptions::wait(Duration::from_secs(8)))
-                .await
-        });
-        tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
-        proxy.set(Mode::Pass);
-        let lease = acquire
-            .await
-            .expect("the acquire task")
-            .expect("an enqueue without a reply in time is sent again within the wait");
-
+        let name = support::name("late");
+        let lease = acquire_through_late_replies(&proxy, &a, &name).await;
         // The retry found the first attempt's key and kept it: one key, ours, whose create
         // revision is the token.
         let keys = range_keys(&direct, &name).await;
@@ -95,35 +90,16 @@ fn late_enqueue_replies_are_retried_and_reuse_our_key() {
     });
 }
 
+/// No session yet: the first request of the acquire is the lease grant, and its reply comes
+/// late (the lease it granted is never used; it expires).
 #[test]
 fn late_session_grant_reply_is_retried_within_the_wait() {
     let cluster = support::single();
     support::runtime().block_on(async {
         let ns = support::namespace("late-session-grant");
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
-        let a = support::builder(vec![format!("http://{}", proxy.addr())], &ns)
-            .request_timeout(REQUEST_TIMEOUT)
-            .build()
-            .await
-            .expect("build the locker");
-        let name = LockName::new("late-session").expect("valid");
-
-        // No session yet: the first request of the acquire is the lease grant, and its reply
-        // comes after the client gave up on it (the lease it granted is never used; it
-        // expires).
-        proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
-        let n = name.clone();
-        let a2 = a.clone();
-        let acquire = tokio::spawn(async move {
-            a2.acquire(&n, AcquireOptions::wait(Duration::from_secs(8)))
-                .await
-        });
-        tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
-        proxy.set(Mode::Pass);
-        let lease = acquire
-            .await
-            .expect("the acquire task")
-            .expect("a lease grant without a reply in time is sent again within the wait");
+        let a = proxied(&proxy, &ns, Duration::from_secs(2)).await;
+        let lease = acquire_through_late_replies(&proxy, &a, &support::name("late-session")).await;
         lease.check().expect("held");
         lease.release().await.expect("release");
     });
@@ -139,8 +115,9 @@ fn wait_ending_while_enqueue_replies_are_late_leaves_nothing() {
         // cleanup (or the keep-alive round's reconciling) can remove its key.
         let ttl = Duration::from_secs(5);
         let a = proxied(&proxy, &ns, ttl).await;
+        support::warm_up(&a).await;
         let direct = support::locker(&cluster, &ns).await;
-        let name = LockName::new("late").expect("valid");
+        let name = support::name("late");
 
         // Replies later than the whole wait: the enqueue applies, no reply comes in time.
         let wait = Duration::from_secs(1);

@@ -7,7 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Locker};
 use tokio::time::Instant;
 
 /// The locker's TTL; its attempt cap is min(request timeout / 3, TTL / 6) = 333 ms.
@@ -39,7 +39,7 @@ fn replies_slower_than_the_attempt_cap_still_renew() {
             .expect("build the locker");
         let lease = locker
             .acquire(
-                &LockName::new("slow").expect("valid"),
+                &support::name("slow"),
                 AcquireOptions::wait(Duration::from_secs(5)),
             )
             .await

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Election, LockName};
+use dlock_core::{AcquireOptions, Election};
 use support::Etcdctl;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -24,7 +24,7 @@ fn etcdctl_elect_leads_then_dlock_campaigns_and_observes() {
     support::runtime().block_on(async {
         let ns = support::namespace("elect-etcdctl-first");
         let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("leader").expect("valid");
+        let name = support::name("leader");
         let election = locker.etcd_mutex_name(&name);
         let ctl = Etcdctl::spawn(
             &cluster.endpoints()[0],
@@ -75,7 +75,7 @@ fn dlock_leads_then_etcdctl_observes_and_campaigns() {
     support::runtime().block_on(async {
         let ns = support::namespace("elect-dlock-first");
         let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("leader").expect("valid");
+        let name = support::name("leader");
         let election = locker.etcd_mutex_name(&name);
         let endpoint = cluster.endpoints()[0].clone();
         let leading = locker

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Locker};
 use support::Etcdctl;
 
 /// The create revision of `key`, read with etcdctl's own view of the store.
@@ -24,7 +24,7 @@ fn etcdctl_holds_then_dlock_waits() {
     support::runtime().block_on(async {
         let ns = support::namespace("interop-etcdctl-first");
         let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("jobs/nightly").expect("valid");
+        let name = support::name("jobs/nightly");
         let etcd_name = locker.etcd_mutex_name(&name);
         assert_eq!(etcd_name, format!("{ns}/jobs%2Fnightly"));
 
@@ -80,11 +80,8 @@ fn dlock_holds_then_etcdctl_waits() {
     support::runtime().block_on(async {
         let ns = support::namespace("interop-dlock-first");
         let locker = support::locker(&cluster, &ns).await;
-        let name = LockName::new("jobs/nightly").expect("valid");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("dlock gets the free lock");
+        let name = support::name("jobs/nightly");
+        let lease = support::hold(&locker, &name).await;
 
         let ctl = Etcdctl::lock(&cluster.endpoints()[0], &locker.etcd_mutex_name(&name));
         assert_eq!(
@@ -130,7 +127,7 @@ fn etcdctl_and_dlock_meet_on_a_slash_prefixed_raw_name() {
             .build()
             .await
             .expect("a leading '/' and raw names are accepted");
-        let name = LockName::new("orders/42").expect("valid");
+        let name = support::name("orders/42");
         assert_eq!(locker.etcd_mutex_name(&name), "/locks/orders/42");
 
         // etcdctl first: dlock waits, then is granted behind it.

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, ErrorKind, Locker, RwLocker, Semaphore};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::GetOptions;
 
@@ -72,9 +72,9 @@ fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
             .build()
             .await
             .expect("build the proxied locker");
-        let name = LockName::new("pool").expect("valid");
+        let name = support::name("pool");
         // Open the wrong client's session before the delay.
-        let warm = LockName::new("warm").expect("valid");
+        let warm = support::name("warm");
         wrong
             .acquire(&warm, wait())
             .await
@@ -124,7 +124,7 @@ fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
     support::runtime().block_on(async {
         let ns = support::namespace("sem-foreign-count");
         let a = support::locker(&cluster, &ns).await;
-        let name = LockName::new("pool").expect("valid");
+        let name = support::name("pool");
         let held = a.acquire_permit(&name, 3, wait()).await.expect("a permit");
         let keys = keys_under(&a, &ns).await;
         let range = keys[0]
@@ -161,7 +161,7 @@ fn a_permit_waiter_gets_in_when_any_holder_releases() {
             support::locker(&cluster, &ns).await,
             support::locker(&cluster, &ns).await,
         ];
-        let name = LockName::new("pool").expect("valid");
+        let name = support::name("pool");
         let oldest = lockers[0]
             .acquire_permit(&name, 2, wait())
             .await
@@ -197,8 +197,8 @@ fn keys_follow_the_documented_layout() {
     support::runtime().block_on(async {
         let ns = support::namespace("family-layout");
         let locker = support::locker(&cluster, &ns).await;
-        let rw = LockName::new("a/b").expect("valid");
-        let sem = LockName::new("c").expect("valid");
+        let rw = support::name("a/b");
+        let sem = support::name("c");
         let read = locker.read(&rw, wait()).await.expect("read");
         let permit = locker
             .acquire_permit(&sem, 4, wait())
@@ -241,7 +241,7 @@ fn one_locker_holds_several_reads_and_permits() {
     support::runtime().block_on(async {
         let ns = support::namespace("family-one-locker");
         let locker = support::locker(&cluster, &ns).await;
-        let rw = LockName::new("doc").expect("valid");
+        let rw = support::name("doc");
         let quick = AcquireOptions::wait(Duration::from_secs(2));
         let r1 = locker.read(&rw, quick).await.expect("read 1");
         let r2 = locker.read(&rw, quick).await.expect("read 2 beside read 1");
@@ -253,7 +253,7 @@ fn one_locker_holds_several_reads_and_permits() {
             Some(ErrorKind::Timeout),
             "{blocked:?}"
         );
-        let sem = LockName::new("pool").expect("valid");
+        let sem = support::name("pool");
         let p1 = locker.acquire_permit(&sem, 2, quick).await.expect("1 of 2");
         let p2 = locker.acquire_permit(&sem, 2, quick).await.expect("2 of 2");
         let third = locker
@@ -288,7 +288,7 @@ fn a_recipes_rwmutex_writer_key_blocks_dlock_readers_and_writers() {
             support::locker(&cluster, &ns).await,
             support::locker(&cluster, &ns).await,
         );
-        let name = LockName::new("doc").expect("valid");
+        let name = support::name("doc");
         let foreign = format!("{}/write/1700000000000000000", r.etcd_mutex_name(&name));
         let mut c = r.client().clone();
         let put = c

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::Locker;
 use support::PrivateEtcd;
 
 #[test]
@@ -29,18 +29,12 @@ fn expired_auth_token_is_refreshed() {
             .build()
             .await
             .expect("authenticated locker");
-        let a = LockName::new("a").expect("valid");
-        let b = LockName::new("b").expect("valid");
-        let first = locker
-            .acquire(&a, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire with a fresh token");
+        let a = support::name("a");
+        let b = support::name("b");
+        let first = support::hold(&locker, &a).await;
         // etcd drops a simple token after 2 s without use (checked every second).
         tokio::time::sleep(Duration::from_millis(4500)).await;
-        let second = locker
-            .acquire(&b, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire after the token expired");
+        let second = support::hold(&locker, &b).await;
         // Renewal goes on across further expiries (rounds every 3 s; two more rounds).
         tokio::time::sleep(Duration::from_millis(6500)).await;
         first.check().expect("renewed across token expiry");

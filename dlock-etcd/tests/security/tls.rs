@@ -30,7 +30,11 @@ fn other_ca() -> &'static (Vec<u8>, Vec<u8>) {
             .args(["-subj", "/CN=dlock-other-ca"])
             .output()
             .expect("run openssl");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let read = |f: &str| std::fs::read(dir.join(f)).expect("read");
         let made = (read("ca.pem"), read("ca.key"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -141,7 +145,12 @@ async fn unusable_pem_is_rejected_before_io() {
             .endpoints(["https://127.0.0.1:1"])
             .request_timeout(Duration::from_secs(1))
     };
-    let roots = |pem: &[u8]| ("tls_root_certificates", base().tls_root_certificates(pem.to_vec()));
+    let roots = |pem: &[u8]| {
+        (
+            "tls_root_certificates",
+            base().tls_root_certificates(pem.to_vec()),
+        )
+    };
     let identity = |c: &[u8], k: &[u8]| {
         (
             "tls_client_identity",

@@ -4,7 +4,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Locker};
 use dlock_etcd::etcd_client::{CompactionOptions, GetOptions};
 
 /// Keys under `ns/`.
@@ -30,11 +30,8 @@ fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
         let ns = support::namespace("compaction");
         let holder = support::locker(&cluster, &ns).await;
         let waiter = support::locker(&cluster, &ns).await;
-        let name = LockName::new("c").expect("valid");
-        let lease = holder
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("hold");
+        let name = support::name("c");
+        let lease = support::hold(&holder, &name).await;
         let (w, n) = (waiter.clone(), name.clone());
         let waiting = tokio::spawn(async move {
             w.acquire(&n, AcquireOptions::wait(Duration::from_secs(20)))

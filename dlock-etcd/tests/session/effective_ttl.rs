@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::Locker;
 use support::PrivateEtcd;
 
 #[test]
@@ -19,11 +19,8 @@ fn ttl_reports_the_server_granted_ttl() {
             .build()
             .await
             .expect("locker");
-        let name = LockName::new("t").expect("valid");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
+        let name = support::name("t");
+        let lease = support::hold(&locker, &name).await;
         let id = locker.session_lease().await.expect("a session");
         let mut c = locker.client().clone();
         let granted = c
@@ -63,11 +60,8 @@ fn deadlines_count_the_rounded_up_ttl() {
             .await
             .expect("locker");
         let before = tokio::time::Instant::now();
-        let name = LockName::new("t").expect("valid");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
+        let name = support::name("t");
+        let lease = support::hold(&locker, &name).await;
         let rounded = Duration::from_secs(2);
         let drift = rounded / 100 + Duration::from_millis(2);
         // The session lease was granted after `before`: its deadline counts 2 s from then.

@@ -6,7 +6,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Locker};
 use dlock_etcd::EtcdLocker;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -27,7 +27,7 @@ fn a_locker_from_an_existing_client() {
             .await
             .expect("a locker from the client");
         let theirs = support::locker(&cluster, &ns).await;
-        let lock = LockName::new("shared").expect("valid");
+        let lock = support::name("shared");
         let held = mine
             .acquire(&lock, AcquireOptions::wait(TTL * 3))
             .await

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use dlock_conformance::faults::Proxy;
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::Locker;
 use dlock_etcd::EtcdLocker;
 use support::PrivateEtcd;
 
@@ -37,11 +37,8 @@ fn slow_idle_connection_survives_default_etcd_ping_policy() {
             .build()
             .await
             .expect("locker");
-        let name = LockName::new("long").expect("valid");
-        let lease = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
+        let name = support::name("long");
+        let lease = support::hold(&locker, &name).await;
         let connections = proxy.connections();
         tokio::time::sleep(Duration::from_secs(40)).await;
         lease.check().expect("held through four silent gaps");

@@ -6,7 +6,7 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
+use dlock_core::{Locker, LossReason};
 
 #[test]
 fn revoked_session_loses_every_lock_then_a_new_session_serves_later_acquires() {
@@ -14,18 +14,9 @@ fn revoked_session_loses_every_lock_then_a_new_session_serves_later_acquires() {
     support::runtime().block_on(async {
         let ns = support::namespace("session-loss");
         let locker = support::locker(&cluster, &ns).await;
-        let (a, b) = (
-            LockName::new("a").expect("valid"),
-            LockName::new("b").expect("valid"),
-        );
-        let la = locker
-            .acquire(&a, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("a");
-        let lb = locker
-            .acquire(&b, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("b");
+        let (a, b) = (support::name("a"), support::name("b"));
+        let la = support::hold(&locker, &a).await;
+        let lb = support::hold(&locker, &b).await;
         let first = locker.session_lease().await.expect("a live session");
         let (lost_a, lost_b) = (la.lost(), lb.lost());
 
@@ -50,10 +41,7 @@ fn revoked_session_loses_every_lock_then_a_new_session_serves_later_acquires() {
         );
 
         // A later acquire opens a new session and is granted with a higher token.
-        let again = locker
-            .acquire(&a, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("re-acquire");
+        let again = support::hold(&locker, &a).await;
         let second = locker.session_lease().await.expect("a new session");
         assert_ne!(first, second);
         assert!(again.token() > la.token());
@@ -86,13 +74,8 @@ fn many_locks_share_one_keep_alive_per_round() {
         let locker = support::locker(&cluster, &ns).await;
         let mut leases = Vec::new();
         for i in 0..50 {
-            let name = LockName::new(format!("l{i}")).expect("valid");
-            leases.push(
-                locker
-                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-                    .await
-                    .expect("acquire"),
-            );
+            let name = support::name(&format!("l{i}"));
+            leases.push(support::hold(&locker, &name).await);
         }
         let before = locker.stats();
         let served_before = renewed_total(cluster.addrs()[0]);

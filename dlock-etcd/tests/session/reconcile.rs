@@ -8,7 +8,7 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
-use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
+use dlock_core::{AcquireOptions, Locker, LossReason};
 use dlock_etcd::etcd_client::PutOptions;
 use tokio::time::Instant;
 
@@ -20,10 +20,9 @@ fn orphan_queue_key_of_the_session_is_deleted() {
         let a = support::locker(&cluster, &ns).await;
         let b = support::locker(&cluster, &ns).await;
         // A live session for `a` (the lock itself is released at once).
-        let warm = LockName::new("warm").expect("valid");
-        a.acquire(&warm, AcquireOptions::wait(Duration::from_secs(5)))
+        let warm = support::name("warm");
+        support::hold(&a, &warm)
             .await
-            .expect("acquire")
             .release()
             .await
             .expect("release");
@@ -31,7 +30,7 @@ fn orphan_queue_key_of_the_session_is_deleted() {
 
         // The end state of an enqueue that applied after its acquire gave up and its cleanup
         // read found nothing: `a`'s key in the range, on `a`'s live session, owned by nobody.
-        let name = LockName::new("orders/42").expect("valid");
+        let name = support::name("orders/42");
         let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
         let mut c = a.client().clone();
         c.put(
@@ -70,16 +69,10 @@ fn holder_key_deleted_by_hand_loses_the_lease() {
     support::runtime().block_on(async {
         let ns = support::namespace("deleted-by-hand");
         let a = support::locker(&cluster, &ns).await;
-        let name = LockName::new("h").expect("valid");
-        let other = LockName::new("other").expect("valid");
-        let held = a
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
-        let kept = a
-            .acquire(&other, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
+        let name = support::name("h");
+        let other = support::name("other");
+        let held = support::hold(&a, &name).await;
+        let kept = support::hold(&a, &other).await;
         let session = a.session_lease().await.expect("a live session");
         let key = format!("{}/{session:x}", a.etcd_mutex_name(&name));
         let mut c = a.client().clone();
@@ -114,10 +107,9 @@ fn try_acquire_during_an_orphan_delete_asks_etcd() {
             .build()
             .await
             .expect("build the proxied locker");
-        let warm = LockName::new("warm").expect("valid");
-        a.acquire(&warm, AcquireOptions::wait(Duration::from_secs(5)))
+        let warm = support::name("warm");
+        support::hold(&a, &warm)
             .await
-            .expect("acquire")
             .release()
             .await
             .expect("release");
@@ -131,7 +123,7 @@ fn try_acquire_during_an_orphan_delete_asks_etcd() {
             Direction::Downstream,
             Mode::Delay(Duration::from_millis(400)),
         );
-        let name = LockName::new("orders/7").expect("valid");
+        let name = support::name("orders/7");
         let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
         c.put(
             orphan.as_str(),

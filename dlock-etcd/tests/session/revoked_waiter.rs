@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Locker};
 use dlock_etcd::etcd_client::{GetOptions, SortOrder, SortTarget};
 
 #[test]
@@ -17,11 +17,8 @@ fn waiter_with_revoked_lease_is_never_granted_on_its_removed_key() {
         let ns = support::namespace("revoked-waiter");
         let holder = support::locker(&cluster, &ns).await;
         let waiter = support::locker(&cluster, &ns).await;
-        let name = LockName::new("w").expect("valid");
-        let held = holder
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("holder acquires");
+        let name = support::name("w");
+        let held = support::hold(&holder, &name).await;
 
         let w = waiter.clone();
         let n = name.clone();

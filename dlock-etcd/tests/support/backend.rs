@@ -1,6 +1,6 @@
 //! The etcd topologies as conformance backends (plain, TLS, or with authentication), shared by
-//! the conformance test binaries: `conformance.rs` (`etcd`, `etcd-cluster`),
-//! `conformance_tls.rs` (`etcd-tls`) and `conformance_auth.rs` (`etcd-auth`).
+//! the conformance test binaries: `conformance.rs` (`etcd`), `conformance_cluster.rs`,
+//! `conformance_prod.rs`, `conformance_tls.rs` and `conformance_auth.rs`.
 
 #![allow(dead_code)]
 
@@ -13,7 +13,7 @@ use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBacken
 use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{
-    self, Certificate, GetOptions, Identity, SortOrder, SortTarget, TlsOptions,
+    self, Certificate, GetOptions, Identity, KeyValue, SortOrder, SortTarget, TlsOptions,
 };
 
 /// An etcd topology under test.
@@ -202,9 +202,6 @@ impl AuthUsers {
 /// the client identity its CA signed (the servers check client certificates). Lockers get the
 /// same files through `tls_root_certificates` and `tls_client_identity`.
 fn tls_options(files: &TlsFiles) -> TlsOptions {
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-    };
     let mut tls = TlsOptions::new().ca_certificate(Certificate::from_pem(read(files.ca())));
     if let Some((cert, key)) = files.client_identity() {
         tls = tls.identity(Identity::from_pem(read(cert), read(key)));
@@ -212,16 +209,21 @@ fn tls_options(files: &TlsFiles) -> TlsOptions {
     tls
 }
 
+/// A certificate or key file of the harness.
+fn read(p: &std::path::Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
 fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
     Error::backend(format!("{what}: {e}"), Some(Box::new(e) as _))
 }
 
-/// The holder's lease id (the key with the lowest create revision), or `None` without one.
-async fn holder_lease(
+/// The holder's key (the one with the lowest create revision in `name`'s range), if any.
+async fn holder_key(
     c: &mut etcd_client::Client,
     namespace: &str,
     name: &LockName,
-) -> Result<Option<i64>, Error> {
+) -> Result<Option<KeyValue>, Error> {
     let range = format!("{namespace}/{}/", name.encoded());
     let first = GetOptions::new()
         .with_prefix()
@@ -231,7 +233,7 @@ async fn holder_lease(
         .get(range, Some(first))
         .await
         .map_err(|e| etcd_error("read the holder", e))?;
-    Ok(resp.kvs().first().map(|kv| kv.lease()))
+    Ok(resp.kvs().first().cloned())
 }
 
 impl EtcdBackend {
@@ -249,9 +251,6 @@ impl EtcdBackend {
             .prefix(opts.namespace.clone())
             .request_timeout(opts.request_timeout.unwrap_or(Duration::from_secs(2)));
         if let Some(files) = &tls {
-            let read = |p: &std::path::Path| {
-                std::fs::read(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
-            };
             b = b.tls_root_certificates(read(files.ca()));
             if let Some((cert, key)) = files.client_identity() {
                 b = b.tls_client_identity(read(cert), read(key));
@@ -315,25 +314,15 @@ impl TestBackend for EtcdBackend {
     }
 
     /// Revokes the holder's lease (the key with the lowest create revision), as an operator
-    /// would with `etcdctl lease revoke`.
-    /// Revokes the lease of the range's first key (or deletes a key without one); returns that
-    /// key's create revision, the fencing token of its grant.
+    /// would with `etcdctl lease revoke`, or deletes a key without one; returns that key's
+    /// create revision, the fencing token of its grant.
     async fn break_holder(
         &self,
         namespace: &str,
         name: &LockName,
     ) -> Result<Option<Vec<FencingToken>>, Error> {
         let mut c = self.raw().await?;
-        let range = format!("{namespace}/{}/", name.encoded());
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let resp = c
-            .get(range, Some(first))
-            .await
-            .map_err(|e| etcd_error("read the holder", e))?;
-        let Some(holder) = resp.kvs().first() else {
+        let Some(holder) = holder_key(&mut c, namespace, name).await? else {
             return Ok(None);
         };
         dlock_conformance::history::deleting_now();
@@ -364,16 +353,7 @@ impl TestBackend for EtcdBackend {
     /// Deletes only the holder's key: its session lease carries the locker's other locks.
     async fn break_entry(&self, namespace: &str, name: &LockName) -> Result<bool, Error> {
         let mut c = self.raw().await?;
-        let range = format!("{namespace}/{}/", name.encoded());
-        let first = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let resp = c
-            .get(range, Some(first))
-            .await
-            .map_err(|e| etcd_error("read the holder", e))?;
-        let Some(holder) = resp.kvs().first() else {
+        let Some(holder) = holder_key(&mut c, namespace, name).await? else {
             return Ok(false);
         };
         c.delete(holder.key(), None)
@@ -385,7 +365,10 @@ impl TestBackend for EtcdBackend {
     /// `LeaseTimeToLive` of the holder's lease: whole seconds, rounded down.
     async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
         let mut c = self.raw().await?;
-        let Some(lease) = holder_lease(&mut c, namespace, name).await? else {
+        let Some(lease) = holder_key(&mut c, namespace, name)
+            .await?
+            .map(|kv| kv.lease())
+        else {
             return Ok(ServerExpiry::NoHolder);
         };
         if lease == 0 {
