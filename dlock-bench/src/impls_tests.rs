@@ -9,8 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 
-use crate::impls::{EtcdFloor, Held, Impl, RedisFloor, etcd_client};
-use crate::rw::{EtcdReadFloor, RedisReadFloor, ZkReadFloor};
+use crate::impls::{Held, Impl, Kind, Server, etcd_client};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -36,20 +35,20 @@ fn unique(who: &str) -> String {
 
 /// A second client cannot take a held key; the holder's release frees it; a second release of
 /// the same key (nothing left to delete) is an error.
-async fn floor_is_a_floor(floor: &dyn Impl, key: String) {
+async fn floor_is_a_floor(floor: &Impl, key: String) {
     let a = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
     let b = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
     let held = a.acquire("k").await.unwrap_or_else(|e| panic!("{e}"));
     assert!(
         b.acquire("k").await.is_err(),
         "{}: a second client took a held key",
-        floor.name()
+        floor.name
     );
     a.release(held).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(
         a.release(Box::new(key)).await.is_err(),
         "{}: a release that deleted nothing succeeded",
-        floor.name()
+        floor.name
     );
     let again = b.acquire("k").await.unwrap_or_else(|e| panic!("{e}"));
     b.release(again).await.unwrap_or_else(|e| panic!("{e}"));
@@ -61,10 +60,7 @@ async fn redis_floor_checks_set_nx() {
         return;
     };
     let prefix = unique("redis-floor");
-    let floor = RedisFloor {
-        urls: c.endpoints(),
-        prefix: prefix.clone(),
-    };
+    let floor = Impl::new(Server::Redis, Kind::Floor, c.endpoints(), prefix.clone());
     floor_is_a_floor(&floor, format!("{prefix}k")).await;
 }
 
@@ -74,10 +70,7 @@ async fn etcd_floor_checks_its_txn() {
         return;
     };
     let prefix = unique("etcd-floor");
-    let floor = EtcdFloor {
-        endpoints: c.endpoints(),
-        prefix: prefix.clone(),
-    };
+    let floor = Impl::new(Server::Etcd, Kind::Floor, c.endpoints(), prefix.clone());
     floor_is_a_floor(&floor, format!("{prefix}k")).await;
 }
 
@@ -102,7 +95,7 @@ async fn etcd_peer_lease_outlives_its_ttl() {
 
 /// Two clients read the same name at once; releasing a read twice is an error the second
 /// time (`again` rebuilds what the first acquire returned).
-async fn read_floor_shares(floor: &dyn Impl, again: impl Fn(&Held) -> Held) {
+async fn read_floor_shares(floor: &Impl, again: impl Fn(&Held) -> Held) {
     let a = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
     let b = floor.client(TTL).await.unwrap_or_else(|e| panic!("{e}"));
     let ha = a.acquire("k").await.unwrap_or_else(|e| panic!("{e}"));
@@ -112,7 +105,7 @@ async fn read_floor_shares(floor: &dyn Impl, again: impl Fn(&Held) -> Held) {
     assert!(
         a.release(copy).await.is_err(),
         "{}: a read release that removed nothing succeeded",
-        floor.name()
+        floor.name
     );
     b.release(hb).await.unwrap_or_else(|e| panic!("{e}"));
 }
@@ -122,10 +115,8 @@ async fn redis_read_floor_shares_and_checks_its_release() {
     let Some(c) = server(ServerKind::Redis) else {
         return;
     };
-    let floor = RedisReadFloor {
-        url: c.endpoints()[0].clone(),
-        prefix: unique("redis-read-floor"),
-    };
+    let prefix = unique("redis-read-floor");
+    let floor = Impl::new(Server::Redis, Kind::ReadFloor, c.endpoints(), prefix);
     read_floor_shares(&floor, |h| {
         Box::new(
             h.downcast_ref::<(String, String)>()
@@ -142,10 +133,7 @@ async fn etcd_read_floor_shares_and_sees_a_writer() {
         return;
     };
     let prefix = unique("etcd-read-floor");
-    let floor = EtcdReadFloor {
-        endpoints: c.endpoints(),
-        prefix: prefix.clone(),
-    };
+    let floor = Impl::new(Server::Etcd, Kind::ReadFloor, c.endpoints(), prefix.clone());
     read_floor_shares(&floor, |h| {
         Box::new(h.downcast_ref::<String>().cloned().unwrap_or_default())
     })
@@ -175,10 +163,7 @@ async fn zk_read_floor_shares_and_sees_a_writer() {
         return;
     };
     let base = format!("/{}", unique("zk-read-floor").trim_end_matches('/'));
-    let floor = ZkReadFloor {
-        connect: c.endpoints().join(","),
-        base: base.clone(),
-    };
+    let floor = Impl::new(Server::Zk, Kind::ReadFloor, c.endpoints(), base.clone());
     read_floor_shares(&floor, |h| {
         Box::new(h.downcast_ref::<String>().cloned().unwrap_or_default())
     })

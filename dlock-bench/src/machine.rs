@@ -66,7 +66,7 @@ impl Sampler {
         let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
         let mut add = |metric: &str, v: Option<f64>, unit: &str| {
             if let Some(v) = v {
-                sink.add(WORKLOAD, IMP, metric, v, unit);
+                sink.to(WORKLOAD, IMP).add(metric, v, unit);
             }
         };
         add("cpus", (cpus > 0).then_some(cpus as f64), "count");
@@ -130,7 +130,7 @@ mod tests {
             backend: BACKEND,
             rows: &mut rows,
         };
-        sink.add(WORKLOAD, IMP, "cpus", 2.0, "count");
+        sink.to(WORKLOAD, IMP).add("cpus", 2.0, "count");
         assert!(
             describe(&rows).contains("not recorded"),
             "{}",
@@ -140,9 +140,10 @@ mod tests {
             backend: BACKEND,
             rows: &mut rows,
         };
-        sink.add(WORKLOAD, IMP, "loadavg_1m_before", 1.5, "load");
-        sink.add(WORKLOAD, IMP, "loadavg_1m_max", 9.25, "load");
-        sink.add(WORKLOAD, IMP, "loadavg_1m_after", 3.0, "load");
+        let mut host = sink.to(WORKLOAD, IMP);
+        host.add("loadavg_1m_before", 1.5, "load");
+        host.add("loadavg_1m_max", 9.25, "load");
+        host.add("loadavg_1m_after", 3.0, "load");
         let d = describe(&rows);
         assert!(
             d.starts_with("2 CPUs;") && d.contains("1.50 before, 9.25 at most during, 3.00 after"),

@@ -11,7 +11,6 @@
 //! `--readme FILE` runs nothing: it rewrites the generated section of FILE from a run's
 //! `results.json` (`--from`, default `<out>/results.json`).
 
-mod elect;
 mod http;
 mod impls;
 #[cfg(test)]
@@ -21,7 +20,6 @@ mod plot;
 mod probe;
 mod readme;
 mod report;
-mod rw;
 mod stats;
 mod workloads;
 
@@ -31,12 +29,8 @@ use std::time::{Duration, Instant};
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 
-use elect::{DlockElection, EtcdElectionPeer};
-use impls::{
-    Dlock, DlockKind, EtcdFloor, EtcdPeer, Impl, Named, RedisFloor, Rslock, ZkFloor, ZkPeer,
-};
+use impls::{Impl, Kind, Server};
 use probe::Probe;
-use rw::{DlockRead, EtcdReadFloor, RedisReadFloor, ZkReadFloor};
 use stats::{Row, Sink};
 
 const BACKENDS: [&str; 4] = ["redis", "redlock", "etcd", "zk"];
@@ -197,187 +191,105 @@ fn parse(args: &[String]) -> Result<Args, String> {
 struct Backend {
     name: &'static str,
     /// floor, dlock, peer.
-    impls: Vec<Arc<dyn Impl>>,
+    impls: Vec<Impl>,
     /// dlock's election and, where one runs here, a peer's (leadership handovers).
-    elections: Vec<Arc<dyn Impl>>,
-    /// dlock's read lock, dlock's mutex (exclusive) and the read floor (8 readers).
-    rw: Vec<(Arc<dyn Impl>, bool)>,
-    dlock: Dlock,
+    elections: Vec<Impl>,
+    /// dlock's read lock, dlock's mutex (exclusive, named `dlock-mutex`) and the read floor
+    /// (8 readers).
+    rw: Vec<(Impl, bool)>,
+    /// dlock's mutex (held leases).
+    dlock: Impl,
     probe: Probe,
     cluster: Arc<Cluster>,
 }
 
-fn cluster(kind: ServerKind, nodes: usize) -> Result<Arc<Cluster>, String> {
-    Cluster::shared(kind, nodes)
-        .map_err(|e| format!("cannot start {} × {nodes}: {e}", kind.as_str()))
-}
-
 async fn backend(name: &'static str, run: &str) -> Result<Backend, String> {
-    let ns = format!("{run}/{name}");
-    let prefix = |who: &str| format!("{ns}/{who}/");
-    let dlock = |kind| Dlock {
-        kind,
-        namespace: ns.clone(),
+    let (server, kind, nodes) = match name {
+        "redis-cluster" => (Server::RedisCluster, ServerKind::Redis, 3),
+        "redis" => (Server::Redis, ServerKind::Redis, 1),
+        "redlock" => (Server::Redlock, ServerKind::Redis, 5),
+        "etcd" => (Server::Etcd, ServerKind::Etcd, 1),
+        _ => (Server::Zk, ServerKind::Zk, 1),
     };
-    Ok(match name {
-        "redis-cluster" => {
-            let options = dlock_conformance::servers::redis_cluster::options();
-            let c = Cluster::shared_with(ServerKind::Redis, 3, &options)
-                .map_err(|e| format!("cannot start redis × 3 in cluster mode: {e}"))?;
-            dlock_conformance::servers::redis_cluster::form(&c)
-                .map_err(|e| format!("cannot form the Redis Cluster: {e}"))?;
-            let urls = c.endpoints();
-            let mut conns = Vec::new();
-            for u in &urls {
-                conns.push(impls::redis_conn(u).await?);
-            }
-            Backend {
-                name,
-                impls: Vec::new(),
-                elections: Vec::new(),
-                rw: Vec::new(),
-                dlock: dlock(DlockKind::RedisCluster(urls)),
-                probe: Probe::Redis(conns),
-                cluster: c,
-            }
-        }
-        "redis" | "redlock" => {
-            let c = cluster(ServerKind::Redis, if name == "redis" { 1 } else { 5 })?;
-            let urls = c.endpoints();
-            let mut conns = Vec::new();
-            for u in &urls {
-                conns.push(impls::redis_conn(u).await?);
-            }
-            let kind = if name == "redis" {
-                DlockKind::Redis(urls[0].clone())
-            } else {
-                DlockKind::Redlock(urls.clone())
-            };
-            Backend {
-                name,
-                impls: vec![
-                    Arc::new(RedisFloor {
-                        urls: urls.clone(),
-                        prefix: prefix("floor"),
-                    }),
-                    Arc::new(dlock(kind.clone())),
-                    Arc::new(Rslock {
-                        urls: urls.clone(),
-                        prefix: prefix("rslock"),
-                    }),
-                ],
-                // Redlock keeps no election and no read-write lock.
-                elections: if name == "redis" {
-                    vec![Arc::new(DlockElection(dlock(kind.clone())))]
-                } else {
-                    Vec::new()
-                },
-                rw: if name == "redis" {
-                    rw_contenders(
-                        dlock(kind.clone()),
-                        Arc::new(RedisReadFloor {
-                            url: urls[0].clone(),
-                            prefix: prefix("read-floor"),
-                        }),
-                    )
-                } else {
-                    Vec::new()
-                },
-                dlock: dlock(kind),
-                probe: Probe::Redis(conns),
-                cluster: c,
-            }
-        }
-        "etcd" => {
-            let c = cluster(ServerKind::Etcd, 1)?;
-            let eps = c.endpoints();
-            Backend {
-                name,
-                impls: vec![
-                    Arc::new(EtcdFloor {
-                        endpoints: eps.clone(),
-                        prefix: prefix("floor"),
-                    }),
-                    Arc::new(dlock(DlockKind::Etcd(eps.clone()))),
-                    Arc::new(EtcdPeer {
-                        endpoints: eps.clone(),
-                        prefix: prefix("peer"),
-                    }),
-                ],
-                elections: vec![
-                    Arc::new(DlockElection(dlock(DlockKind::Etcd(eps.clone())))),
-                    Arc::new(EtcdElectionPeer {
-                        endpoints: eps.clone(),
-                        prefix: prefix("peer-election"),
-                    }),
-                ],
-                rw: rw_contenders(
-                    dlock(DlockKind::Etcd(eps.clone())),
-                    Arc::new(EtcdReadFloor {
-                        endpoints: eps.clone(),
-                        prefix: prefix("read-floor"),
-                    }),
-                ),
-                dlock: dlock(DlockKind::Etcd(eps)),
-                probe: Probe::Etcd(c.addrs()),
-                cluster: c,
-            }
-        }
+    let c = if server == Server::RedisCluster {
+        let options = dlock_conformance::servers::redis_cluster::options();
+        let c = Cluster::shared_with(kind, nodes, &options)
+            .map_err(|e| format!("cannot start redis × 3 in cluster mode: {e}"))?;
+        dlock_conformance::servers::redis_cluster::form(&c)
+            .map_err(|e| format!("cannot form the Redis Cluster: {e}"))?;
+        c
+    } else {
+        Cluster::shared(kind, nodes)
+            .map_err(|e| format!("cannot start {} × {nodes}: {e}", kind.as_str()))?
+    };
+    let at = c.endpoints();
+    let ns = format!("{run}/{name}");
+    let dlock = |kind| Impl::new(server, kind, at.clone(), ns.clone());
+    // Keys under `<ns>/<who>/`; ZooKeeper nodes under `/<ns>-<who>`.
+    let other = |kind, who: &str| {
+        let prefix = match server {
+            Server::Zk => format!("/{ns}-{who}"),
+            _ => format!("{ns}/{who}/"),
+        };
+        Impl::new(server, kind, at.clone(), prefix)
+    };
+    let probe = match server {
+        Server::Etcd => Probe::Etcd(c.addrs()),
+        Server::Zk => Probe::Zk(c.addrs()),
         _ => {
-            let c = cluster(ServerKind::Zk, 1)?;
-            let connect = c.endpoints().join(",");
-            let base = format!("/{ns}");
-            Backend {
-                name,
-                impls: vec![
-                    Arc::new(ZkFloor {
-                        connect: connect.clone(),
-                        base: format!("{base}-floor"),
-                    }),
-                    Arc::new(dlock(DlockKind::Zk(connect.clone()))),
-                    Arc::new(ZkPeer {
-                        connect: connect.clone(),
-                        base: format!("{base}-peer"),
-                        node: "lock-",
-                    }),
-                ],
-                elections: vec![
-                    Arc::new(DlockElection(dlock(DlockKind::Zk(connect.clone())))),
-                    Arc::new(ZkPeer {
-                        connect: connect.clone(),
-                        base: format!("{base}-peer-election"),
-                        node: "latch-",
-                    }),
-                ],
-                rw: rw_contenders(
-                    dlock(DlockKind::Zk(connect.clone())),
-                    Arc::new(ZkReadFloor {
-                        connect: connect.clone(),
-                        base: format!("{base}-read-floor"),
-                    }),
-                ),
-                dlock: dlock(DlockKind::Zk(connect)),
-                probe: Probe::Zk(c.addrs()),
-                cluster: c,
+            let mut conns = Vec::new();
+            for u in &at {
+                conns.push(impls::redis_conn(u).await?);
             }
+            Probe::Redis(conns)
         }
+    };
+    let peer = if server == Server::Redlock || server == Server::Redis {
+        "rslock"
+    } else {
+        "peer"
+    };
+    // The cluster runs only the held-leases workload; Redlock keeps no election and no
+    // read-write lock; Redis has no election peer.
+    let family = matches!(server, Server::Redis | Server::Etcd | Server::Zk);
+    Ok(Backend {
+        name,
+        impls: if server == Server::RedisCluster {
+            Vec::new()
+        } else {
+            vec![
+                other(Kind::Floor, "floor"),
+                dlock(Kind::Lock),
+                other(Kind::Peer, peer),
+            ]
+        },
+        elections: match server {
+            Server::Redis => vec![dlock(Kind::Elect)],
+            _ if family => vec![
+                dlock(Kind::Elect),
+                other(Kind::PeerElection, "peer-election"),
+            ],
+            _ => Vec::new(),
+        },
+        rw: if family {
+            vec![
+                (dlock(Kind::Read), false),
+                (
+                    Impl {
+                        name: report::MUTEX,
+                        ..dlock(Kind::Lock)
+                    },
+                    true,
+                ),
+                (other(Kind::ReadFloor, "read-floor"), false),
+            ]
+        } else {
+            Vec::new()
+        },
+        dlock: dlock(Kind::Lock),
+        probe,
+        cluster: c,
     })
-}
-
-/// dlock's read lock, dlock's mutex on the same backend (named `dlock-mutex`, exclusive) and
-/// the read floor.
-fn rw_contenders(dlock: Dlock, floor: Arc<dyn Impl>) -> Vec<(Arc<dyn Impl>, bool)> {
-    vec![
-        (Arc::new(DlockRead(dlock.clone())), false),
-        (
-            Arc::new(Named {
-                name: "dlock-mutex",
-                inner: Arc::new(dlock),
-            }),
-            true,
-        ),
-        (floor, false),
-    ]
 }
 
 async fn run_backend(

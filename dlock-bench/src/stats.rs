@@ -23,15 +23,35 @@ pub struct Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// The rows of `workload` and contender `imp`.
+    pub fn to<'r>(&'r mut self, workload: &'r str, imp: &'r str) -> Rows<'r> {
+        Rows {
+            backend: self.backend,
+            workload,
+            imp,
+            rows: self.rows,
+        }
+    }
+}
+
+/// Collects the rows of one workload and contender.
+pub struct Rows<'r> {
+    backend: &'r str,
+    workload: &'r str,
+    imp: &'r str,
+    rows: &'r mut Vec<Row>,
+}
+
+impl Rows<'_> {
     /// Adds a row (NaN and infinities are skipped: a missing figure stays missing).
-    pub fn add(&mut self, workload: &str, imp: &str, metric: &str, value: f64, unit: &str) {
+    pub fn add(&mut self, metric: &str, value: f64, unit: &str) {
         if !value.is_finite() {
             return;
         }
         self.rows.push(Row {
             backend: self.backend.to_string(),
-            workload: workload.to_string(),
-            imp: imp.to_string(),
+            workload: self.workload.to_string(),
+            imp: self.imp.to_string(),
             metric: metric.to_string(),
             value,
             unit: unit.to_string(),
@@ -39,20 +59,14 @@ impl Sink<'_> {
     }
 
     /// p50 and p99 of `samples` in µs, as `<prefix>_p50` / `<prefix>_p99`.
-    pub fn percentiles(
-        &mut self,
-        workload: &str,
-        imp: &str,
-        prefix: &str,
-        samples: &mut [Duration],
-    ) {
+    pub fn percentiles(&mut self, prefix: &str, samples: &mut [Duration]) {
         if samples.is_empty() {
             return;
         }
         samples.sort_unstable();
         for (p, tag) in [(0.50, "p50"), (0.99, "p99")] {
             let v = percentile(samples, p).as_secs_f64() * 1e6;
-            self.add(workload, imp, &format!("{prefix}_{tag}"), v, "us");
+            self.add(&format!("{prefix}_{tag}"), v, "us");
         }
     }
 }
@@ -94,8 +108,8 @@ mod tests {
             backend: "redis",
             rows: &mut rows,
         };
-        s.add("w", "dlock", "m", f64::NAN, "x");
-        s.add("w", "dlock", "m", 2.0, "x");
+        s.to("w", "dlock").add("m", f64::NAN, "x");
+        s.to("w", "dlock").add("m", 2.0, "x");
         assert_eq!(rows.len(), 1);
         let json = serde_json::to_string(&rows[0]).unwrap_or_default();
         assert!(json.contains("\"impl\":\"dlock\""), "{json}");

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use tokio::task::JoinHandle;
 
-use crate::impls::{Client, Dlock, Held, Impl};
+use crate::impls::{Client, Held, Impl};
 use crate::probe::Probe;
-use crate::stats::{Sink, rss_bytes};
+use crate::stats::{Rows, Sink, rss_bytes};
 
 /// TTL of the leases in every workload but the renewal one.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -21,8 +22,8 @@ fn order(n: usize, round: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |k| (k + round) % n)
 }
 
-async fn clients(imp: &dyn Impl, n: usize) -> Result<Vec<Arc<dyn Client>>, String> {
-    let made = futures::future::join_all((0..n).map(|_| imp.client(TTL))).await;
+async fn clients(imp: &Impl, n: usize, ttl: Duration) -> Result<Vec<Arc<dyn Client>>, String> {
+    let made = futures::future::join_all((0..n).map(|_| imp.client(ttl))).await;
     made.into_iter().collect()
 }
 
@@ -30,17 +31,69 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn requests(clients: &[Arc<dyn Client>]) -> Option<u64> {
-    clients
-        .iter()
-        .map(|c| c.stats().map(|s| s.requests))
-        .sum::<Option<u64>>()
+/// Requests counted by the servers (the probe) and by dlock's clients; `None` where not known.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    server: Option<u64>,
+    client: Option<u64>,
+}
+
+impl Counts {
+    /// The start of a sum over rounds.
+    const ZERO: Counts = Counts {
+        server: Some(0),
+        client: Some(0),
+    };
+
+    /// The counts now.
+    async fn read(probe: &Probe, clients: &[Arc<dyn Client>]) -> Counts {
+        let client = clients.iter().map(|c| c.stats().map(|s| s.requests)).sum();
+        Counts {
+            server: probe.count().await,
+            client,
+        }
+    }
+
+    /// What was counted since `before`.
+    fn since(self, before: Counts) -> Counts {
+        let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.saturating_sub(b));
+        Counts {
+            server: diff(self.server, before.server),
+            client: diff(self.client, before.client),
+        }
+    }
+
+    /// The sum of two rounds' counts (unknown if either is).
+    fn add(&mut self, other: Counts) {
+        let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a + b);
+        self.server = sum(self.server, other.server);
+        self.client = sum(self.client, other.client);
+    }
+
+    /// The rows `<server metric>_per_<what>` and `client_requests_per_<what>`: the counts
+    /// divided by `n`.
+    fn rows(self, out: &mut Rows<'_>, probe: &Probe, what: &str, n: f64) {
+        if let Some(s) = self.server {
+            out.add(
+                &probe.metric(&format!("per_{what}")),
+                s as f64 / n,
+                "requests",
+            );
+        }
+        if let Some(c) = self.client {
+            out.add(
+                &format!("client_requests_per_{what}"),
+                c as f64 / n,
+                "requests",
+            );
+        }
+    }
 }
 
 /// Uncontended acquire + release by one client, `per_round` pairs per contender per round.
 pub async fn uncontended(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     rounds: usize,
     per_round: usize,
 ) -> Result<(), String> {
@@ -49,47 +102,78 @@ pub async fn uncontended(
         cs.push(i.client(TTL).await?);
     }
     let mut samples = vec![Vec::new(); impls.len()];
-    let mut busy = vec![Duration::ZERO; impls.len()];
     for r in 0..rounds {
         for i in order(impls.len(), r) {
             for _ in 0..per_round {
                 let t = Instant::now();
                 let h = cs[i].acquire("uncontended").await?;
                 cs[i].release(h).await?;
-                let d = t.elapsed();
-                samples[i].push(d);
-                busy[i] += d;
+                samples[i].push(t.elapsed());
             }
         }
     }
-    for (i, imp) in impls.iter().enumerate() {
-        let n = samples[i].len() as f64;
-        sink.add(
-            "uncontended",
-            imp.name(),
-            "ops_per_s",
-            n / busy[i].as_secs_f64(),
-            "1/s",
-        );
-        sink.percentiles("uncontended", imp.name(), "latency", &mut samples[i]);
+    for (imp, samples) in impls.iter().zip(&mut samples) {
+        let busy = samples.iter().sum::<Duration>().as_secs_f64();
+        let mut out = sink.to("uncontended", imp.name);
+        out.add("ops_per_s", samples.len() as f64 / busy, "1/s");
+        out.percentiles("latency", samples);
     }
     Ok(())
 }
 
-#[derive(Default)]
-struct Track {
-    last: Option<usize>,
-    release_start: Option<Instant>,
-    switches: u64,
-    grants: Vec<u64>,
-    handoffs: Vec<Duration>,
-    waits: Vec<Duration>,
+/// `c.acquire(name)` in a worker's loop: a failure is counted in `errors` and printed, and the
+/// worker tries again 10 ms later.
+async fn acquire_or_count(c: &Arc<dyn Client>, name: &str, errors: &AtomicU64) -> Option<Held> {
+    match c.acquire(name).await {
+        Ok(h) => Some(h),
+        Err(e) => {
+            errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("  acquire failed: {e}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            None
+        }
+    }
 }
 
+/// `c.release(held)` in a worker's loop: a failure is counted in `errors` and printed.
+async fn release_or_count(c: &Arc<dyn Client>, held: Held, errors: &AtomicU64) -> bool {
+    let released = c.release(held).await;
+    if let Err(e) = &released {
+        errors.fetch_add(1, Ordering::Relaxed);
+        eprintln!("  release failed: {e}");
+    }
+    released.is_ok()
+}
+
+/// Ends a timed round's workers (told to stop): waits up to [`DRAIN`] for them, then aborts
+/// them. What each returned, in order; nothing when they were aborted.
+async fn drain<T>(imp: &Impl, tasks: &mut [JoinHandle<T>]) -> Result<Vec<T>, String> {
+    match tokio::time::timeout(DRAIN, futures::future::join_all(tasks.iter_mut())).await {
+        Ok(done) => done
+            .into_iter()
+            .map(|d| d.map_err(|e| format!("worker task: {e}")))
+            .collect(),
+        Err(_) => {
+            let name = imp.name;
+            eprintln!("  {name}: workers still waiting {DRAIN:?} after the end; aborted");
+            for t in tasks.iter() {
+                t.abort();
+            }
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// What the workers of the contention workload saw.
 #[derive(Default)]
 struct Contention {
+    /// The worker granted last, and when its release started.
+    last: Option<usize>,
+    release_start: Option<Instant>,
+    /// Grants to another worker than the last one (true handoffs).
     switches: u64,
     elapsed: Duration,
+    /// Grants per worker.
     grants: Vec<u64>,
     handoffs: Vec<Duration>,
     waits: Vec<Duration>,
@@ -99,15 +183,15 @@ struct Contention {
 
 /// `workers` clients loop acquire → release on one lock for `secs`.
 async fn contention_round(
-    imp: &dyn Impl,
+    imp: &Impl,
     workers: usize,
     secs: Duration,
     name: String,
 ) -> Result<Contention, String> {
-    let cs = clients(imp, workers).await?;
-    let track = Arc::new(Mutex::new(Track {
+    let cs = clients(imp, workers, TTL).await?;
+    let track = Arc::new(Mutex::new(Contention {
         grants: vec![0; workers],
-        ..Track::default()
+        ..Contention::default()
     }));
     let held = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -127,14 +211,8 @@ async fn contention_round(
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let asked = Instant::now();
-                let h = match c.acquire(&name).await {
-                    Ok(h) => h,
-                    Err(e) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("  acquire failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
+                let Some(h) = acquire_or_count(&c, &name, &errors).await else {
+                    continue;
                 };
                 let granted = Instant::now();
                 if held.swap(true, Ordering::SeqCst) {
@@ -154,47 +232,31 @@ async fn contention_round(
                 }
                 lock(&track).release_start = Some(Instant::now());
                 held.store(false, Ordering::SeqCst);
-                if let Err(e) = c.release(h).await {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("  release failed: {e}");
-                }
+                release_or_count(&c, h, &errors).await;
             }
         }));
     }
     tokio::time::sleep(secs).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
-    let all = futures::future::join_all(tasks.iter_mut());
-    if tokio::time::timeout(DRAIN, all).await.is_err() {
-        eprintln!(
-            "  {}: workers still waiting {DRAIN:?} after the end; aborted",
-            imp.name()
-        );
-        for t in &tasks {
-            t.abort();
-        }
-    }
-    let mut t = lock(&track);
-    Ok(Contention {
-        switches: t.switches,
-        elapsed,
-        grants: std::mem::take(&mut t.grants),
-        handoffs: std::mem::take(&mut t.handoffs),
-        waits: std::mem::take(&mut t.waits),
-        violations: violations.load(Ordering::Relaxed),
-        errors: errors.load(Ordering::Relaxed),
-    })
+    // A worker that failed is counted in `errors` already.
+    let _ = drain(imp, &mut tasks).await;
+    let mut t = std::mem::take(&mut *lock(&track));
+    t.elapsed = elapsed;
+    t.violations = violations.load(Ordering::Relaxed);
+    t.errors = errors.load(Ordering::Relaxed);
+    Ok(t)
 }
 
 /// 8-way (or `workers`-way) contention, `rounds` interleaved rounds of `secs` per contender.
 pub async fn contention(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     workers: usize,
     rounds: usize,
     secs: Duration,
 ) -> Result<(), String> {
-    let impls: Vec<&Arc<dyn Impl>> = impls.iter().filter(|i| i.contends()).collect();
+    let impls: Vec<&Impl> = impls.iter().filter(|i| i.contends()).collect();
     let mut acc: Vec<Contention> = impls
         .iter()
         .map(|_| Contention {
@@ -204,8 +266,7 @@ pub async fn contention(
         .collect();
     for r in 0..rounds {
         for i in order(impls.len(), r) {
-            let name = format!("contended-{r}");
-            let c = contention_round(impls[i].as_ref(), workers, secs, name).await?;
+            let c = contention_round(impls[i], workers, secs, format!("contended-{r}")).await?;
             let a = &mut acc[i];
             a.switches += c.switches;
             a.elapsed += c.elapsed;
@@ -220,52 +281,35 @@ pub async fn contention(
     }
     let wl = format!("contention-{workers}");
     for (imp, a) in impls.iter().zip(&mut acc) {
-        let name = imp.name();
+        let mut out = sink.to(&wl, imp.name);
         let secs = a.elapsed.as_secs_f64();
         let grants: u64 = a.grants.iter().sum();
-        sink.add(&wl, name, "handoffs_per_s", a.switches as f64 / secs, "1/s");
-        sink.add(&wl, name, "acquisitions_per_s", grants as f64 / secs, "1/s");
+        out.add("handoffs_per_s", a.switches as f64 / secs, "1/s");
+        out.add("acquisitions_per_s", grants as f64 / secs, "1/s");
         let min = a.grants.iter().copied().min().unwrap_or(0) as f64;
         let max = a.grants.iter().copied().max().unwrap_or(0) as f64;
-        sink.add(&wl, name, "client_grants_min", min, "grants");
-        sink.add(&wl, name, "client_grants_max", max, "grants");
-        sink.add(
-            &wl,
-            name,
-            "fairness_min_over_max",
-            if max > 0.0 { min / max } else { 0.0 },
-            "ratio",
-        );
-        sink.percentiles(&wl, name, "handoff", &mut a.handoffs);
-        sink.percentiles(&wl, name, "wait", &mut a.waits);
-        sink.add(
-            &wl,
-            name,
-            "exclusion_violations",
-            a.violations as f64,
-            "count",
-        );
-        sink.add(&wl, name, "errors", a.errors as f64, "count");
+        out.add("client_grants_min", min, "grants");
+        out.add("client_grants_max", max, "grants");
+        let fairness = if max > 0.0 { min / max } else { 0.0 };
+        out.add("fairness_min_over_max", fairness, "ratio");
+        out.percentiles("handoff", &mut a.handoffs);
+        out.percentiles("wait", &mut a.waits);
+        out.add("exclusion_violations", a.violations as f64, "count");
+        out.add("errors", a.errors as f64, "count");
     }
     Ok(())
 }
 
 struct Queue {
     handoffs: Vec<Duration>,
-    server_requests: Option<u64>,
-    client_requests: Option<u64>,
+    requests: Counts,
     violations: u64,
 }
 
 /// One holder, `n` waiters queued behind it; the holder releases, each waiter releases as soon
 /// as it is granted. Measures each handoff and the requests the whole chain cost.
-async fn queue_round(
-    imp: &dyn Impl,
-    n: usize,
-    name: String,
-    probe: &Probe,
-) -> Result<Queue, String> {
-    let cs = clients(imp, n + 1).await?;
+async fn queue_round(imp: &Impl, n: usize, name: String, probe: &Probe) -> Result<Queue, String> {
+    let cs = clients(imp, n + 1, TTL).await?;
     let holder = Arc::clone(&cs[0]);
     let h = holder.acquire(&name).await?;
     let last_release = Arc::new(Mutex::new(Instant::now()));
@@ -316,19 +360,16 @@ async fn queue_round(
     }
     // Let every waiter queue up (they spin for the peers that have no queue).
     tokio::time::sleep(Duration::from_millis(300 + 10 * n as u64)).await;
-    let before = (probe.count().await, requests(&cs));
+    let before = Counts::read(probe, &cs).await;
     go.store(true, Ordering::SeqCst);
     *lock(&last_release) = Instant::now();
     held.store(false, Ordering::SeqCst);
     holder.release(h).await?;
-    let after = if tokio::time::timeout(Duration::from_secs(60), last_granted.notified())
-        .await
-        .is_ok()
-    {
-        (probe.count().await, requests(&cs))
-    } else {
-        (None, None)
-    };
+    let requests =
+        match tokio::time::timeout(Duration::from_secs(60), last_granted.notified()).await {
+            Ok(()) => Counts::read(probe, &cs).await.since(before),
+            Err(_) => Counts::default(),
+        };
     counted.notify_one();
     let all = futures::future::join_all(tasks.iter_mut());
     match tokio::time::timeout(Duration::from_secs(60), all).await {
@@ -341,17 +382,13 @@ async fn queue_round(
             for t in &tasks {
                 t.abort();
             }
-            return Err(format!(
-                "{}: {n} waiters not all served in 60 s",
-                imp.name()
-            ));
+            return Err(format!("{}: {n} waiters not all served in 60 s", imp.name));
         }
     }
     let handoffs = std::mem::take(&mut *lock(&handoffs));
     Ok(Queue {
         handoffs,
-        server_requests: after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b)),
-        client_requests: after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b)),
+        requests,
         violations: violations.load(Ordering::Relaxed),
     })
 }
@@ -359,12 +396,12 @@ async fn queue_round(
 /// N waiters behind a holder, for every N in `ns`, `rounds` interleaved rounds.
 pub async fn waiters(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     ns: &[usize],
     rounds: usize,
     probe: &Probe,
 ) -> Result<(), String> {
-    let impls: Vec<&Arc<dyn Impl>> = impls.iter().filter(|i| i.contends()).collect();
+    let impls: Vec<&Impl> = impls.iter().filter(|i| i.contends()).collect();
     for &n in ns {
         let wl = format!("waiters-{n}");
         let mut handoffs = vec![Vec::new(); impls.len()];
@@ -372,57 +409,32 @@ pub async fn waiters(
         // handoff at once. Split, they tell a cold path from a slow one.
         let mut firsts = vec![Vec::new(); impls.len()];
         let mut later = vec![Vec::new(); impls.len()];
-        let mut server = vec![Some(0u64); impls.len()];
-        let mut client = vec![Some(0u64); impls.len()];
+        let mut requests = vec![Counts::ZERO; impls.len()];
         let mut violations = vec![0u64; impls.len()];
         for r in 0..rounds {
             for i in order(impls.len(), r) {
-                let q = queue_round(impls[i].as_ref(), n, format!("queue-{n}-{r}"), probe).await?;
+                let q = queue_round(impls[i], n, format!("queue-{n}-{r}"), probe).await?;
                 if let Some((first, rest)) = q.handoffs.split_first() {
                     firsts[i].push(*first);
                     later[i].extend_from_slice(rest);
                 }
                 handoffs[i].extend(q.handoffs);
-                server[i] = server[i].zip(q.server_requests).map(|(a, b)| a + b);
-                client[i] = client[i].zip(q.client_requests).map(|(a, b)| a + b);
+                requests[i].add(q.requests);
                 violations[i] += q.violations;
             }
         }
         for (i, imp) in impls.iter().enumerate() {
-            let name = imp.name();
+            let mut out = sink.to(&wl, imp.name);
             let count = handoffs[i].len() as f64;
             let mean = handoffs[i].iter().sum::<Duration>().as_secs_f64() * 1e6 / count;
-            sink.add(&wl, name, "handoff_mean", mean, "us");
-            sink.percentiles(&wl, name, "handoff", &mut handoffs[i]);
+            out.add("handoff_mean", mean, "us");
+            out.percentiles("handoff", &mut handoffs[i]);
             if n > 1 {
-                sink.percentiles(&wl, name, "handoff_first", &mut firsts[i]);
-                sink.percentiles(&wl, name, "handoff_later", &mut later[i]);
+                out.percentiles("handoff_first", &mut firsts[i]);
+                out.percentiles("handoff_later", &mut later[i]);
             }
-            if let Some(s) = server[i] {
-                sink.add(
-                    &wl,
-                    name,
-                    probe.metric("per_handoff").as_str(),
-                    s as f64 / count,
-                    "requests",
-                );
-            }
-            if let Some(c) = client[i] {
-                sink.add(
-                    &wl,
-                    name,
-                    "client_requests_per_handoff",
-                    c as f64 / count,
-                    "requests",
-                );
-            }
-            sink.add(
-                &wl,
-                name,
-                "exclusion_violations",
-                violations[i] as f64,
-                "count",
-            );
+            requests[i].rows(&mut out, probe, "handoff", count);
+            out.add("exclusion_violations", violations[i] as f64, "count");
         }
     }
     Ok(())
@@ -431,7 +443,7 @@ pub async fn waiters(
 /// `count` distinct locks on one client: acquire all (concurrently), then release all.
 pub async fn many_locks(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     count: usize,
     rounds: usize,
 ) -> Result<(), String> {
@@ -462,28 +474,11 @@ pub async fn many_locks(
     let wl = format!("locks-{count}");
     let total = (count * rounds) as f64;
     for (i, imp) in impls.iter().enumerate() {
-        let name = imp.name();
-        sink.add(
-            &wl,
-            name,
-            "pairs_per_s",
-            total / (acq[i] + rel[i]).as_secs_f64(),
-            "1/s",
-        );
-        sink.add(
-            &wl,
-            name,
-            "acquire_ops_per_s",
-            total / acq[i].as_secs_f64(),
-            "1/s",
-        );
-        sink.add(
-            &wl,
-            name,
-            "release_ops_per_s",
-            total / rel[i].as_secs_f64(),
-            "1/s",
-        );
+        let mut out = sink.to(&wl, imp.name);
+        let pairs = total / (acq[i] + rel[i]).as_secs_f64();
+        out.add("pairs_per_s", pairs, "1/s");
+        out.add("acquire_ops_per_s", total / acq[i].as_secs_f64(), "1/s");
+        out.add("release_ops_per_s", total / rel[i].as_secs_f64(), "1/s");
     }
     Ok(())
 }
@@ -492,8 +487,7 @@ pub async fn many_locks(
 #[derive(Default)]
 struct Handovers {
     times: Vec<Duration>,
-    server_requests: Option<u64>,
-    client_requests: Option<u64>,
+    requests: Counts,
     violations: u64,
 }
 
@@ -530,7 +524,7 @@ struct Elected {
 /// of the line; `gap` later the next election's leader resigns. k is the number of elections
 /// that lets every standby wait at least [`IN_LINE`] in line before its turn.
 async fn handover_round(
-    imp: &dyn Impl,
+    imp: &Impl,
     standbys: usize,
     count: usize,
     gap: Duration,
@@ -543,7 +537,7 @@ async fn handover_round(
         .clamp(1, count.max(1));
     let mut elections = Vec::with_capacity(k);
     for e in 0..k {
-        let cs = clients(imp, standbys + 1).await?;
+        let cs = clients(imp, standbys + 1, TTL).await?;
         let name = format!("{name}-{e}");
         let held = cs[0].acquire(&name).await?;
         let line = (1..=standbys).map(|w| campaign(&cs[w], w, &name)).collect();
@@ -561,7 +555,7 @@ async fn handover_round(
         .collect();
     // Let every standby get in line first.
     tokio::time::sleep(Duration::from_millis(300 + 10 * standbys as u64)).await;
-    let before = (probe.count().await, requests(&all));
+    let before = Counts::read(probe, &all).await;
     let mut out = Handovers::default();
     for turn in 0..count {
         let e = &mut elections[turn % k];
@@ -577,7 +571,7 @@ async fn handover_round(
         e.clients[e.leader].release(held).await?;
         let next = tokio::time::timeout(Duration::from_secs(60), e.line.next())
             .await
-            .map_err(|_| format!("{}: no new leader 60 s after a resignation", imp.name()))?
+            .map_err(|_| format!("{}: no new leader 60 s after a resignation", imp.name))?
             .ok_or("no campaign in line")?;
         let (w, got, at) = next.map_err(|err| format!("campaign task: {err}"))?;
         e.held = Some(got?);
@@ -587,9 +581,7 @@ async fn handover_round(
         e.leader = w;
         tokio::time::sleep(gap).await;
     }
-    let after = (probe.count().await, requests(&all));
-    out.server_requests = after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b));
-    out.client_requests = after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b));
+    out.requests = Counts::read(probe, &all).await.since(before);
     for e in &mut elections {
         if let Some(held) = e.held.take() {
             e.clients[e.leader].release(held).await?;
@@ -607,7 +599,7 @@ async fn handover_round(
 /// `election-S`).
 pub async fn handovers(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     standbys: &[usize],
     rounds: usize,
     count: usize,
@@ -619,54 +611,29 @@ pub async fn handovers(
         let mut acc: Vec<Handovers> = impls
             .iter()
             .map(|_| Handovers {
-                server_requests: Some(0),
-                client_requests: Some(0),
+                requests: Counts::ZERO,
                 ..Handovers::default()
             })
             .collect();
         for r in 0..rounds {
             for i in order(impls.len(), r) {
                 let name = format!("election-{s}-{r}");
-                let h = handover_round(impls[i].as_ref(), s, count, gap, name, probe).await?;
+                let h = handover_round(&impls[i], s, count, gap, name, probe).await?;
                 let a = &mut acc[i];
                 a.times.extend(h.times);
-                a.server_requests = a.server_requests.zip(h.server_requests).map(|(a, b)| a + b);
-                a.client_requests = a.client_requests.zip(h.client_requests).map(|(a, b)| a + b);
+                a.requests.add(h.requests);
                 a.violations += h.violations;
             }
         }
         for (imp, a) in impls.iter().zip(&mut acc) {
-            let name = imp.name();
+            let mut out = sink.to(&wl, imp.name);
             let n = a.times.len() as f64;
             let total = a.times.iter().sum::<Duration>().as_secs_f64();
-            sink.add(&wl, name, "handovers_per_s", n / total, "1/s");
-            sink.add(&wl, name, "handover_mean", total * 1e6 / n, "us");
-            sink.percentiles(&wl, name, "handover", &mut a.times);
-            if let Some(c) = a.server_requests {
-                sink.add(
-                    &wl,
-                    name,
-                    probe.metric("per_handover").as_str(),
-                    c as f64 / n,
-                    "requests",
-                );
-            }
-            if let Some(c) = a.client_requests {
-                sink.add(
-                    &wl,
-                    name,
-                    "client_requests_per_handover",
-                    c as f64 / n,
-                    "requests",
-                );
-            }
-            sink.add(
-                &wl,
-                name,
-                "exclusion_violations",
-                a.violations as f64,
-                "count",
-            );
+            out.add("handovers_per_s", n / total, "1/s");
+            out.add("handover_mean", total * 1e6 / n, "us");
+            out.percentiles("handover", &mut a.times);
+            a.requests.rows(&mut out, probe, "handover", n);
+            out.add("exclusion_violations", a.violations as f64, "count");
         }
     }
     Ok(())
@@ -678,10 +645,9 @@ pub async fn handovers(
 /// proxy blackholes at once (the leaders' sessions and leases are abandoned, as by a crash or a
 /// partition: nothing is released) and each standby's campaign returning ends its failover.
 /// Bounded by the TTL (`ttl` asked; the rows give the TTL granted and failover ÷ TTL).
-/// Contenders that cannot be reached through a proxy are left out.
 pub async fn crash_failovers(
     sink: &mut Sink<'_>,
-    impls: &[Arc<dyn Impl>],
+    impls: &[Impl],
     upstream: &[std::net::SocketAddr],
     names: usize,
     ttl: Duration,
@@ -694,14 +660,8 @@ pub async fn crash_failovers(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("cannot start a proxy: {e}"))?;
         let addrs: Vec<_> = proxies.iter().map(|p| p.addr()).collect();
-        let Some(via) = imp.through(&addrs) else {
-            continue;
-        };
-        let leaders = futures::future::join_all((0..names).map(|_| via.client(ttl)))
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
-        let standbys = clients_ttl(imp.as_ref(), names, ttl).await?;
+        let leaders = clients(&imp.through(&addrs), names, ttl).await?;
+        let standbys = clients(imp, names, ttl).await?;
         let lock_names: Vec<String> = (0..names).map(|k| format!("crash-{k}")).collect();
         let mut leading = Vec::new();
         for (c, n) in leaders.iter().zip(&lock_names) {
@@ -725,7 +685,7 @@ pub async fn crash_failovers(
         for c in &mut line {
             let (k, got, at) = tokio::time::timeout(limit, c)
                 .await
-                .map_err(|_| format!("{}: no failover {limit:?} after a crash", imp.name()))?
+                .map_err(|_| format!("{}: no failover {limit:?} after a crash", imp.name))?
                 .map_err(|e| format!("campaign task: {e}"))?;
             standbys[k].release(got?).await?;
             times.push(at.saturating_duration_since(crashed));
@@ -736,32 +696,21 @@ pub async fn crash_failovers(
         drop(leading);
         drop(leaders);
         drop(proxies);
-        let name = imp.name();
+        let mut out = sink.to(wl, imp.name);
         if let Some(t) = granted {
-            sink.add(wl, name, "leader_ttl", t.as_secs_f64() * 1e6, "us");
+            out.add("leader_ttl", t.as_secs_f64() * 1e6, "us");
             times.sort_unstable();
             let p50 = crate::stats::percentile(&times, 0.5);
-            sink.add(
-                wl,
-                name,
+            out.add(
                 "failover_over_ttl",
                 p50.as_secs_f64() / t.as_secs_f64(),
                 "ratio",
             );
         }
-        sink.percentiles(wl, name, "failover", &mut times);
-        sink.add(wl, name, "exclusion_violations", violations as f64, "count");
+        out.percentiles("failover", &mut times);
+        out.add("exclusion_violations", violations as f64, "count");
     }
     Ok(())
-}
-
-async fn clients_ttl(
-    imp: &dyn Impl,
-    n: usize,
-    ttl: Duration,
-) -> Result<Vec<Arc<dyn Client>>, String> {
-    let made = futures::future::join_all((0..n).map(|_| imp.client(ttl))).await;
-    made.into_iter().collect()
 }
 
 #[derive(Default)]
@@ -772,8 +721,7 @@ struct Shared {
     max_holders: u64,
     violations: u64,
     errors: u64,
-    server_requests: Option<u64>,
-    client_requests: Option<u64>,
+    requests: Counts,
 }
 
 /// `workers` clients loop acquire → release on one name for `secs` (no hold time). Where
@@ -782,21 +730,21 @@ struct Shared {
 /// release are counted (readers sharing: a grant while another reader's release is under way
 /// or not yet started).
 async fn shared_round(
-    imp: &dyn Impl,
+    imp: &Impl,
     workers: usize,
     secs: Duration,
     exclusive: bool,
     name: String,
     probe: &Probe,
 ) -> Result<Shared, String> {
-    let cs = clients(imp, workers).await?;
+    let cs = clients(imp, workers, TTL).await?;
     let holders = Arc::new(AtomicU64::new(0));
     let max_holders = Arc::new(AtomicU64::new(0));
     let violations = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let grants = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let before = (probe.count().await, requests(&cs));
+    let before = Counts::read(probe, &cs).await;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in &cs {
@@ -814,14 +762,8 @@ async fn shared_round(
             let mut pairs = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let asked = Instant::now();
-                let h = match c.acquire(&name).await {
-                    Ok(h) => h,
-                    Err(e) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("  acquire failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
+                let Some(h) = acquire_or_count(&c, &name, &errors).await else {
+                    continue;
                 };
                 let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                 max_holders.fetch_max(now, Ordering::Relaxed);
@@ -831,14 +773,11 @@ async fn shared_round(
                     }
                     holders.fetch_sub(1, Ordering::SeqCst);
                 }
-                let released = c.release(h).await;
+                let released = release_or_count(&c, h, &errors).await;
                 if !exclusive {
                     holders.fetch_sub(1, Ordering::SeqCst);
                 }
-                if let Err(e) = released {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("  release failed: {e}");
-                } else if !stop.load(Ordering::Relaxed) {
+                if released && !stop.load(Ordering::Relaxed) {
                     grants.fetch_add(1, Ordering::Relaxed);
                     pairs.push(asked.elapsed());
                 }
@@ -849,25 +788,8 @@ async fn shared_round(
     tokio::time::sleep(secs).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
-    let after_requests = requests(&cs);
-    let after = (probe.count().await, after_requests);
-    let mut pairs = Vec::new();
-    match tokio::time::timeout(DRAIN, futures::future::join_all(tasks.iter_mut())).await {
-        Ok(done) => {
-            for d in done {
-                pairs.extend(d.map_err(|e| format!("worker task: {e}"))?);
-            }
-        }
-        Err(_) => {
-            eprintln!(
-                "  {}: workers still waiting {DRAIN:?} after the end; aborted",
-                imp.name()
-            );
-            for t in &tasks {
-                t.abort();
-            }
-        }
-    }
+    let requests = Counts::read(probe, &cs).await.since(before);
+    let pairs = drain(imp, &mut tasks).await?.concat();
     Ok(Shared {
         elapsed,
         grants: grants.load(Ordering::Relaxed),
@@ -875,8 +797,7 @@ async fn shared_round(
         max_holders: max_holders.load(Ordering::Relaxed),
         violations: violations.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
-        server_requests: after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b)),
-        client_requests: after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b)),
+        requests,
     })
 }
 
@@ -886,7 +807,7 @@ async fn shared_round(
 /// pair's latency, the most holders seen at once and the requests per acquisition.
 pub async fn shared_reads(
     sink: &mut Sink<'_>,
-    impls: &[(Arc<dyn Impl>, bool)],
+    impls: &[(Impl, bool)],
     workers: usize,
     rounds: usize,
     secs: Duration,
@@ -896,8 +817,7 @@ pub async fn shared_reads(
     let mut acc: Vec<Shared> = impls
         .iter()
         .map(|_| Shared {
-            server_requests: Some(0),
-            client_requests: Some(0),
+            requests: Counts::ZERO,
             ..Shared::default()
         })
         .collect();
@@ -905,7 +825,7 @@ pub async fn shared_reads(
         for i in order(impls.len(), r) {
             let (imp, exclusive) = &impls[i];
             let name = format!("{wl}-{r}");
-            let s = shared_round(imp.as_ref(), workers, secs, *exclusive, name, probe).await?;
+            let s = shared_round(imp, workers, secs, *exclusive, name, probe).await?;
             let a = &mut acc[i];
             a.elapsed += s.elapsed;
             a.grants += s.grants;
@@ -913,52 +833,26 @@ pub async fn shared_reads(
             a.max_holders = a.max_holders.max(s.max_holders);
             a.violations += s.violations;
             a.errors += s.errors;
-            a.server_requests = a.server_requests.zip(s.server_requests).map(|(a, b)| a + b);
-            a.client_requests = a.client_requests.zip(s.client_requests).map(|(a, b)| a + b);
+            a.requests.add(s.requests);
         }
     }
     for ((imp, exclusive), a) in impls.iter().zip(&mut acc) {
-        let name = imp.name();
+        let mut out = sink.to(&wl, imp.name);
         let grants = a.grants as f64;
-        sink.add(
-            &wl,
-            name,
+        out.add(
             "acquisitions_per_s",
             grants / a.elapsed.as_secs_f64(),
             "1/s",
         );
-        sink.percentiles(&wl, name, "latency", &mut a.pairs);
+        out.percentiles("latency", &mut a.pairs);
         if !*exclusive {
-            sink.add(&wl, name, "holders_max", a.max_holders as f64, "holders");
+            out.add("holders_max", a.max_holders as f64, "holders");
         }
-        if let Some(c) = a.server_requests {
-            sink.add(
-                &wl,
-                name,
-                probe.metric("per_acquisition").as_str(),
-                c as f64 / grants,
-                "requests",
-            );
-        }
-        if let Some(c) = a.client_requests {
-            sink.add(
-                &wl,
-                name,
-                "client_requests_per_acquisition",
-                c as f64 / grants,
-                "requests",
-            );
-        }
+        a.requests.rows(&mut out, probe, "acquisition", grants);
         if *exclusive {
-            sink.add(
-                &wl,
-                name,
-                "exclusion_violations",
-                a.violations as f64,
-                "count",
-            );
+            out.add("exclusion_violations", a.violations as f64, "count");
         }
-        sink.add(&wl, name, "errors", a.errors as f64, "count");
+        out.add("errors", a.errors as f64, "count");
     }
     Ok(())
 }
@@ -984,7 +878,7 @@ const LEASE_PERIODS: u32 = 6;
 /// would misjudge the rounds per period by the ratio of the two.
 pub async fn held_leases(
     sink: &mut Sink<'_>,
-    dlock: &Dlock,
+    dlock: &Impl,
     count: usize,
     ttl: Duration,
     probe: &Probe,
@@ -1044,66 +938,24 @@ pub async fn held_leases(
         eprintln!("  {release_errors} of {count} releases failed; first: {e}");
     }
     let wl = format!("leases-{count}");
-    sink.add(
-        &wl,
-        "dlock",
-        "lease_ttl_granted",
-        granted.as_secs_f64() * 1e6,
-        "us",
-    );
-    sink.add(
-        &wl,
-        "dlock",
-        "lease_validity",
-        validity.as_secs_f64() * 1e6,
-        "us",
-    );
-    sink.add(
-        &wl,
-        "dlock",
-        "acquire_ops_per_s",
-        count as f64 / acquire_time.as_secs_f64(),
-        "1/s",
-    );
-    sink.add(
-        &wl,
-        "dlock",
-        "renewal_rounds_per_period",
-        (s1.renewals - s0.renewals) as f64 / periods,
-        "rounds",
-    );
-    sink.add(
-        &wl,
-        "dlock",
-        "client_requests_per_period",
-        (s1.requests - s0.requests) as f64 / periods,
-        "requests",
-    );
+    let mut out = sink.to(&wl, "dlock");
+    out.add("lease_ttl_granted", granted.as_secs_f64() * 1e6, "us");
+    out.add("lease_validity", validity.as_secs_f64() * 1e6, "us");
+    let acquire_ops = count as f64 / acquire_time.as_secs_f64();
+    out.add("acquire_ops_per_s", acquire_ops, "1/s");
+    let rounds = (s1.renewals - s0.renewals) as f64 / periods;
+    out.add("renewal_rounds_per_period", rounds, "rounds");
+    let requests = (s1.requests - s0.requests) as f64 / periods;
+    out.add("client_requests_per_period", requests, "requests");
     if let (Some(a), Some(b)) = (p1, p0) {
-        sink.add(
-            &wl,
-            "dlock",
-            probe.metric("per_period").as_str(),
-            a.saturating_sub(b) as f64 / periods,
-            "requests",
-        );
+        let server = a.saturating_sub(b) as f64 / periods;
+        out.add(&probe.metric("per_period"), server, "requests");
     }
     if let (Some(a), Some(b)) = (rss1, rss0) {
-        sink.add(
-            &wl,
-            "dlock",
-            "rss_per_lease",
-            a.saturating_sub(b) as f64 / count as f64,
-            "bytes",
-        );
+        let per_lease = a.saturating_sub(b) as f64 / count as f64;
+        out.add("rss_per_lease", per_lease, "bytes");
     }
-    sink.add(&wl, "dlock", "leases_lost", lost as f64, "count");
-    sink.add(
-        &wl,
-        "dlock",
-        "release_errors",
-        release_errors as f64,
-        "count",
-    );
+    out.add("leases_lost", lost as f64, "count");
+    out.add("release_errors", release_errors as f64, "count");
     Ok(())
 }
