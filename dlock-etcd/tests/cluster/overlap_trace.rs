@@ -121,24 +121,11 @@ async fn cycle(cluster: &Cluster, round: usize) -> Result<(), String> {
 /// `etcd_debugging_server_lease_expired_total` of every node: the member whose lessor proposed
 /// the revocation of an expired lease counts it.
 fn expired_by_node(cluster: &Cluster) -> String {
-    use std::io::{Read, Write};
-    cluster
-        .nodes()
-        .iter()
+    (0..cluster.len())
         .map(|n| {
-            let mut body = String::new();
-            if let Ok(mut s) = std::net::TcpStream::connect(n.addr()) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-                let _ = s.read_to_string(&mut body);
-            }
-            let count = body
-                .lines()
-                .find_map(|l| l.strip_prefix("etcd_debugging_server_lease_expired_total "))
-                .unwrap_or("?")
-                .trim()
-                .to_string();
-            format!("node {}: {count}", n.index())
+            let count =
+                crate::support::metric(cluster, n, "etcd_debugging_server_lease_expired_total");
+            format!("node {n}: {}", count.map_or("?".into(), |c| c.to_string()))
         })
         .collect::<Vec<_>>()
         .join(", ")

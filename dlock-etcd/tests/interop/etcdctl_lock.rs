@@ -5,17 +5,81 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Lease, LockName, Locker};
+use dlock_etcd::EtcdLocker;
 use support::Etcdctl;
 
 /// The create revision of `key`, read with etcdctl's own view of the store.
-async fn create_revision(locker: &dlock_etcd::EtcdLocker, key: &str) -> i64 {
+async fn create_revision(locker: &EtcdLocker, key: &str) -> i64 {
     let mut c = locker.client().clone();
     let resp = c.get(key, None).await.expect("read etcdctl's key");
     resp.kvs()
         .first()
         .map(|kv| kv.create_revision())
         .expect("etcdctl's key exists")
+}
+
+/// etcdctl holds `etcd_name` (dlock's `name`) first: dlock is refused and times out, then
+/// queues and is granted once etcdctl unlocks, with a token above etcdctl's revision.
+async fn etcdctl_first(endpoint: &str, locker: &EtcdLocker, name: &LockName) -> Lease {
+    let etcd_name = locker.etcd_mutex_name(name);
+    let ctl = Etcdctl::lock(endpoint, &etcd_name);
+    let key = ctl
+        .granted_key(Duration::from_secs(10))
+        .expect("etcdctl got the free lock");
+    assert!(
+        key.starts_with(&format!("{etcd_name}/")),
+        "etcdctl key {key}"
+    );
+    let etcdctl_rev = create_revision(locker, &key).await;
+    let tried = locker.try_acquire(name).await.expect("try_acquire");
+    assert!(tried.is_none(), "dlock got a lock etcdctl holds");
+    let err = locker
+        .acquire(name, AcquireOptions::wait(Duration::from_millis(700)))
+        .await
+        .expect_err("dlock got a lock etcdctl holds");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let (l, n) = (locker.clone(), name.clone());
+    let waiter = tokio::spawn(async move {
+        l.acquire(&n, AcquireOptions::wait(Duration::from_secs(15)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "granted while etcdctl holds the lock"
+    );
+    ctl.interrupt();
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("granted after etcdctl unlocked");
+    assert!(lease.token().get() > etcdctl_rev as u64);
+    lease
+}
+
+/// dlock holds `lease` on `name` first: etcdctl waits until it is released, then holds with a
+/// revision above its token. Returns etcdctl, holding.
+async fn dlock_first(
+    endpoint: &str,
+    locker: &EtcdLocker,
+    name: &LockName,
+    lease: Lease,
+) -> Etcdctl {
+    let ctl = Etcdctl::lock(endpoint, &locker.etcd_mutex_name(name));
+    assert_eq!(
+        ctl.granted_key(Duration::from_secs(2)),
+        None,
+        "etcdctl got a lock dlock holds"
+    );
+    lease.check().expect("held");
+    let token = lease.token();
+    lease.release().await.expect("release");
+    let key = ctl
+        .granted_key(Duration::from_secs(10))
+        .expect("etcdctl granted after dlock released");
+    assert!(create_revision(locker, &key).await as u64 > token.get());
+    ctl
 }
 
 #[test]
@@ -25,51 +89,11 @@ fn etcdctl_holds_then_dlock_waits() {
         let ns = support::namespace("interop-etcdctl-first");
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("jobs/nightly");
-        let etcd_name = locker.etcd_mutex_name(&name);
-        assert_eq!(etcd_name, format!("{ns}/jobs%2Fnightly"));
-
-        let ctl = Etcdctl::lock(&cluster.endpoints()[0], &etcd_name);
-        let key = ctl
-            .granted_key(Duration::from_secs(10))
-            .expect("etcdctl got the free lock");
-        assert!(
-            key.starts_with(&format!("{etcd_name}/")),
-            "etcdctl key {key}"
+        assert_eq!(
+            locker.etcd_mutex_name(&name),
+            format!("{ns}/jobs%2Fnightly")
         );
-        let etcdctl_rev = create_revision(&locker, &key).await;
-
-        assert!(
-            locker
-                .try_acquire(&name)
-                .await
-                .expect("try_acquire")
-                .is_none(),
-            "dlock got a lock etcdctl holds"
-        );
-        let err = locker
-            .acquire(&name, AcquireOptions::wait(Duration::from_millis(700)))
-            .await
-            .expect_err("dlock got a lock etcdctl holds");
-        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-
-        // Queue behind etcdctl, then let it go: we must be granted, with a higher token.
-        let l2 = locker.clone();
-        let n2 = name.clone();
-        let waiter = tokio::spawn(async move {
-            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15)))
-                .await
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !waiter.is_finished(),
-            "dlock was granted while etcdctl holds the lock"
-        );
-        ctl.interrupt();
-        let lease = waiter
-            .await
-            .expect("task")
-            .expect("granted after etcdctl unlocked");
-        assert!(lease.token().get() > etcdctl_rev as u64);
+        let lease = etcdctl_first(&cluster.endpoints()[0], &locker, &name).await;
         lease.release().await.expect("release");
     });
 }
@@ -82,29 +106,10 @@ fn dlock_holds_then_etcdctl_waits() {
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("jobs/nightly");
         let lease = support::hold(&locker, &name).await;
-
-        let ctl = Etcdctl::lock(&cluster.endpoints()[0], &locker.etcd_mutex_name(&name));
-        assert_eq!(
-            ctl.granted_key(Duration::from_secs(2)),
-            None,
-            "etcdctl got a lock dlock holds"
-        );
-        assert!(lease.check().is_ok());
-        let token = lease.token();
-        lease.release().await.expect("release");
-        let key = ctl
-            .granted_key(Duration::from_secs(10))
-            .expect("etcdctl granted after dlock released");
-        let etcdctl_rev = create_revision(&locker, &key).await;
-        assert!(etcdctl_rev as u64 > token.get());
+        let ctl = dlock_first(&cluster.endpoints()[0], &locker, &name, lease).await;
         // While etcdctl holds it, dlock is excluded again.
-        assert!(
-            locker
-                .try_acquire(&name)
-                .await
-                .expect("try_acquire")
-                .is_none()
-        );
+        let tried = locker.try_acquire(&name).await.expect("try_acquire");
+        assert!(tried.is_none(), "dlock got a lock etcdctl holds");
         ctl.interrupt();
         let again = locker
             .acquire(&name, AcquireOptions::wait(Duration::from_secs(15)))
@@ -129,38 +134,7 @@ fn etcdctl_and_dlock_meet_on_a_slash_prefixed_raw_name() {
             .expect("a leading '/' and raw names are accepted");
         let name = support::name("orders/42");
         assert_eq!(locker.etcd_mutex_name(&name), "/locks/orders/42");
-
-        // etcdctl first: dlock waits, then is granted behind it.
-        let ctl = Etcdctl::lock(&endpoint, "/locks/orders/42");
-        let key = ctl
-            .granted_key(Duration::from_secs(10))
-            .expect("etcdctl got the free lock");
-        assert!(key.starts_with("/locks/orders/42/"), "etcdctl key {key}");
-        let etcdctl_rev = create_revision(&locker, &key).await;
-        assert!(
-            locker
-                .try_acquire(&name)
-                .await
-                .expect("try_acquire")
-                .is_none(),
-            "dlock got a lock etcdctl holds"
-        );
-        let (l2, n2) = (locker.clone(), name.clone());
-        let waiter = tokio::spawn(async move {
-            l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(15)))
-                .await
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !waiter.is_finished(),
-            "granted while etcdctl holds the lock"
-        );
-        ctl.interrupt();
-        let lease = waiter
-            .await
-            .expect("task")
-            .expect("granted after etcdctl unlocked");
-        assert!(lease.token().get() > etcdctl_rev as u64);
+        let lease = etcdctl_first(&endpoint, &locker, &name).await;
         let session = locker.session_lease().await.expect("a session");
         let ours = format!("/locks/orders/42/{session:x}");
         assert_eq!(
@@ -168,20 +142,8 @@ fn etcdctl_and_dlock_meet_on_a_slash_prefixed_raw_name() {
             lease.token().get(),
             "our key is where etcd's Mutex puts it"
         );
-
-        // dlock first: etcdctl waits until dlock releases.
-        let ctl = Etcdctl::lock(&endpoint, "/locks/orders/42");
-        assert_eq!(
-            ctl.granted_key(Duration::from_secs(2)),
-            None,
-            "etcdctl got a lock dlock holds"
-        );
-        let token = lease.token();
-        lease.release().await.expect("release");
-        let key = ctl
-            .granted_key(Duration::from_secs(10))
-            .expect("etcdctl granted after dlock released");
-        assert!(create_revision(&locker, &key).await as u64 > token.get());
-        ctl.interrupt();
+        dlock_first(&endpoint, &locker, &name, lease)
+            .await
+            .interrupt();
     });
 }

@@ -6,50 +6,11 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, ErrorKind, Locker, RwLocker, Semaphore};
-use dlock_etcd::EtcdLocker;
-use dlock_etcd::etcd_client::GetOptions;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn wait() -> AcquireOptions {
     AcquireOptions::wait(WAIT)
-}
-
-/// Every key under `ns/`, sorted.
-async fn keys_under(locker: &EtcdLocker, ns: &str) -> Vec<String> {
-    let resp = locker
-        .client()
-        .clone()
-        .get(
-            format!("{ns}/"),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
-        )
-        .await
-        .expect("list the namespace");
-    let mut keys: Vec<String> = resp
-        .kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect();
-    keys.sort();
-    keys
-}
-
-/// Polls until nothing is left under `ns/` (a dropped acquire deletes its key in the
-/// background), or panics with what is left after 5 s.
-async fn assert_no_keys(locker: &EtcdLocker, ns: &str) {
-    let until = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let keys = keys_under(locker, ns).await;
-        if keys.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "keys left behind: {keys:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Issue 8: a permit key refused for its count must never be seen by others. Before the fix it
@@ -93,7 +54,7 @@ fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
         let permit_keys =
             |keys: Vec<String>| keys.into_iter().filter(|k| k.contains("/permit/")).count();
         let began = tokio::time::Instant::now();
-        while permit_keys(keys_under(&correct, &ns).await) < 2 && !refused.is_finished() {
+        while permit_keys(support::keys_under(&correct, &ns).await) < 2 && !refused.is_finished() {
             assert!(
                 began.elapsed() < WAIT,
                 "the wrong count's acquire never ended"
@@ -111,7 +72,7 @@ fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
         );
         let granted = granted.expect("a correct count is served whatever a refused one did");
         granted.release().await.expect("release");
-        assert_no_keys(&holder, &ns).await;
+        support::assert_no_keys(&holder, &ns).await;
     });
 }
 
@@ -126,7 +87,7 @@ fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
         let a = support::locker(&cluster, &ns).await;
         let name = support::name("pool");
         let held = a.acquire_permit(&name, 3, wait()).await.expect("a permit");
-        let keys = keys_under(&a, &ns).await;
+        let keys = support::keys_under(&a, &ns).await;
         let range = keys[0]
             .rsplit_once("/permit/")
             .map(|(base, _)| format!("{base}/permit/"))
@@ -145,7 +106,7 @@ fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
         for lease in [second, held] {
             lease.release().await.expect("release");
         }
-        assert_no_keys(&a, &ns).await;
+        support::assert_no_keys(&a, &ns).await;
     });
 }
 
@@ -184,7 +145,7 @@ fn a_permit_waiter_gets_in_when_any_holder_releases() {
         assert!(third.token() > newer_token);
         third.release().await.expect("release");
         oldest.release().await.expect("release");
-        assert_no_keys(&lockers[0], &ns).await;
+        support::assert_no_keys(&lockers[0], &ns).await;
     });
 }
 
@@ -211,7 +172,7 @@ fn keys_follow_the_documented_layout() {
                 .and_then(|rest| rest.strip_suffix(&format!("/{lease:x}")))
                 .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_hexdigit()))
         };
-        let keys = keys_under(&locker, &ns).await;
+        let keys = support::keys_under(&locker, &ns).await;
         assert_eq!(keys.len(), 2, "{keys:?}");
         assert!(is_key(&keys[0], &format!("{rw_base}/read/")), "{keys:?}");
         assert!(is_key(&keys[1], &format!("{sem_base}/permit/")), "{keys:?}");
@@ -224,12 +185,12 @@ fn keys_follow_the_documented_layout() {
         assert_eq!(value.kvs().first().map(|kv| kv.value()), Some(&b"4"[..]));
         read.release().await.expect("release");
         let write = locker.write(&rw, wait()).await.expect("write");
-        let keys = keys_under(&locker, &ns).await;
+        let keys = support::keys_under(&locker, &ns).await;
         assert_eq!(keys.len(), 2, "{keys:?}");
         assert!(is_key(&keys[0], &format!("{rw_base}/write/")), "{keys:?}");
         write.release().await.expect("release");
         permit.release().await.expect("release");
-        assert_no_keys(&locker, &ns).await;
+        support::assert_no_keys(&locker, &ns).await;
     });
 }
 
@@ -272,7 +233,7 @@ fn one_locker_holds_several_reads_and_permits() {
             .await
             .expect("write once the reads are gone");
         w.release().await.expect("release");
-        assert_no_keys(&locker, &ns).await;
+        support::assert_no_keys(&locker, &ns).await;
     });
 }
 
@@ -319,6 +280,6 @@ fn a_recipes_rwmutex_writer_key_blocks_dlock_readers_and_writers() {
         read.release().await.expect("release");
         let write = writing.await.expect("task").expect("write");
         write.release().await.expect("release");
-        assert_no_keys(&r, &ns).await;
+        support::assert_no_keys(&r, &ns).await;
     });
 }

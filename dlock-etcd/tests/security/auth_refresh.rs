@@ -5,27 +5,19 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::backend::AuthUsers;
 use dlock_core::Locker;
-use support::PrivateEtcd;
 
 #[test]
 fn expired_auth_token_is_refreshed() {
-    let server = PrivateEtcd::start(&[
-        "--auth-token-ttl",
-        "2",
-        "--heartbeat-interval",
-        "50",
-        "--election-timeout",
-        "500",
-    ]);
-    server.etcdctl(&["user", "add", "root", "--new-user-password=s3cret"]);
-    server.etcdctl(&["auth", "enable"]);
+    let users = AuthUsers::generate();
+    let server = crate::auth_etcd(&users);
     support::runtime().block_on(async {
         let ns = support::namespace("auth-refresh");
         // A 9 s TTL: keep-alive rounds every 3 s, so the 2 s token expires between them.
-        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+        let locker = support::builder(server.endpoints(), &ns)
             .ttl(Duration::from_secs(9))
-            .user("root", "s3cret")
+            .user(users.user.clone(), users.password.clone())
             .build()
             .await
             .expect("authenticated locker");

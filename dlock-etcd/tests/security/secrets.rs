@@ -13,47 +13,27 @@ use crate::support::{self, name};
 
 use std::time::Duration;
 
+use crate::backend::AuthUsers;
 use dlock_conformance::kit::{Secrets, captured};
+use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, ErrorKind, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{ConnectOptions, Identity, TlsOptions};
-use support::PrivateEtcd;
 
 /// The locker user's password: distinctive, so that any occurrence is a leak.
 const PASSWORD: &str = "Pw-etcd-7Qx2-secret-Lm9Z";
-/// root's password (only etcdctl uses it).
+/// root's password (only the set-up uses it).
 const ROOT_PASSWORD: &str = "Root-etcd-4Hk8-secret-Tz3W";
 const USER: &str = "dlock-secrets";
 
 /// An etcd with authentication on and the user [`USER`] (password [`PASSWORD`]) whose role
 /// may read and write `dlock-test/`, issuing auth tokens that expire after 2 s unused.
-fn auth_server() -> PrivateEtcd {
-    let server = PrivateEtcd::start(&[
-        "--auth-token-ttl",
-        "2",
-        "--bcrypt-cost",
-        "4",
-        "--heartbeat-interval",
-        "50",
-        "--election-timeout",
-        "500",
-    ]);
-    let root_pw = format!("--new-user-password={ROOT_PASSWORD}");
-    let user_pw = format!("--new-user-password={PASSWORD}");
-    server.etcdctl(&["user", "add", "root", &root_pw]);
-    server.etcdctl(&["role", "add", "dlock-locker"]);
-    server.etcdctl(&[
-        "role",
-        "grant-permission",
-        "dlock-locker",
-        "--prefix=true",
-        "readwrite",
-        "dlock-test/",
-    ]);
-    server.etcdctl(&["user", "add", USER, &user_pw]);
-    server.etcdctl(&["user", "grant-role", USER, "dlock-locker"]);
-    server.etcdctl(&["auth", "enable"]);
-    server
+fn auth_server() -> Cluster {
+    crate::auth_etcd(&AuthUsers {
+        user: USER.into(),
+        password: PASSWORD.into(),
+        root_password: ROOT_PASSWORD.into(),
+    })
 }
 
 /// A client identity of a test CA, made with openssl: (certificate, key) PEM.
@@ -132,7 +112,7 @@ fn errors_do_not_show_passwords() {
         .password("root password", ROOT_PASSWORD);
     support::runtime().block_on(async {
         let ns = support::namespace("secrets");
-        let err = support::builder(vec![server.endpoint.clone()], &ns)
+        let err = support::builder(server.endpoints(), &ns)
             .user(USER, wrong)
             .build()
             .await
@@ -148,7 +128,7 @@ fn errors_do_not_show_passwords() {
         secrets.assert_hidden("a wrong-password error", &text);
 
         // Outside the role's prefix: refused by permission, after a successful login.
-        let outside = support::builder(vec![server.endpoint.clone()], "elsewhere/secrets")
+        let outside = support::builder(server.endpoints(), "elsewhere/secrets")
             .user(USER, PASSWORD)
             .build()
             .await
@@ -164,7 +144,7 @@ fn errors_do_not_show_passwords() {
         );
 
         // Without credentials: refused as well.
-        let anonymous = support::builder(vec![server.endpoint.clone()], &ns)
+        let anonymous = support::builder(server.endpoints(), &ns)
             .build()
             .await
             .expect("connects lazily");
@@ -194,7 +174,7 @@ fn traces_do_not_show_the_password_or_the_key() {
         .pem_key("key", &key);
     support::runtime().block_on(async {
         let ns = support::namespace("secrets-trace");
-        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+        let locker = support::builder(server.endpoints(), &ns)
             .user(USER, PASSWORD)
             .build()
             .await

@@ -5,23 +5,7 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, Locker};
-use dlock_etcd::etcd_client::{CompactionOptions, GetOptions};
-
-/// Keys under `ns/`.
-async fn keys(locker: &dlock_etcd::EtcdLocker, ns: &str) -> Vec<String> {
-    let mut c = locker.client().clone();
-    let resp = c
-        .get(
-            format!("{ns}/"),
-            Some(GetOptions::new().with_prefix().with_keys_only()),
-        )
-        .await
-        .expect("list");
-    resp.kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect()
-}
+use dlock_etcd::etcd_client::CompactionOptions;
 
 #[test]
 fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
@@ -72,11 +56,14 @@ fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
             .expect("granted");
         assert!(got.token() > token);
         assert_eq!(
-            keys(&holder, &ns).await.len(),
+            support::keys_under(&holder, &ns).await.len(),
             1,
             "only the new holder's key"
         );
         got.release().await.expect("release");
-        assert!(keys(&holder, &ns).await.is_empty(), "stale keys left");
+        assert!(
+            support::keys_under(&holder, &ns).await.is_empty(),
+            "stale keys left"
+        );
     });
 }

@@ -5,16 +5,21 @@ use crate::support;
 
 use std::time::Duration;
 
+use dlock_conformance::servers::ServerOptions;
 use dlock_core::Locker;
-use support::PrivateEtcd;
 
 #[test]
 fn ttl_reports_the_server_granted_ttl() {
     // Election timeout 2 s: etcd's minimum lease TTL is 3 s.
-    let server = PrivateEtcd::start(&["--heartbeat-interval", "100", "--election-timeout", "2000"]);
+    let server = support::private(&ServerOptions::default().with_args([
+        "--heartbeat-interval",
+        "100",
+        "--election-timeout",
+        "2000",
+    ]));
     support::runtime().block_on(async {
         let ns = support::namespace("effective-ttl");
-        let locker = support::builder(vec![server.endpoint.clone()], &ns)
+        let locker = support::builder(server.endpoints(), &ns)
             .ttl(Duration::from_secs(1))
             .build()
             .await

@@ -11,24 +11,18 @@
 
 use crate::support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use dlock_conformance::faults::Proxy;
+use dlock_conformance::servers::ServerOptions;
 use dlock_core::Locker;
 use dlock_etcd::EtcdLocker;
-use support::PrivateEtcd;
 
 #[test]
 fn slow_idle_connection_survives_default_etcd_ping_policy() {
-    // No timing flags at all: etcd's defaults, as deployed.
-    let server = PrivateEtcd::start(&[]);
-    let upstream: SocketAddr = server
-        .endpoint
-        .trim_start_matches("http://")
-        .parse()
-        .expect("address");
-    let proxy = Proxy::start(upstream).expect("counting proxy");
+    // etcd's default timing (and its default ping policy), as deployed.
+    let server = support::private(&ServerOptions::etcd_production());
+    let proxy = Proxy::start(server.addrs()[0]).expect("counting proxy");
     support::runtime().block_on(async {
         let locker = EtcdLocker::builder()
             .endpoints([format!("http://{}", proxy.addr())])
@@ -47,7 +41,7 @@ fn slow_idle_connection_survives_default_etcd_ping_policy() {
             proxy.connections(),
             connections,
             "etcd closed the connection (reconnects): {stats:?}\n{}",
-            server.log()
+            server.logs()
         );
         assert_eq!(stats.losses, 0, "{stats:?}");
         assert_eq!(stats.renewal_failures, 0, "{stats:?}");

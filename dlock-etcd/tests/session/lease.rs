@@ -50,18 +50,9 @@ fn revoked_session_loses_every_lock_then_a_new_session_serves_later_acquires() {
     });
 }
 
-/// etcd's count of lease keep-alives it served (from its /metrics page).
-fn renewed_total(addr: std::net::SocketAddr) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics connection");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
-        .expect("request");
-    let mut body = String::new();
-    s.read_to_string(&mut body).expect("metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix("etcd_debugging_lease_renewed_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
+/// etcd's count of lease keep-alives it served.
+fn renewed_total(cluster: &Cluster) -> u64 {
+    support::metric(cluster, 0, "etcd_debugging_lease_renewed_total")
         .expect("etcd_debugging_lease_renewed_total")
 }
 
@@ -78,11 +69,11 @@ fn many_locks_share_one_keep_alive_per_round() {
             leases.push(support::hold(&locker, &name).await);
         }
         let before = locker.stats();
-        let served_before = renewed_total(cluster.addrs()[0]);
+        let served_before = renewed_total(&cluster);
         // Two TTLs: about six renewal rounds of TTL/3, each ONE keep-alive for all 50 locks.
         tokio::time::sleep(locker.ttl() * 2).await;
         let after = locker.stats();
-        let served = renewed_total(cluster.addrs()[0]) - served_before;
+        let served = renewed_total(&cluster) - served_before;
         let rounds = after.renewals - before.renewals;
         assert!((4..=8).contains(&rounds), "renewal rounds {rounds}");
         assert!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, Lease, LockName, Locker};
 use dlock_etcd::{EtcdLocker, EtcdLockerBuilder};
 
@@ -71,6 +71,47 @@ pub async fn warm_up(locker: &EtcdLocker) {
         .expect("warm-up release");
 }
 
+/// Every key under `ns/`, sorted.
+pub async fn keys_under(locker: &EtcdLocker, ns: &str) -> Vec<String> {
+    let resp = locker
+        .client()
+        .clone()
+        .get(
+            format!("{ns}/"),
+            Some(
+                dlock_etcd::etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .expect("list the namespace");
+    let mut keys: Vec<String> = resp
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Polls until nothing is left under `ns/` (a dropped acquire deletes its key in the
+/// background), or panics with what is left after 5 s.
+pub async fn assert_no_keys(locker: &EtcdLocker, ns: &str) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let keys = keys_under(locker, ns).await;
+        if keys.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "keys left behind: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A private 3-member cluster, and the lock that lets only one such cluster live at a time
 /// in a test binary: several at once starved their members on 2 cores. Dereferences to the
 /// cluster.
@@ -121,7 +162,6 @@ pub struct TlsEtcd {
 
 /// The [`TlsEtcd`] of this process (started at the first call).
 pub fn tls_etcd() -> TlsEtcd {
-    use dlock_conformance::servers::ServerOptions;
     let cluster = Cluster::shared_with(
         ServerKind::Etcd,
         1,
@@ -149,108 +189,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A free TCP port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// The sum of the `/metrics` samples named `metric` of `cluster`'s member `node`; `None`
+/// when it does not answer or has no such sample.
+pub fn metric(cluster: &Cluster, node: usize, metric: &str) -> Option<u64> {
+    let text =
+        cluster.nodes()[node].read_text(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    dlock_conformance::sum_samples(&text, metric)
 }
 
-/// A one-member etcd started by the test itself, with flags the harness does not set (e.g.
-/// `--auth-token-ttl`, or etcd's default timing). Killed on drop.
-pub struct PrivateEtcd {
-    child: std::process::Child,
-    dir: std::path::PathBuf,
-    /// The client URL.
-    pub endpoint: String,
-}
-
-impl Drop for PrivateEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl PrivateEtcd {
-    /// Starts etcd with `extra` flags (and no others beyond addresses, data dir and logging;
-    /// no heartbeat or election flags unless given) and waits until it serves.
-    pub fn start(extra: &[&str]) -> PrivateEtcd {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "dlock-etcd-private-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = std::process::Command::new("etcd")
-            .current_dir(&dir)
-            .args(["--name", "p", "--data-dir", "data"])
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("p={peer_url}")])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--logger", "zap", "--log-outputs", "stderr"])
-            .args(["--log-level", "error"])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(
-                std::fs::File::create(dir.join("etcd.log"))
-                    .map(std::process::Stdio::from)
-                    .unwrap_or_else(|_| std::process::Stdio::null()),
-            )
-            .spawn()
-            .expect("start etcd");
-        let server = PrivateEtcd {
-            child,
-            dir,
-            endpoint,
-        };
-        for _ in 0..150 {
-            if server.etcdctl_ok(&["endpoint", "health"]) {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("a private etcd ({extra:?}) did not become healthy");
-    }
-
-    /// What etcd logged so far (at the `--log-level` given, `error` by default).
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
-    }
-
-    fn etcdctl_ok(&self, args: &[&str]) -> bool {
-        std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint])
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-
-    /// Runs `etcdctl` against this server; panics when it fails.
-    pub fn etcdctl(&self, args: &[&str]) {
-        let out = std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &self.endpoint])
-            .args(args)
-            .output()
-            .expect("run etcdctl");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+/// A private one-member etcd of the harness serving as `options` say (flags of its own with
+/// `ServerOptions::with_args`: given last, they win).
+pub fn private(options: &ServerOptions) -> Cluster {
+    Cluster::start_with(ServerKind::Etcd, 1, options)
+        .unwrap_or_else(|e| panic!("a private etcd ({options:?}): {e}"))
 }
 
 /// A running `etcdctl` (`lock`, `elect`, `elect -l`) whose output lines are collected;
