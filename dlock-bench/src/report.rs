@@ -115,151 +115,63 @@ fn flatness(rows: &[Row], backend: &str, imp: &str, ns: &[usize]) -> Option<f64>
 }
 
 /// The targets of the performance issue (15) for `backend`, from the rows; the Redis 8-way
-/// fairness and p99 wait bars are kept from before it.
+/// fairness and p99 wait bars are kept from before it. A table: one target a line (what,
+/// measured, bound, unit), hence not reformatted.
+#[rustfmt::skip]
 pub fn targets(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Vec<Target> {
+    use Bound::{AtLeast, AtMost, Between};
     let g = |w: &str, i: &str, m: &str| get(rows, backend, w, i, m);
     let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let unc = |i: &str| g("uncontended", i, "latency_p50");
     let peer = peer_of(backend);
-    let c8 = "contention-8";
-    let mut t = Vec::new();
-    match backend {
-        "redis" => {
-            t.push(target(
-                "uncontended p50 ≤ 1.05 × floor",
-                div(unc("dlock"), unc("floor")),
-                Bound::AtMost(1.05),
-                "×",
-            ));
-            t.push(target(
-                "uncontended p50 ≤ 1.0 × rslock",
-                div(unc("dlock"), unc(peer)),
-                Bound::AtMost(1.0),
-                "×",
-            ));
-            t.push(target(
-                "8-way ≥ 5,000 true handoffs/s",
-                g(c8, "dlock", "handoffs_per_s"),
-                Bound::AtLeast(5000.0),
-                "/s",
-            ));
-            t.push(target(
-                "8-way fair: per-client min/max grants ≥ 0.5",
-                g(c8, "dlock", "fairness_min_over_max"),
-                Bound::AtLeast(0.5),
-                "",
-            ));
-            t.push(target(
-                "8-way p99 wait ≤ 10 ms",
-                g(c8, "dlock", "wait_p99").map(|v| v / 1000.0),
-                Bound::AtMost(10.0),
-                " ms",
-            ));
-        }
-        "redlock" => {
-            t.push(target(
-                "Redlock-5 uncontended p50 ≤ 1.0 × rslock",
-                div(unc("dlock"), unc(peer)),
-                Bound::AtMost(1.0),
-                "×",
-            ));
-        }
-        "etcd" => {
-            t.push(target(
-                "uncontended p50 ≤ 1.0 × etcd-client lock",
-                div(unc("dlock"), unc(peer)),
-                Bound::AtMost(1.0),
-                "×",
-            ));
-            t.push(target(
-                "uncontended p50 ≤ 1.15 × floor",
-                div(unc("dlock"), unc("floor")),
-                Bound::AtMost(1.15),
-                "×",
-            ));
-            t.push(target(
-                "8-way ≥ 1,200 true handoffs/s",
-                g(c8, "dlock", "handoffs_per_s"),
-                Bound::AtLeast(1200.0),
-                "/s",
-            ));
-            t.push(target(
-                "8-way p99 handoff ≤ 5 ms",
-                g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                Bound::AtMost(5.0),
-                " ms",
-            ));
-        }
-        "zk" => {
-            t.push(target(
-                "uncontended p50 ≤ 1.0 × zookeeper-client lock",
-                div(unc("dlock"), unc(peer)),
-                Bound::AtMost(1.0),
-                "×",
-            ));
-            t.push(target(
-                "8-way true handoffs/s ≥ 1.05 × zookeeper-client",
-                div(
-                    g(c8, "dlock", "handoffs_per_s"),
-                    g(c8, peer, "handoffs_per_s"),
-                ),
-                Bound::AtLeast(1.05),
-                "×",
-            ));
-            t.push(target(
-                "8-way p99 handoff ≤ 2 ms",
-                g(c8, "dlock", "handoff_p99").map(|v| v / 1000.0),
-                Bound::AtMost(2.0),
-                " ms",
-            ));
-        }
-        _ => {}
-    }
-    t.push(target(
-        "1,000 distinct locks on one client: pairs/s ≥ 0.85 × floor",
-        div(
-            g("locks-1000", "dlock", "pairs_per_s"),
-            g("locks-1000", "floor", "pairs_per_s"),
-        ),
-        Bound::AtLeast(0.85),
-        "×",
-    ));
+    let c8 = |i: &str, m: &str| g("contention-8", i, m);
+    let ms = |m: &str| c8("dlock", m).map(|v| v / 1000.0);
+    let (vs_floor, vs_peer) = (div(unc("dlock"), unc("floor")), div(unc("dlock"), unc(peer)));
+    let handoffs = c8("dlock", "handoffs_per_s");
+    let vs_peer_handoffs = div(handoffs, c8(peer, "handoffs_per_s"));
+    let fairness = c8("dlock", "fairness_min_over_max");
+    let x = "×";
+    let mut t: Vec<(&str, Option<f64>, Bound, &str)> = match backend {
+        "redis" => vec![
+            ("uncontended p50 ≤ 1.05 × floor", vs_floor, AtMost(1.05), x),
+            ("uncontended p50 ≤ 1.0 × rslock", vs_peer, AtMost(1.0), x),
+            ("8-way ≥ 5,000 true handoffs/s", handoffs, AtLeast(5000.0), "/s"),
+            ("8-way fair: per-client min/max grants ≥ 0.5", fairness, AtLeast(0.5), ""),
+            ("8-way p99 wait ≤ 10 ms", ms("wait_p99"), AtMost(10.0), " ms"),
+        ],
+        "redlock" => vec![("Redlock-5 uncontended p50 ≤ 1.0 × rslock", vs_peer, AtMost(1.0), x)],
+        "etcd" => vec![
+            ("uncontended p50 ≤ 1.0 × etcd-client lock", vs_peer, AtMost(1.0), x),
+            ("uncontended p50 ≤ 1.15 × floor", vs_floor, AtMost(1.15), x),
+            ("8-way ≥ 1,200 true handoffs/s", handoffs, AtLeast(1200.0), "/s"),
+            ("8-way p99 handoff ≤ 5 ms", ms("handoff_p99"), AtMost(5.0), " ms"),
+        ],
+        "zk" => vec![
+            ("uncontended p50 ≤ 1.0 × zookeeper-client lock", vs_peer, AtMost(1.0), x),
+            ("8-way true handoffs/s ≥ 1.05 × zookeeper-client", vs_peer_handoffs, AtLeast(1.05), x),
+            ("8-way p99 handoff ≤ 2 ms", ms("handoff_p99"), AtMost(2.0), " ms"),
+        ],
+        _ => Vec::new(),
+    };
+    let pairs = |i: &str| g("locks-1000", i, "pairs_per_s");
+    t.push(("1,000 distinct locks on one client: pairs/s ≥ 0.85 × floor", div(pairs("dlock"), pairs("floor")), AtLeast(0.85), x));
     if backend != "redlock" {
-        t.push(target(
-            "requests per handoff flat for N = 1..64 (max/min ≤ 1.25)",
-            flatness(rows, backend, "dlock", ns),
-            Bound::AtMost(1.25),
-            "×",
-        ));
+        let flat = flatness(rows, backend, "dlock", ns);
+        t.push(("requests per handoff flat for N = 1..64 (max/min ≤ 1.25)", flat, AtMost(1.25), x));
     }
     // Two-sided: a window of k periods catches k rounds, or k + 1 at its edges (≤ 1.17 with
     // k = 6); fewer than k means a round was missed or late, which must not read as met.
-    let wl = format!("leases-{leases}");
-    t.push(target(
-        &format!("renewal of {leases} leases: 0.9–1.17 round trips per period per locker"),
-        g(&wl, "dlock", "renewal_rounds_per_period"),
-        Bound::Between(0.9, 1.17),
-        "",
-    ));
-    t.push(target(
-        &format!("leases lost while holding {leases} = 0"),
-        g(&wl, "dlock", "leases_lost"),
-        Bound::AtMost(0.0),
-        "count",
-    ));
-    t.push(target(
-        &format!("release errors releasing {leases} leases = 0"),
-        g(&wl, "dlock", "release_errors"),
-        Bound::AtMost(0.0),
-        "count",
-    ));
-    t.push(target(
-        "exclusion violations (every contended workload) = 0",
-        dlock_violations(rows, backend),
-        Bound::AtMost(0.0),
-        "count",
-    ));
-    t
+    let held = |m: &str| g(&format!("leases-{leases}"), "dlock", m);
+    let renewal = format!("renewal of {leases} leases: 0.9–1.17 round trips per period per locker");
+    let lost = format!("leases lost while holding {leases} = 0");
+    let release = format!("release errors releasing {leases} leases = 0");
+    t.extend([
+        (renewal.as_str(), held("renewal_rounds_per_period"), Between(0.9, 1.17), ""),
+        (lost.as_str(), held("leases_lost"), AtMost(0.0), "count"),
+        (release.as_str(), held("release_errors"), AtMost(0.0), "count"),
+        ("exclusion violations (every contended workload) = 0", dlock_violations(rows, backend), AtMost(0.0), "count"),
+    ]);
+    t.into_iter().map(|(what, measured, bound, unit)| target(what, measured, bound, unit)).collect()
 }
 
 /// Why the run must fail, judged from its rows: one line per problem (none: the run stands).
@@ -304,69 +216,69 @@ fn keys_of(
     keys
 }
 
-/// The read-write workloads' table of `backend` (empty when none ran): dlock's read lock
-/// against dlock's mutex (what sharing buys) and the read floor.
-fn rw_table(rows: &[Row], backend: &str) -> String {
-    let keys = keys_of(rows, backend, is_rw);
+/// A table of `backend`'s rows that `pick` selects: the figures of three contenders (`imps`,
+/// headed `heads`) and the first's ratios to the other two (headed `ratios`).
+fn table(
+    rows: &[Row],
+    backend: &str,
+    pick: impl Fn(&str) -> bool,
+    imps: [&str; 3],
+    heads: [&str; 3],
+    ratios: [&str; 2],
+) -> String {
     let mut s = String::new();
-    if keys.is_empty() {
-        return s;
-    }
+    let [h0, h1, h2] = heads;
+    let [r1, r2] = ratios;
     let _ = writeln!(
         s,
-        "\nRead-write lock: dlock's read lock (`read`) against dlock's mutex (`{MUTEX}`) and the \
-         read floor, same clients:\n"
-    );
-    let _ = writeln!(
-        s,
-        "| workload | metric | dlock read | dlock mutex | floor | read/mutex | read/floor |"
+        "| workload | metric | {h0} | {h1} | {h2} | {r1} | {r2} |"
     );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
-    for (w, m, unit) in &keys {
-        let d = get(rows, backend, w, "dlock", m);
-        let x = get(rows, backend, w, MUTEX, m);
-        let f = get(rows, backend, w, "floor", m);
+    for (w, m, unit) in &keys_of(rows, backend, pick) {
+        let [a, b, c] = imps.map(|i| get(rows, backend, w, i, m));
         let show = |v: Option<f64>| v.map_or("–".to_string(), |v| fmt_value(v, unit));
-        let _ = writeln!(
-            s,
-            "| {w} | {m} | {} | {} | {} | {} | {} |",
-            show(d),
-            show(x),
-            show(f),
-            ratio(d, x),
-            ratio(d, f)
-        );
+        let (sa, sb, sc) = (show(a), show(b), show(c));
+        let (rb, rc) = (ratio(a, b), ratio(a, c));
+        let _ = writeln!(s, "| {w} | {m} | {sa} | {sb} | {sc} | {rb} | {rc} |");
     }
     s
 }
 
-/// One backend's markdown section.
+/// One backend's markdown section: its table (dlock, floor, peer), the read-write workloads'
+/// table when they ran (dlock's read lock against dlock's mutex, what sharing buys, and the
+/// read floor), and the targets.
 pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> String {
     let peer = peer_of(backend);
-    let keys = keys_of(rows, backend, |w| !is_rw(w));
-    let mut s = String::new();
-    let _ = writeln!(s, "### {backend}\n");
-    let _ = writeln!(
-        s,
-        "| workload | metric | dlock | floor | {peer} | dlock/floor | dlock/{peer} |"
-    );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
-    for (w, m, unit) in &keys {
-        let d = get(rows, backend, w, "dlock", m);
-        let f = get(rows, backend, w, "floor", m);
-        let p = get(rows, backend, w, peer, m);
-        let show = |v: Option<f64>| v.map_or("–".to_string(), |v| fmt_value(v, unit));
+    let mut s = format!("### {backend}\n\n");
+    let vs_peer = format!("dlock/{peer}");
+    let heads = ["dlock", "floor", peer];
+    let ratios = ["dlock/floor", vs_peer.as_str()];
+    let not_rw = |w: &str| !is_rw(w);
+    s.push_str(&table(
+        rows,
+        backend,
+        not_rw,
+        ["dlock", "floor", peer],
+        heads,
+        ratios,
+    ));
+    if !keys_of(rows, backend, is_rw).is_empty() {
         let _ = writeln!(
             s,
-            "| {w} | {m} | {} | {} | {} | {} | {} |",
-            show(d),
-            show(f),
-            show(p),
-            ratio(d, f),
-            ratio(d, p)
+            "\nRead-write lock: dlock's read lock (`read`) against dlock's mutex (`{MUTEX}`) and \
+             the read floor, same clients:\n"
         );
+        let imps = ["dlock", MUTEX, "floor"];
+        let heads = ["dlock read", "dlock mutex", "floor"];
+        s.push_str(&table(
+            rows,
+            backend,
+            is_rw,
+            imps,
+            heads,
+            ["read/mutex", "read/floor"],
+        ));
     }
-    s.push_str(&rw_table(rows, backend));
     let _ = writeln!(s, "\nTargets:\n");
     for t in targets(rows, backend, ns, leases) {
         let verdict = match t.met {
