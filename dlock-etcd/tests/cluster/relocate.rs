@@ -67,10 +67,7 @@ fn a_leader_change_with_a_thousand_held_locks_loses_none() {
     let cluster = support::three_members();
     support::runtime().block_on(async {
         let ns = support::namespace("relocate-many");
-        let locker = support::builder(cluster.endpoints(), &ns)
-            .build()
-            .await
-            .expect("build the locker");
+        let locker = support::locker(&cluster, &ns).await;
         let names: Vec<LockName> = (0..HELD).map(|i| support::name(&format!("l{i}"))).collect();
         let leases: Vec<_> = futures::stream::iter(&names)
             .map(|name| locker.acquire(name, AcquireOptions::wait(Duration::from_secs(30))))
@@ -183,10 +180,7 @@ fn a_recipes_reader_misses_a_moved_dlock_writer() {
     let cluster = support::three_members();
     support::runtime().block_on(async {
         let ns = support::namespace("relocate-recipes-rw");
-        let locker = support::builder(cluster.endpoints(), &ns)
-            .build()
-            .await
-            .expect("build the locker");
+        let locker = support::locker(&cluster, &ns).await;
         let name = support::name("doc");
         let range = locker.etcd_mutex_name(&name);
         let write = locker

@@ -8,9 +8,31 @@ use crate::support;
 use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
-use dlock_core::{AcquireOptions, Locker, LossReason};
-use dlock_etcd::etcd_client::PutOptions;
+use dlock_core::{AcquireOptions, LockName, Locker, LossReason};
+use dlock_etcd::EtcdLocker;
+use dlock_etcd::etcd_client::{Client, PutOptions};
 use tokio::time::Instant;
+
+/// Puts the end state of an enqueue that applied after its acquire gave up and its cleanup
+/// read found nothing: `a`'s key for `name` (on `a`'s live session), owned by
+/// nobody. Returns the key and the session, written through `c`.
+async fn put_orphan(a: &EtcdLocker, c: &mut Client, name: &LockName) -> (String, i64) {
+    let session = a.session_lease().await.expect("a live session");
+    let orphan = format!("{}/{session:x}", a.etcd_mutex_name(name));
+    c.put(
+        orphan.as_str(),
+        "",
+        Some(PutOptions::new().with_lease(session)),
+    )
+    .await
+    .expect("put the orphan key");
+    (orphan, session)
+}
+
+/// Whether `key` is gone.
+async fn gone(c: &mut Client, key: &str) -> bool {
+    c.get(key, None).await.expect("read").kvs().is_empty()
+}
 
 #[test]
 fn orphan_queue_key_of_the_session_is_deleted() {
@@ -19,41 +41,17 @@ fn orphan_queue_key_of_the_session_is_deleted() {
         let ns = support::namespace("orphan");
         let a = support::locker(&cluster, &ns).await;
         let b = support::locker(&cluster, &ns).await;
-        // A live session for `a` (the lock itself is released at once).
-        let warm = support::name("warm");
-        support::hold(&a, &warm)
-            .await
-            .release()
-            .await
-            .expect("release");
-        let session = a.session_lease().await.expect("a live session");
-
-        // The end state of an enqueue that applied after its acquire gave up and its cleanup
-        // read found nothing: `a`'s key in the range, on `a`'s live session, owned by nobody.
         let name = support::name("orders/42");
-        let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
         let mut c = a.client().clone();
-        c.put(
-            orphan.as_str(),
-            "",
-            Some(PutOptions::new().with_lease(session)),
-        )
-        .await
-        .expect("put the orphan key");
+        support::warm_up(&a).await;
+        let (orphan, session) = put_orphan(&a, &mut c, &name).await;
 
         // `b` must get the lock once `a` reconciled its session (a round is TTL/3).
         let lease = b
             .acquire(&name, AcquireOptions::wait(a.ttl() * 3))
             .await
             .expect("the orphan key must not block other contenders");
-        assert!(
-            c.get(orphan.as_str(), None)
-                .await
-                .expect("read")
-                .kvs()
-                .is_empty(),
-            "the orphan key is still there"
-        );
+        assert!(gone(&mut c, &orphan).await, "the orphan key is still there");
         assert_eq!(
             a.session_lease().await,
             Some(session),
@@ -107,40 +105,20 @@ fn try_acquire_during_an_orphan_delete_asks_etcd() {
             .build()
             .await
             .expect("build the proxied locker");
-        let warm = support::name("warm");
-        support::hold(&a, &warm)
-            .await
-            .release()
-            .await
-            .expect("release");
-        let session = a.session_lease().await.expect("a live session");
         let direct = support::locker(&cluster, &ns).await;
         let mut c = direct.client().clone();
-
+        let name = support::name("orders/7");
+        support::warm_up(&a).await;
         // Replies reach `a` 400 ms late: the orphan's delete holds the slot that long after
         // it applied at the server.
         proxy.set_direction(
             Direction::Downstream,
             Mode::Delay(Duration::from_millis(400)),
         );
-        let name = support::name("orders/7");
-        let orphan = format!("{}/{session:x}", a.etcd_mutex_name(&name));
-        c.put(
-            orphan.as_str(),
-            "",
-            Some(PutOptions::new().with_lease(session)),
-        )
-        .await
-        .expect("put the orphan key");
+        let (orphan, _) = put_orphan(&a, &mut c, &name).await;
         // Read past the proxy until the reconciliation's delete applied.
         let began = Instant::now();
-        while !c
-            .get(orphan.as_str(), None)
-            .await
-            .expect("read")
-            .kvs()
-            .is_empty()
-        {
+        while !gone(&mut c, &orphan).await {
             assert!(
                 began.elapsed() < a.ttl() * 3,
                 "the orphan key was never deleted"
