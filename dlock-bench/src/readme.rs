@@ -55,6 +55,16 @@ fn times(a: Option<f64>, b: Option<f64>, what: &str) -> Option<String> {
     (b != 0.0).then(|| format!("{:.2}× {what}", a / b))
 }
 
+/// The ratios that could be computed, joined, or "–".
+fn joined(ratios: [Option<String>; 2]) -> String {
+    let ratios: Vec<String> = ratios.into_iter().flatten().collect();
+    if ratios.is_empty() {
+        "–".to_string()
+    } else {
+        ratios.join(", ")
+    }
+}
+
 /// One summary line per backend that ran.
 fn summary(rows: &[Row]) -> String {
     let ns = waiter_counts(rows);
@@ -75,23 +85,15 @@ fn summary(rows: &[Row]) -> String {
         let peer = peer_of(backend);
         let g = |w: &str, i: &str, m: &str| get(rows, backend, w, i, m);
         let unc = |i: &str| g("uncontended", i, "latency_p50");
-        let ratios: Vec<String> = [
-            times(unc("dlock"), unc("floor"), "floor"),
-            times(unc("dlock"), unc(peer), peer),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
         let uncontended = format!(
             "{} / {} / {} ({peer}): {}",
             show(unc("dlock"), "us"),
             show(unc("floor"), "us"),
             show(unc(peer), "us"),
-            if ratios.is_empty() {
-                "–".to_string()
-            } else {
-                ratios.join(", ")
-            }
+            joined([
+                times(unc("dlock"), unc("floor"), "floor"),
+                times(unc("dlock"), unc(peer), peer),
+            ])
         );
         let c8 = "contention-8";
         let handoffs = format!(
@@ -219,25 +221,10 @@ fn family_summary(rows: &[Row]) -> String {
         let (reads, gain) = match rw {
             Some(w) => {
                 let acq = |i: &str| g(&w, i, "acquisitions_per_s");
-                let ratios: Vec<String> = [
-                    times(acq("dlock"), acq(MUTEX), "mutex"),
-                    times(acq("dlock"), acq("floor"), "floor"),
-                ]
-                .into_iter()
-                .flatten()
-                .collect();
+                let [d, m, f] = ["dlock", MUTEX, "floor"].map(acq);
                 (
-                    format!(
-                        "{} ({}, {})",
-                        show(acq("dlock"), ""),
-                        show(acq(MUTEX), ""),
-                        show(acq("floor"), "")
-                    ),
-                    if ratios.is_empty() {
-                        "–".to_string()
-                    } else {
-                        ratios.join(", ")
-                    },
+                    format!("{} ({}, {})", show(d, ""), show(m, ""), show(f, "")),
+                    joined([times(d, m, "mutex"), times(d, f, "floor")]),
                 )
             }
             None => ("–".to_string(), "–".to_string()),
@@ -388,75 +375,25 @@ pub fn write(readme: &Path, from: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(backend: &str, workload: &str, imp: &str, metric: &str, value: f64) -> Row {
-        Row {
-            backend: backend.into(),
-            workload: workload.into(),
-            imp: imp.into(),
-            metric: metric.into(),
-            value,
-            unit: if metric.contains("p50") || metric.contains("p99") {
-                "us".into()
-            } else {
-                "x".into()
-            },
-        }
-    }
+    use crate::stats::rows as parse;
 
     fn rows() -> Vec<Row> {
-        vec![
-            row("zk", "uncontended", "dlock", "latency_p50", 651.0),
-            row("zk", "uncontended", "floor", "latency_p50", 754.0),
-            row(
-                "zk",
-                "uncontended",
-                "zookeeper-client",
-                "latency_p50",
-                727.0,
-            ),
-            row("zk", "contention-8", "dlock", "handoffs_per_s", 1599.0),
-            row(
-                "zk",
-                "contention-8",
-                "zookeeper-client",
-                "handoffs_per_s",
-                1475.0,
-            ),
-            row(
-                "zk",
-                "waiters-1",
-                "dlock",
-                "client_requests_per_handoff",
-                2.0,
-            ),
-            row(
-                "zk",
-                "waiters-64",
-                "dlock",
-                "client_requests_per_handoff",
-                2.0,
-            ),
-            row(
-                "zk",
-                "leases-10000",
-                "dlock",
-                "renewal_rounds_per_period",
-                5.0 / 6.0,
-            ),
-            row("zk", "leases-10000", "dlock", "leases_lost", 0.0),
-            row("zk", "leases-10000", "dlock", "release_errors", 0.0),
-            row(machine::BACKEND, "machine", "host", "quick", 0.0),
-            row(
-                machine::BACKEND,
-                "machine",
-                "host",
-                "loadavg_1m_before",
-                1.5,
-            ),
-            row(machine::BACKEND, "machine", "host", "loadavg_1m_max", 4.0),
-            row(machine::BACKEND, "machine", "host", "loadavg_1m_after", 2.0),
-        ]
+        parse(
+            "zk uncontended dlock latency_p50 651 us
+             zk uncontended floor latency_p50 754 us
+             zk uncontended zookeeper-client latency_p50 727 us
+             zk contention-8 dlock handoffs_per_s 1599 x
+             zk contention-8 zookeeper-client handoffs_per_s 1475 x
+             zk waiters-1 dlock client_requests_per_handoff 2 x
+             zk waiters-64 dlock client_requests_per_handoff 2 x
+             zk leases-10000 dlock renewal_rounds_per_period 0.8333333333333334 x
+             zk leases-10000 dlock leases_lost 0 x
+             zk leases-10000 dlock release_errors 0 x
+             run machine host quick 0 x
+             run machine host loadavg_1m_before 1.5 x
+             run machine host loadavg_1m_max 4 x
+             run machine host loadavg_1m_after 2 x",
+        )
     }
 
     #[test]
@@ -502,27 +439,17 @@ mod tests {
     fn the_family_table_follows_the_rows() {
         assert!(!section(&rows(), "out.json", false).contains("Leader election"));
         let mut rows = rows();
-        let us = |b: &str, w: &str, i: &str, m: &str, v: f64| Row {
-            unit: "us".into(),
-            ..row(b, w, i, m, v)
-        };
-        rows.extend([
-            us("zk", "election-1", "dlock", "handover_p50", 900.0),
-            us("zk", "election-8", "dlock", "handover_p50", 800.0),
-            us(
-                "zk",
-                "election-1",
-                "zookeeper-client",
-                "handover_p50",
-                700.0,
-            ),
-            row("zk", "election-1", "dlock", "handovers_per_s", 1100.0),
-            row("zk", "election-crash-1", "dlock", "failover_over_ttl", 0.87),
-            us("zk", "election-crash-1", "dlock", "leader_ttl", 2e6),
-            row("zk", "rw-read-8", "dlock", "acquisitions_per_s", 3000.0),
-            row("zk", "rw-read-8", MUTEX, "acquisitions_per_s", 1500.0),
-            row("zk", "rw-read-8", "floor", "acquisitions_per_s", 6000.0),
-        ]);
+        rows.extend(parse(
+            "zk election-1 dlock handover_p50 900 us
+             zk election-8 dlock handover_p50 800 us
+             zk election-1 zookeeper-client handover_p50 700 us
+             zk election-1 dlock handovers_per_s 1100 x
+             zk election-crash-1 dlock failover_over_ttl 0.87 x
+             zk election-crash-1 dlock leader_ttl 2000000 us
+             zk rw-read-8 dlock acquisitions_per_s 3000 x
+             zk rw-read-8 dlock-mutex acquisitions_per_s 1500 x
+             zk rw-read-8 floor acquisitions_per_s 6000 x",
+        ));
         let short = section(&rows, "out.json", false);
         let line = short
             .lines()

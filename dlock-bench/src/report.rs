@@ -294,38 +294,16 @@ pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(backend: &str, workload: &str, imp: &str, metric: &str, value: f64) -> Row {
-        Row {
-            backend: backend.into(),
-            workload: workload.into(),
-            imp: imp.into(),
-            metric: metric.into(),
-            value,
-            unit: "us".into(),
-        }
-    }
+    use crate::stats::rows as parse;
 
     #[test]
     fn targets_follow_the_rows() {
-        let rows = vec![
-            row("etcd", "uncontended", "dlock", "latency_p50", 500.0),
-            row("etcd", "uncontended", "etcd-client", "latency_p50", 1000.0),
-            row(
-                "etcd",
-                "waiters-1",
-                "dlock",
-                "client_requests_per_handoff",
-                2.0,
-            ),
-            row(
-                "etcd",
-                "waiters-64",
-                "dlock",
-                "client_requests_per_handoff",
-                4.0,
-            ),
-        ];
+        let rows = parse(
+            "etcd uncontended dlock latency_p50 500 us
+             etcd uncontended etcd-client latency_p50 1000 us
+             etcd waiters-1 dlock client_requests_per_handoff 2 us
+             etcd waiters-64 dlock client_requests_per_handoff 4 us",
+        );
         let t = targets(&rows, "etcd", &[1, 64], 10);
         assert_eq!(t[0].met, Some(true));
         assert_eq!(t[1].met, None);
@@ -341,13 +319,13 @@ mod tests {
 
     #[test]
     fn read_write_rows_get_their_own_table() {
-        let rows = vec![
-            row("etcd", "uncontended", "dlock", "latency_p50", 500.0),
-            row("etcd", "rw-read-8", "dlock", "acquisitions_per_s", 3000.0),
-            row("etcd", "rw-read-8", MUTEX, "acquisitions_per_s", 1000.0),
-            row("etcd", "rw-read-8", "floor", "acquisitions_per_s", 6000.0),
-            row("etcd", "rw-read-8", MUTEX, "exclusion_violations", 0.0),
-        ];
+        let rows = parse(
+            "etcd uncontended dlock latency_p50 500 us
+             etcd rw-read-8 dlock acquisitions_per_s 3000 us
+             etcd rw-read-8 dlock-mutex acquisitions_per_s 1000 us
+             etcd rw-read-8 floor acquisitions_per_s 6000 us
+             etcd rw-read-8 dlock-mutex exclusion_violations 0 us",
+        );
         let md = markdown(&rows, "etcd", &[1, 64], 10);
         let main = md.split("Read-write lock").next().unwrap_or_default();
         assert!(!main.contains("rw-read-8"), "{md}");
@@ -359,36 +337,27 @@ mod tests {
         );
         // The mutex's violations count like every contender's.
         let mut bad = rows.clone();
-        bad.push(row("etcd", "rw-read-8", MUTEX, "exclusion_violations", 1.0));
+        bad.extend(parse(
+            "etcd rw-read-8 dlock-mutex exclusion_violations 1 us",
+        ));
         assert_eq!(run_failures(&bad).len(), 1);
         // No read-write rows: no such table.
         assert!(!markdown(&rows[..1], "etcd", &[1, 64], 10).contains("Read-write lock"));
     }
 
     fn leases(backend: &str, rounds: f64, lost: f64, release_errors: f64) -> Vec<Row> {
-        vec![
-            row(
-                backend,
-                "leases-10",
-                "dlock",
-                "renewal_rounds_per_period",
-                rounds,
-            ),
-            row(backend, "leases-10", "dlock", "leases_lost", lost),
-            row(
-                backend,
-                "leases-10",
-                "dlock",
-                "release_errors",
-                release_errors,
-            ),
-        ]
+        parse(&format!(
+            "{backend} leases-10 dlock renewal_rounds_per_period {rounds} us
+             {backend} leases-10 dlock leases_lost {lost} us
+             {backend} leases-10 dlock release_errors {release_errors} us"
+        ))
     }
 
-    fn verdict(rows: &[Row], backend: &str, what: &str) -> Option<Option<bool>> {
+    /// The verdict of the first target whose text contains every word of `words`.
+    fn verdict(rows: &[Row], backend: &str, words: &[&str]) -> Option<Option<bool>> {
         targets(rows, backend, &[1, 64], 10)
             .into_iter()
-            .find(|t| t.what.contains(what))
+            .find(|t| words.iter().all(|w| t.what.contains(w)))
             .map(|t| t.met)
     }
 
@@ -397,13 +366,17 @@ mod tests {
         for backend in ["redis", "redlock", "etcd", "zk"] {
             // 5 rounds in a window of 6 periods: a round was missed.
             let low = leases(backend, 5.0 / 6.0, 0.0, 0.0);
-            assert_eq!(verdict(&low, backend, "renewal"), Some(Some(false)));
+            assert_eq!(verdict(&low, backend, &["renewal"]), Some(Some(false)));
             for ok in [0.9, 1.0, 7.0 / 6.0] {
                 let rows = leases(backend, ok, 0.0, 0.0);
-                assert_eq!(verdict(&rows, backend, "renewal"), Some(Some(true)), "{ok}");
+                assert_eq!(
+                    verdict(&rows, backend, &["renewal"]),
+                    Some(Some(true)),
+                    "{ok}"
+                );
             }
             let high = leases(backend, 1.2, 0.0, 0.0);
-            assert_eq!(verdict(&high, backend, "renewal"), Some(Some(false)));
+            assert_eq!(verdict(&high, backend, &["renewal"]), Some(Some(false)));
         }
         let md = markdown(&leases("zk", 5.0 / 6.0, 0.0, 0.0), "zk", &[1, 64], 10);
         let line = md
@@ -416,17 +389,12 @@ mod tests {
     #[test]
     fn lost_leases_and_release_errors_are_targets() {
         let bad = leases("redlock", 1.0, 1.0, 29.0);
-        assert_eq!(verdict(&bad, "redlock", "leases lost"), Some(Some(false)));
-        assert_eq!(
-            verdict(&bad, "redlock", "release errors"),
-            Some(Some(false))
-        );
         let good = leases("redlock", 1.0, 0.0, 0.0);
-        assert_eq!(verdict(&good, "redlock", "leases lost"), Some(Some(true)));
-        assert_eq!(
-            verdict(&good, "redlock", "release errors"),
-            Some(Some(true))
-        );
+        for (rows, met) in [(&bad, false), (&good, true)] {
+            for what in ["leases lost", "release errors"] {
+                assert_eq!(verdict(rows, "redlock", &[what]), Some(Some(met)), "{what}");
+            }
+        }
         let md = markdown(&bad, "redlock", &[1, 64], 10);
         let line = md
             .lines()
@@ -437,100 +405,67 @@ mod tests {
 
     #[test]
     fn an_exclusion_violation_fails_the_run() {
-        let clean = vec![
-            row(
-                "redis",
-                "contention-8",
-                "dlock",
-                "exclusion_violations",
-                0.0,
-            ),
-            row("redis", "waiters-8", "rslock", "exclusion_violations", 0.0),
-        ];
+        let clean = parse(
+            "redis contention-8 dlock exclusion_violations 0 us
+             redis waiters-8 rslock exclusion_violations 0 us",
+        );
         assert!(run_failures(&clean).is_empty());
-        assert_eq!(verdict(&clean, "redis", "exclusion"), Some(Some(true)));
+        assert_eq!(verdict(&clean, "redis", &["exclusion"]), Some(Some(true)));
         for (workload, imp) in [("contention-8", "dlock"), ("waiters-8", "rslock")] {
             let mut rows = clean.clone();
-            rows.push(row("redis", workload, imp, "exclusion_violations", 1.0));
+            rows.extend(parse(&format!(
+                "redis {workload} {imp} exclusion_violations 1 us"
+            )));
             let f = run_failures(&rows);
             assert_eq!(f.len(), 1, "{f:?}");
             assert!(f[0].contains(workload) && f[0].contains(imp), "{f:?}");
         }
         let mut rows = clean.clone();
-        rows.push(row(
-            "redis",
-            "waiters-64",
-            "dlock",
-            "exclusion_violations",
-            2.0,
-        ));
-        assert_eq!(verdict(&rows, "redis", "exclusion"), Some(Some(false)));
-    }
-
-    /// The verdict of the first target whose text contains every word of `words`.
-    fn verdict_of(rows: &[Row], backend: &str, words: &[&str]) -> Option<Option<bool>> {
-        targets(rows, backend, &[1, 64], 10)
-            .into_iter()
-            .find(|t| words.iter().all(|w| t.what.contains(w)))
-            .map(|t| t.met)
+        rows.extend(parse("redis waiters-64 dlock exclusion_violations 2 us"));
+        assert_eq!(verdict(&rows, "redis", &["exclusion"]), Some(Some(false)));
     }
 
     #[test]
     fn targets_are_those_of_issue_15() {
-        let unc = |b: &str, i: &str, v: f64| row(b, "uncontended", i, "latency_p50", v);
-        let c8 = |b: &str, i: &str, m: &str, v: f64| row(b, "contention-8", i, m, v);
-        let pairs = |b: &str, i: &str, v: f64| row(b, "locks-1000", i, "pairs_per_s", v);
-        let rows = vec![
+        let mut rows = parse(
             // Redis: 1.07 × floor (was met under ≤ 1.10), 2,859 handoffs/s (was met ≥ 2,000).
-            unc("redis", "dlock", 107.0),
-            unc("redis", "floor", 100.0),
-            unc("redis", "rslock", 110.0),
-            c8("redis", "dlock", "handoffs_per_s", 2859.0),
-            // Redlock: 0.9 × rslock meets ≤ 1.0 (was not met under ≤ 0.7).
-            unc("redlock", "dlock", 90.0),
-            unc("redlock", "rslock", 100.0),
-            // etcd: 1.0 × peer but 1.2 × floor; 1,100 handoffs/s (was met ≥ 1,000).
-            unc("etcd", "dlock", 120.0),
-            unc("etcd", "floor", 100.0),
-            unc("etcd", "etcd-client", 120.0),
-            c8("etcd", "dlock", "handoffs_per_s", 1100.0),
-            // ZooKeeper: 1.03 × the peer's handoffs/s (was met ≥ 1.0).
-            c8("zk", "dlock", "handoffs_per_s", 1030.0),
-            c8("zk", "zookeeper-client", "handoffs_per_s", 1000.0),
-        ];
-        let mut rows = rows;
+            "redis uncontended dlock latency_p50 107 us
+             redis uncontended floor latency_p50 100 us
+             redis uncontended rslock latency_p50 110 us
+             redis contention-8 dlock handoffs_per_s 2859 us
+             redlock uncontended dlock latency_p50 90 us
+             redlock uncontended rslock latency_p50 100 us
+             etcd uncontended dlock latency_p50 120 us
+             etcd uncontended floor latency_p50 100 us
+             etcd uncontended etcd-client latency_p50 120 us
+             etcd contention-8 dlock handoffs_per_s 1100 us
+             zk contention-8 dlock handoffs_per_s 1030 us
+             zk contention-8 zookeeper-client handoffs_per_s 1000 us",
+        );
+        // Redlock: 0.9 × rslock meets ≤ 1.0 (was not met under ≤ 0.7). etcd: 1.0 × peer but
+        // 1.2 × floor; 1,100 handoffs/s (was met ≥ 1,000). ZooKeeper: 1.03 × the peer's
+        // handoffs/s (was met ≥ 1.0).
         for b in ["redis", "redlock", "etcd", "zk"] {
-            rows.push(pairs(b, "dlock", 60.0));
-            rows.push(pairs(b, "floor", 100.0));
+            rows.extend(parse(&format!(
+                "{b} locks-1000 dlock pairs_per_s 60 us
+                 {b} locks-1000 floor pairs_per_s 100 us"
+            )));
         }
-        assert_eq!(
-            verdict_of(&rows, "redis", &["1.05 × floor"]),
-            Some(Some(false))
-        );
-        assert_eq!(verdict_of(&rows, "redis", &["5,000"]), Some(Some(false)));
-        assert_eq!(
-            verdict_of(&rows, "redlock", &["1.0 × rslock"]),
-            Some(Some(true))
-        );
-        assert_eq!(
-            verdict_of(&rows, "etcd", &["1.0 × etcd-client"]),
-            Some(Some(true))
-        );
-        assert_eq!(
-            verdict_of(&rows, "etcd", &["1.15 × floor"]),
-            Some(Some(false))
-        );
-        assert_eq!(verdict_of(&rows, "etcd", &["1,200"]), Some(Some(false)));
-        assert_eq!(
-            verdict_of(&rows, "zk", &["1.05 × zookeeper-client"]),
-            Some(Some(false))
-        );
+        let cases = [
+            ("redis", &["1.05 × floor"][..], false),
+            ("redis", &["5,000"], false),
+            ("redlock", &["1.0 × rslock"], true),
+            ("etcd", &["1.0 × etcd-client"], true),
+            ("etcd", &["1.15 × floor"], false),
+            ("etcd", &["1,200"], false),
+            ("zk", &["1.05 × zookeeper-client"], false),
+        ];
+        for (b, words, met) in cases {
+            assert_eq!(verdict(&rows, b, words), Some(Some(met)), "{b} {words:?}");
+        }
         for b in ["redis", "redlock", "etcd", "zk"] {
-            assert_eq!(
-                verdict_of(&rows, b, &["1,000 distinct", "0.85 × floor"]),
-                Some(Some(false)),
-                "{b}"
-            );
+            let words = ["1,000 distinct", "0.85 × floor"];
+            assert_eq!(verdict(&rows, b, &words), Some(Some(false)), "{b}");
         }
     }
 }

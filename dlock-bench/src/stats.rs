@@ -88,6 +88,29 @@ pub fn rss_bytes() -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// Rows for tests, one a line: `backend workload impl metric value unit`.
+#[cfg(test)]
+pub fn rows(text: &str) -> Vec<Row> {
+    let row = |line: &str| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let value = f.get(4)?.parse().ok()?;
+        let [backend, workload, imp, metric] = [0, 1, 2, 3].map(|i| f[i].to_string());
+        let unit = f.get(5)?.to_string();
+        Some(Row {
+            backend,
+            workload,
+            imp,
+            metric,
+            value,
+            unit,
+        })
+    };
+    let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    lines
+        .map(|l| row(l).unwrap_or_else(|| panic!("not a row: {l}")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
