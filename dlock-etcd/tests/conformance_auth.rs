@@ -8,7 +8,7 @@
 //! a login: a password check and a raft round at the server); on a 2-core host loaded by other
 //! work, runs with it had up to 26 of 40 scenarios starved, runs with 5 s 0 to 1 (and runs
 //! with 300 s up to 7: the load varied, so this is no clean measurement).
-//! `tests/auth_refresh.rs` and `tests/secrets.rs` expire 2 s tokens on purpose. The backend is
+//! `tests/security/auth_refresh.rs` and `secrets.rs` expire 2 s tokens on purpose. The backend is
 //! in `support/backend.rs`.
 //!
 //! Its own test binary, for the reason `conformance_tls.rs` gives: the other etcd rows keep
