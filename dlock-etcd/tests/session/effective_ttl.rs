@@ -7,6 +7,15 @@ use std::time::Duration;
 
 use dlock_conformance::servers::ServerOptions;
 use dlock_core::Locker;
+use dlock_etcd::EtcdLocker;
+
+/// The TTL etcd granted `locker`'s session lease, in seconds.
+async fn granted_ttl(locker: &EtcdLocker) -> i64 {
+    let id = locker.session_lease().await.expect("a session");
+    let mut c = locker.client().clone();
+    let ttl = c.lease_time_to_live(id, None).await.expect("time to live");
+    ttl.granted_ttl()
+}
 
 #[test]
 fn ttl_reports_the_server_granted_ttl() {
@@ -26,14 +35,11 @@ fn ttl_reports_the_server_granted_ttl() {
             .expect("locker");
         let name = support::name("t");
         let lease = support::hold(&locker, &name).await;
-        let id = locker.session_lease().await.expect("a session");
-        let mut c = locker.client().clone();
-        let granted = c
-            .lease_time_to_live(id, None)
-            .await
-            .expect("time to live")
-            .granted_ttl();
-        assert_eq!(granted, 3, "etcd's minimum TTL under this election timeout");
+        assert_eq!(
+            granted_ttl(&locker).await,
+            3,
+            "etcd's minimum TTL under this election timeout"
+        );
         assert_eq!(
             locker.ttl(),
             Duration::from_secs(3),
@@ -77,14 +83,11 @@ fn deadlines_count_the_rounded_up_ttl() {
         );
         assert!(lease.deadline() > before + asked);
         // And never past the lease etcd granted.
-        let id = locker.session_lease().await.expect("a session");
-        let mut c = locker.client().clone();
-        let granted = c
-            .lease_time_to_live(id, None)
-            .await
-            .expect("time to live")
-            .granted_ttl();
-        assert_eq!(granted, 2, "etcd was asked for the rounded-up TTL");
+        assert_eq!(
+            granted_ttl(&locker).await,
+            2,
+            "etcd was asked for the rounded-up TTL"
+        );
         assert!(lease.deadline() <= tokio::time::Instant::now() + rounded);
         lease.release().await.expect("release");
     });
