@@ -90,6 +90,71 @@ impl Counts {
     }
 }
 
+/// What one contender's rounds of a workload measured, summed over the rounds.
+#[derive(Default)]
+struct Tally {
+    /// The rounds' measured time (the timed workloads).
+    elapsed: Duration,
+    /// Grants per client (contention), or in all (one entry: shared reads).
+    grants: Vec<u64>,
+    /// Grants to another client than the last one (true handoffs).
+    switches: u64,
+    /// Handoffs, handovers, or acquire + release pairs.
+    times: Vec<Duration>,
+    /// Waits for a grant (contention).
+    waits: Vec<Duration>,
+    /// The first handoff of each queue round, and the later ones.
+    firsts: Vec<Duration>,
+    later: Vec<Duration>,
+    max_holders: u64,
+    violations: u64,
+    errors: u64,
+    requests: Counts,
+}
+
+impl Tally {
+    /// Adds the figures of one more round.
+    fn add(&mut self, round: Tally) {
+        self.elapsed += round.elapsed;
+        if self.grants.len() < round.grants.len() {
+            self.grants.resize(round.grants.len(), 0);
+        }
+        for (g, n) in self.grants.iter_mut().zip(&round.grants) {
+            *g += n;
+        }
+        self.switches += round.switches;
+        self.times.extend(round.times);
+        self.waits.extend(round.waits);
+        self.firsts.extend(round.firsts);
+        self.later.extend(round.later);
+        self.max_holders = self.max_holders.max(round.max_holders);
+        self.violations += round.violations;
+        self.errors += round.errors;
+        self.requests.add(round.requests);
+    }
+}
+
+/// `rounds` rounds of each of `n` contenders, round r in rotated order: `round(i, r)` is
+/// contender i's round r. The tallies summed per contender.
+async fn interleaved<F: Future<Output = Result<Tally, String>>>(
+    n: usize,
+    rounds: usize,
+    round: impl Fn(usize, usize) -> F,
+) -> Result<Vec<Tally>, String> {
+    let mut sums: Vec<Tally> = (0..n)
+        .map(|_| Tally {
+            requests: Counts::ZERO,
+            ..Tally::default()
+        })
+        .collect();
+    for r in 0..rounds {
+        for i in order(n, r) {
+            sums[i].add(round(i, r).await?);
+        }
+    }
+    Ok(sums)
+}
+
 /// Uncontended acquire + release by one client, `per_round` pairs per contender per round.
 pub async fn uncontended(
     sink: &mut Sink<'_>,
@@ -164,34 +229,27 @@ async fn drain<T>(imp: &Impl, tasks: &mut [JoinHandle<T>]) -> Result<Vec<T>, Str
     }
 }
 
-/// What the workers of the contention workload saw.
-#[derive(Default)]
-struct Contention {
-    /// The worker granted last, and when its release started.
-    last: Option<usize>,
-    release_start: Option<Instant>,
-    /// Grants to another worker than the last one (true handoffs).
-    switches: u64,
-    elapsed: Duration,
-    /// Grants per worker.
-    grants: Vec<u64>,
-    handoffs: Vec<Duration>,
-    waits: Vec<Duration>,
-    violations: u64,
-    errors: u64,
-}
-
 /// `workers` clients loop acquire → release on one lock for `secs`.
 async fn contention_round(
     imp: &Impl,
     workers: usize,
     secs: Duration,
     name: String,
-) -> Result<Contention, String> {
+) -> Result<Tally, String> {
+    /// The round so far, and the client granted last and when its release started.
+    #[derive(Default)]
+    struct Track {
+        t: Tally,
+        last: Option<usize>,
+        release_start: Option<Instant>,
+    }
     let cs = clients(imp, workers, TTL).await?;
-    let track = Arc::new(Mutex::new(Contention {
-        grants: vec![0; workers],
-        ..Contention::default()
+    let track = Arc::new(Mutex::new(Track {
+        t: Tally {
+            grants: vec![0; workers],
+            ..Tally::default()
+        },
+        ..Track::default()
     }));
     let held = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -219,16 +277,16 @@ async fn contention_round(
                     violations.fetch_add(1, Ordering::Relaxed);
                 }
                 if !stop.load(Ordering::Relaxed) {
-                    let mut t = lock(&track);
+                    let mut track = lock(&track);
+                    let rs = track.release_start.filter(|_| track.last != Some(w));
+                    let t = &mut track.t;
                     t.grants[w] += 1;
                     t.waits.push(granted - asked);
-                    if t.last != Some(w)
-                        && let Some(rs) = t.release_start
-                    {
-                        t.handoffs.push(granted.saturating_duration_since(rs));
+                    if let Some(rs) = rs {
+                        t.times.push(granted.saturating_duration_since(rs));
                         t.switches += 1;
                     }
-                    t.last = Some(w);
+                    track.last = Some(w);
                 }
                 lock(&track).release_start = Some(Instant::now());
                 held.store(false, Ordering::SeqCst);
@@ -239,9 +297,9 @@ async fn contention_round(
     tokio::time::sleep(secs).await;
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
-    // A worker that failed is counted in `errors` already.
+    // The figures are what the workers recorded (an aborted or panicked one adds nothing).
     let _ = drain(imp, &mut tasks).await;
-    let mut t = std::mem::take(&mut *lock(&track));
+    let mut t = std::mem::take(&mut lock(&track).t);
     t.elapsed = elapsed;
     t.violations = violations.load(Ordering::Relaxed);
     t.errors = errors.load(Ordering::Relaxed);
@@ -257,28 +315,10 @@ pub async fn contention(
     secs: Duration,
 ) -> Result<(), String> {
     let impls: Vec<&Impl> = impls.iter().filter(|i| i.contends()).collect();
-    let mut acc: Vec<Contention> = impls
-        .iter()
-        .map(|_| Contention {
-            grants: vec![0; workers],
-            ..Contention::default()
-        })
-        .collect();
-    for r in 0..rounds {
-        for i in order(impls.len(), r) {
-            let c = contention_round(impls[i], workers, secs, format!("contended-{r}")).await?;
-            let a = &mut acc[i];
-            a.switches += c.switches;
-            a.elapsed += c.elapsed;
-            for (g, n) in a.grants.iter_mut().zip(&c.grants) {
-                *g += n;
-            }
-            a.handoffs.extend(c.handoffs);
-            a.waits.extend(c.waits);
-            a.violations += c.violations;
-            a.errors += c.errors;
-        }
-    }
+    let mut acc = interleaved(impls.len(), rounds, |i, r| {
+        contention_round(impls[i], workers, secs, format!("contended-{r}"))
+    })
+    .await?;
     let wl = format!("contention-{workers}");
     for (imp, a) in impls.iter().zip(&mut acc) {
         let mut out = sink.to(&wl, imp.name);
@@ -292,7 +332,7 @@ pub async fn contention(
         out.add("client_grants_max", max, "grants");
         let fairness = if max > 0.0 { min / max } else { 0.0 };
         out.add("fairness_min_over_max", fairness, "ratio");
-        out.percentiles("handoff", &mut a.handoffs);
+        out.percentiles("handoff", &mut a.times);
         out.percentiles("wait", &mut a.waits);
         out.add("exclusion_violations", a.violations as f64, "count");
         out.add("errors", a.errors as f64, "count");
@@ -300,15 +340,9 @@ pub async fn contention(
     Ok(())
 }
 
-struct Queue {
-    handoffs: Vec<Duration>,
-    requests: Counts,
-    violations: u64,
-}
-
 /// One holder, `n` waiters queued behind it; the holder releases, each waiter releases as soon
 /// as it is granted. Measures each handoff and the requests the whole chain cost.
-async fn queue_round(imp: &Impl, n: usize, name: String, probe: &Probe) -> Result<Queue, String> {
+async fn queue_round(imp: &Impl, n: usize, name: String, probe: &Probe) -> Result<Tally, String> {
     let cs = clients(imp, n + 1, TTL).await?;
     let holder = Arc::clone(&cs[0]);
     let h = holder.acquire(&name).await?;
@@ -385,11 +419,20 @@ async fn queue_round(imp: &Impl, n: usize, name: String, probe: &Probe) -> Resul
             return Err(format!("{}: {n} waiters not all served in 60 s", imp.name));
         }
     }
-    let handoffs = std::mem::take(&mut *lock(&handoffs));
-    Ok(Queue {
-        handoffs,
+    let times = std::mem::take(&mut *lock(&handoffs));
+    // The first handoff of a round follows 300 ms of idleness; the later ones follow a
+    // handoff at once. Split, they tell a cold path from a slow one.
+    let (firsts, later) = match times.split_first() {
+        Some((first, rest)) => (vec![*first], rest.to_vec()),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(Tally {
+        times,
+        firsts,
+        later,
         requests,
         violations: violations.load(Ordering::Relaxed),
+        ..Tally::default()
     })
 }
 
@@ -404,37 +447,22 @@ pub async fn waiters(
     let impls: Vec<&Impl> = impls.iter().filter(|i| i.contends()).collect();
     for &n in ns {
         let wl = format!("waiters-{n}");
-        let mut handoffs = vec![Vec::new(); impls.len()];
-        // The first handoff of a round follows 300 ms of idleness; the later ones follow a
-        // handoff at once. Split, they tell a cold path from a slow one.
-        let mut firsts = vec![Vec::new(); impls.len()];
-        let mut later = vec![Vec::new(); impls.len()];
-        let mut requests = vec![Counts::ZERO; impls.len()];
-        let mut violations = vec![0u64; impls.len()];
-        for r in 0..rounds {
-            for i in order(impls.len(), r) {
-                let q = queue_round(impls[i], n, format!("queue-{n}-{r}"), probe).await?;
-                if let Some((first, rest)) = q.handoffs.split_first() {
-                    firsts[i].push(*first);
-                    later[i].extend_from_slice(rest);
-                }
-                handoffs[i].extend(q.handoffs);
-                requests[i].add(q.requests);
-                violations[i] += q.violations;
-            }
-        }
-        for (i, imp) in impls.iter().enumerate() {
+        let acc = interleaved(impls.len(), rounds, |i, r| {
+            queue_round(impls[i], n, format!("queue-{n}-{r}"), probe)
+        })
+        .await?;
+        for (imp, mut a) in impls.iter().zip(acc) {
             let mut out = sink.to(&wl, imp.name);
-            let count = handoffs[i].len() as f64;
-            let mean = handoffs[i].iter().sum::<Duration>().as_secs_f64() * 1e6 / count;
+            let count = a.times.len() as f64;
+            let mean = a.times.iter().sum::<Duration>().as_secs_f64() * 1e6 / count;
             out.add("handoff_mean", mean, "us");
-            out.percentiles("handoff", &mut handoffs[i]);
+            out.percentiles("handoff", &mut a.times);
             if n > 1 {
-                out.percentiles("handoff_first", &mut firsts[i]);
-                out.percentiles("handoff_later", &mut later[i]);
+                out.percentiles("handoff_first", &mut a.firsts);
+                out.percentiles("handoff_later", &mut a.later);
             }
-            requests[i].rows(&mut out, probe, "handoff", count);
-            out.add("exclusion_violations", violations[i] as f64, "count");
+            a.requests.rows(&mut out, probe, "handoff", count);
+            out.add("exclusion_violations", a.violations as f64, "count");
         }
     }
     Ok(())
@@ -483,14 +511,6 @@ pub async fn many_locks(
     Ok(())
 }
 
-/// A leadership handover: the leader resigns, the first campaign in line leads.
-#[derive(Default)]
-struct Handovers {
-    times: Vec<Duration>,
-    requests: Counts,
-    violations: u64,
-}
-
 /// A campaign in flight: which client, what it got, when it returned.
 type Campaign = tokio::task::JoinHandle<(usize, Result<Held, String>, Instant)>;
 
@@ -530,7 +550,7 @@ async fn handover_round(
     gap: Duration,
     name: String,
     probe: &Probe,
-) -> Result<Handovers, String> {
+) -> Result<Tally, String> {
     let per_turn = gap.max(Duration::from_millis(1)) * u32::try_from(standbys).unwrap_or(1);
     let k = usize::try_from(IN_LINE.as_nanos().div_ceil(per_turn.as_nanos().max(1)))
         .unwrap_or(1)
@@ -556,7 +576,7 @@ async fn handover_round(
     // Let every standby get in line first.
     tokio::time::sleep(Duration::from_millis(300 + 10 * standbys as u64)).await;
     let before = Counts::read(probe, &all).await;
-    let mut out = Handovers::default();
+    let mut out = Tally::default();
     for turn in 0..count {
         let e = &mut elections[turn % k];
         // Nobody else may lead while the leader has not resigned.
@@ -608,23 +628,11 @@ pub async fn handovers(
 ) -> Result<(), String> {
     for &s in standbys {
         let wl = format!("election-{s}");
-        let mut acc: Vec<Handovers> = impls
-            .iter()
-            .map(|_| Handovers {
-                requests: Counts::ZERO,
-                ..Handovers::default()
-            })
-            .collect();
-        for r in 0..rounds {
-            for i in order(impls.len(), r) {
-                let name = format!("election-{s}-{r}");
-                let h = handover_round(&impls[i], s, count, gap, name, probe).await?;
-                let a = &mut acc[i];
-                a.times.extend(h.times);
-                a.requests.add(h.requests);
-                a.violations += h.violations;
-            }
-        }
+        let mut acc = interleaved(impls.len(), rounds, |i, r| {
+            let name = format!("election-{s}-{r}");
+            handover_round(&impls[i], s, count, gap, name, probe)
+        })
+        .await?;
         for (imp, a) in impls.iter().zip(&mut acc) {
             let mut out = sink.to(&wl, imp.name);
             let n = a.times.len() as f64;
@@ -713,17 +721,6 @@ pub async fn crash_failovers(
     Ok(())
 }
 
-#[derive(Default)]
-struct Shared {
-    elapsed: Duration,
-    grants: u64,
-    pairs: Vec<Duration>,
-    max_holders: u64,
-    violations: u64,
-    errors: u64,
-    requests: Counts,
-}
-
 /// `workers` clients loop acquire → release on one name for `secs` (no hold time). Where
 /// `exclusive`, two clients between a grant and the start of its release is a violation (as in
 /// the contention workload); otherwise the most clients between a grant and the end of its
@@ -736,7 +733,7 @@ async fn shared_round(
     exclusive: bool,
     name: String,
     probe: &Probe,
-) -> Result<Shared, String> {
+) -> Result<Tally, String> {
     let cs = clients(imp, workers, TTL).await?;
     let holders = Arc::new(AtomicU64::new(0));
     let max_holders = Arc::new(AtomicU64::new(0));
@@ -789,15 +786,16 @@ async fn shared_round(
     stop.store(true, Ordering::Relaxed);
     let elapsed = start.elapsed();
     let requests = Counts::read(probe, &cs).await.since(before);
-    let pairs = drain(imp, &mut tasks).await?.concat();
-    Ok(Shared {
+    let times = drain(imp, &mut tasks).await?.concat();
+    Ok(Tally {
         elapsed,
-        grants: grants.load(Ordering::Relaxed),
-        pairs,
+        grants: vec![grants.load(Ordering::Relaxed)],
+        times,
         max_holders: max_holders.load(Ordering::Relaxed),
         violations: violations.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
         requests,
+        ..Tally::default()
     })
 }
 
@@ -814,37 +812,17 @@ pub async fn shared_reads(
     probe: &Probe,
 ) -> Result<(), String> {
     let wl = format!("rw-read-{workers}");
-    let mut acc: Vec<Shared> = impls
-        .iter()
-        .map(|_| Shared {
-            requests: Counts::ZERO,
-            ..Shared::default()
-        })
-        .collect();
-    for r in 0..rounds {
-        for i in order(impls.len(), r) {
-            let (imp, exclusive) = &impls[i];
-            let name = format!("{wl}-{r}");
-            let s = shared_round(imp, workers, secs, *exclusive, name, probe).await?;
-            let a = &mut acc[i];
-            a.elapsed += s.elapsed;
-            a.grants += s.grants;
-            a.pairs.extend(s.pairs);
-            a.max_holders = a.max_holders.max(s.max_holders);
-            a.violations += s.violations;
-            a.errors += s.errors;
-            a.requests.add(s.requests);
-        }
-    }
+    let mut acc = interleaved(impls.len(), rounds, |i, r| {
+        let (imp, exclusive) = &impls[i];
+        shared_round(imp, workers, secs, *exclusive, format!("{wl}-{r}"), probe)
+    })
+    .await?;
     for ((imp, exclusive), a) in impls.iter().zip(&mut acc) {
         let mut out = sink.to(&wl, imp.name);
-        let grants = a.grants as f64;
-        out.add(
-            "acquisitions_per_s",
-            grants / a.elapsed.as_secs_f64(),
-            "1/s",
-        );
-        out.percentiles("latency", &mut a.pairs);
+        let grants = a.grants.iter().sum::<u64>() as f64;
+        let rate = grants / a.elapsed.as_secs_f64();
+        out.add("acquisitions_per_s", rate, "1/s");
+        out.percentiles("latency", &mut a.times);
         if !*exclusive {
             out.add("holders_max", a.max_holders as f64, "holders");
         }
