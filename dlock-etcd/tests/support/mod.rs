@@ -198,10 +198,16 @@ pub fn metric(cluster: &Cluster, node: usize, metric: &str) -> Option<u64> {
 }
 
 /// A private one-member etcd of the harness serving as `options` say (flags of its own with
-/// `ServerOptions::with_args`: given last, they win).
+/// `ServerOptions::with_args`: given last, they win). Never external servers: their flags are
+/// not ours to set (nor their authentication to enable).
 pub fn private(options: &ServerOptions) -> Cluster {
-    Cluster::start_with(ServerKind::Etcd, 1, options)
-        .unwrap_or_else(|e| panic!("a private etcd ({options:?}): {e}"))
+    let cluster = Cluster::start_with(ServerKind::Etcd, 1, options)
+        .unwrap_or_else(|e| panic!("a private etcd ({options:?}): {e}"));
+    assert!(
+        !cluster.is_external(),
+        "this test starts an etcd with flags of its own: unset DLOCK_ETCD_ENDPOINTS"
+    );
+    cluster
 }
 
 /// A running `etcdctl` (`lock`, `elect`, `elect -l`) whose output lines are collected;
