@@ -70,58 +70,43 @@ struct Plan {
     cont_rounds: usize,
     cont_secs: Duration,
     queue_rounds: usize,
-    many: usize,
     many_rounds: usize,
     leases: usize,
     lease_ttl: Duration,
     handover_rounds: usize,
     handovers: usize,
-    /// Between a handover and the next resignation (on the next of the round's elections).
-    handover_gap: Duration,
     /// Elections crashed at once per contender.
     crashes: usize,
     rw_rounds: usize,
     rw_secs: Duration,
 }
 
+/// The distinct locks of the `locks-N` workload.
+const DISTINCT_LOCKS: usize = 1000;
+/// Between a leadership handover and the next resignation (on the next of the round's
+/// elections).
+const HANDOVER_GAP: Duration = Duration::from_millis(20);
+
 impl Plan {
     fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                unc_rounds: 2,
-                unc_per_round: 50,
-                cont_rounds: 1,
-                cont_secs: Duration::from_secs(1),
-                queue_rounds: 1,
-                many: 1000,
-                many_rounds: 1,
-                leases: 2000,
-                lease_ttl: Duration::from_millis(1500),
-                handover_rounds: 1,
-                handovers: 20,
-                handover_gap: Duration::from_millis(20),
-                crashes: 2,
-                rw_rounds: 1,
-                rw_secs: Duration::from_millis(500),
-            }
-        } else {
-            Plan {
-                unc_rounds: 6,
-                unc_per_round: 200,
-                cont_rounds: 3,
-                cont_secs: Duration::from_secs(3),
-                queue_rounds: 3,
-                many: 1000,
-                many_rounds: 3,
-                leases: 10_000,
-                lease_ttl: Duration::from_secs(3),
-                handover_rounds: 2,
-                handovers: 50,
-                handover_gap: Duration::from_millis(20),
-                crashes: 5,
-                rw_rounds: 2,
-                rw_secs: Duration::from_millis(1500),
-            }
+        fn pick<T>(quick: bool, q: T, full: T) -> T {
+            if quick { q } else { full }
+        }
+        let (ms, q) = (Duration::from_millis, quick);
+        Plan {
+            unc_rounds: pick(q, 2, 6),
+            unc_per_round: pick(q, 50, 200),
+            cont_rounds: pick(q, 1, 3),
+            cont_secs: pick(q, ms(1000), ms(3000)),
+            queue_rounds: pick(q, 1, 3),
+            many_rounds: pick(q, 1, 3),
+            leases: pick(q, 2000, 10_000),
+            lease_ttl: pick(q, ms(1500), ms(3000)),
+            handover_rounds: pick(q, 1, 2),
+            handovers: pick(q, 20, 50),
+            crashes: pick(q, 2, 5),
+            rw_rounds: pick(q, 1, 2),
+            rw_secs: pick(q, ms(500), ms(1500)),
         }
     }
 }
@@ -303,69 +288,46 @@ async fn run_backend(
         backend: b.name,
         rows,
     };
-    let step =
-        |what: &str, t: Instant| eprintln!("[{}] {what} done in {:.1?}", b.name, t.elapsed());
-    if OPT_IN.contains(&b.name) {
-        let t = Instant::now();
-        sink.rows
-            .extend(held_leases_in_child(b, quick, run_ns).await?);
-        step("held leases", t);
-        return Ok(());
+    let (name, p, probe, e) = (b.name, plan, &b.probe, &b.elections);
+    let s = &mut sink;
+    if !OPT_IN.contains(&name) {
+        let unc = workloads::uncontended(s, &b.impls, p.unc_rounds, p.unc_per_round);
+        step(name, "uncontended", unc).await?;
+        let cont = workloads::contention(s, &b.impls, 8, p.cont_rounds, p.cont_secs);
+        step(name, "8-way contention", cont).await?;
+        let waiters = workloads::waiters(s, &b.impls, &WAITERS, p.queue_rounds, probe);
+        step(name, "N waiters", waiters).await?;
+        if !e.is_empty() {
+            let (standbys, gap) = (&ELECTION_STANDBYS, HANDOVER_GAP);
+            let handovers =
+                workloads::handovers(s, e, standbys, p.handover_rounds, p.handovers, gap, probe);
+            step(name, "leadership handovers", handovers).await?;
+            let addrs = b.cluster.addrs();
+            let crashes = workloads::crash_failovers(s, e, &addrs, p.crashes, CRASH_TTL);
+            step(name, "failovers after a crash", crashes).await?;
+        }
+        if !b.rw.is_empty() {
+            let reads = workloads::shared_reads(s, &b.rw, READERS, p.rw_rounds, p.rw_secs, probe);
+            step(name, "8 readers", reads).await?;
+        }
+        let many = workloads::many_locks(s, &b.impls, DISTINCT_LOCKS, p.many_rounds);
+        step(name, "distinct locks", many).await?;
     }
-    let t = Instant::now();
-    workloads::uncontended(&mut sink, &b.impls, plan.unc_rounds, plan.unc_per_round).await?;
-    step("uncontended", t);
-    let t = Instant::now();
-    workloads::contention(&mut sink, &b.impls, 8, plan.cont_rounds, plan.cont_secs).await?;
-    step("8-way contention", t);
-    let t = Instant::now();
-    workloads::waiters(&mut sink, &b.impls, &WAITERS, plan.queue_rounds, &b.probe).await?;
-    step("N waiters", t);
-    if !b.elections.is_empty() {
-        let t = Instant::now();
-        workloads::handovers(
-            &mut sink,
-            &b.elections,
-            &ELECTION_STANDBYS,
-            plan.handover_rounds,
-            plan.handovers,
-            plan.handover_gap,
-            &b.probe,
-        )
-        .await?;
-        step("leadership handovers", t);
-        let t = Instant::now();
-        workloads::crash_failovers(
-            &mut sink,
-            &b.elections,
-            &b.cluster.addrs(),
-            plan.crashes,
-            CRASH_TTL,
-        )
-        .await?;
-        step("failovers after a crash", t);
-    }
-    if !b.rw.is_empty() {
-        let t = Instant::now();
-        workloads::shared_reads(
-            &mut sink,
-            &b.rw,
-            READERS,
-            plan.rw_rounds,
-            plan.rw_secs,
-            &b.probe,
-        )
-        .await?;
-        step("8 readers", t);
-    }
-    let t = Instant::now();
-    workloads::many_locks(&mut sink, &b.impls, plan.many, plan.many_rounds).await?;
-    step("distinct locks", t);
-    let t = Instant::now();
-    sink.rows
-        .extend(held_leases_in_child(b, quick, run_ns).await?);
-    step("held leases", t);
+    let leases = held_leases_in_child(b, quick, run_ns);
+    s.rows.extend(step(name, "held leases", leases).await?);
     Ok(())
+}
+
+/// Awaits `work`, then says how long it took.
+async fn step<T>(
+    backend: &str,
+    what: &str,
+    work: impl Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    let t = Instant::now();
+    let out = work.await?;
+    eprintln!("[{backend}] {what} done in {:.1?}", t.elapsed());
+    Ok(out)
 }
 
 /// The held-leases workload runs in a fresh process of this binary (same servers, through the
