@@ -65,34 +65,15 @@ fn sample(server: &str) -> [f64; 4] {
 }
 
 async fn locker(kind: &str, c: &Cluster, ns: &str) -> Arc<dyn Locker> {
+    macro_rules! build {
+        ($builder:expr) => {
+            Arc::new($builder.ttl(TTL).namespace(ns).build().await.expect(kind))
+        };
+    }
     match kind {
-        "redis" => Arc::new(
-            RedisLocker::builder()
-                .url(c.endpoints()[0].as_str())
-                .ttl(TTL)
-                .namespace(ns)
-                .build()
-                .await
-                .expect("redis locker"),
-        ),
-        "etcd" => Arc::new(
-            EtcdLocker::builder()
-                .endpoints(c.endpoints())
-                .ttl(TTL)
-                .namespace(ns)
-                .build()
-                .await
-                .expect("etcd locker"),
-        ),
-        _ => Arc::new(
-            ZkLocker::builder()
-                .connect_string(c.endpoints().join(","))
-                .ttl(TTL)
-                .namespace(ns)
-                .build()
-                .await
-                .expect("zk locker"),
-        ),
+        "redis" => build!(RedisLocker::builder().url(c.endpoints()[0].as_str())),
+        "etcd" => build!(EtcdLocker::builder().endpoints(c.endpoints())),
+        _ => build!(ZkLocker::builder().connect_string(c.endpoints().join(","))),
     }
 }
 

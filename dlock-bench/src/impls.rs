@@ -160,55 +160,27 @@ impl Impl {
 
     /// A dlock locker of this server (one connection / session) under the namespace.
     pub async fn locker(&self, ttl: Duration) -> Result<Arc<dyn Locker>, String> {
-        let ns = self.prefix.as_str();
-        let first = self.at.first().map_or("", String::as_str);
         let what = format!("dlock on {:?}", self.server);
+        // Every backend's builder takes the TTL and the namespace the same way.
+        macro_rules! build {
+            ($builder:expr) => {
+                Arc::new(
+                    $builder
+                        .ttl(ttl)
+                        .namespace(&self.prefix)
+                        .build()
+                        .await
+                        .ctx(&what)?,
+                )
+            };
+        }
+        let (nodes, first) = (self.at.clone(), self.at.first().map_or("", String::as_str));
         Ok(match self.server {
-            Server::Redis => Arc::new(
-                RedisLocker::builder()
-                    .url(first)
-                    .ttl(ttl)
-                    .namespace(ns)
-                    .build()
-                    .await
-                    .ctx(&what)?,
-            ),
-            Server::RedisCluster => Arc::new(
-                RedisLocker::builder()
-                    .cluster(self.at.clone())
-                    .ttl(ttl)
-                    .namespace(ns)
-                    .build()
-                    .await
-                    .ctx(&what)?,
-            ),
-            Server::Redlock => Arc::new(
-                RedlockLocker::builder()
-                    .nodes(self.at.clone())
-                    .ttl(ttl)
-                    .namespace(ns)
-                    .build()
-                    .await
-                    .ctx(&what)?,
-            ),
-            Server::Etcd => Arc::new(
-                EtcdLocker::builder()
-                    .endpoints(self.at.clone())
-                    .ttl(ttl)
-                    .namespace(ns)
-                    .build()
-                    .await
-                    .ctx(&what)?,
-            ),
-            Server::Zk => Arc::new(
-                ZkLocker::builder()
-                    .connect_string(self.at.join(","))
-                    .ttl(ttl)
-                    .namespace(ns)
-                    .build()
-                    .await
-                    .ctx(&what)?,
-            ),
+            Server::Redis => build!(RedisLocker::builder().url(first)),
+            Server::RedisCluster => build!(RedisLocker::builder().cluster(nodes)),
+            Server::Redlock => build!(RedlockLocker::builder().nodes(nodes)),
+            Server::Etcd => build!(EtcdLocker::builder().endpoints(nodes)),
+            Server::Zk => build!(ZkLocker::builder().connect_string(nodes.join(","))),
         })
     }
 
