@@ -275,7 +275,7 @@ async fn ensemble_down_is_unavailable_within_the_wait() {
 /// A new session that cannot be opened at once (the server does not answer for longer than a
 /// connect may take: a loaded ensemble committing the session, a blip) does not end an acquire that may wait longer:
 /// the open is tried again within the wait. (CI rehearsal r15: "ZooKeeper connect: timeout" ended
-/// a 20 s acquire in `partition.rs` at its first attempt.)
+/// a 20 s acquire of a partition test at its first attempt.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_cannot_open_at_once_is_retried_within_the_wait() {
     let Some(zk) = Zk::new("open-retry") else {
