@@ -102,7 +102,7 @@ pub(crate) fn sequence(suffix: &str) -> Option<i32> {
 /// Whether the sequence suffixes of a listing may not be in creation order: some suffix is
 /// `2147483647` or negative.
 ///
-/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.8 (measured in `tests/sequences.rs`):
+/// A parent's cversion stops at 2^31 - 1 on ZooKeeper 3.8 (measured in `tests/locking/sequences.rs`):
 /// a create names its node with the cversion and raises it by one, but the server's tree keeps
 /// a new cversion only when it is larger, and one past 2^31 - 1 is -2^31. So every child created afterwards is
 /// named `…2147483647` (ties, in no order), except a create made while another one on the
