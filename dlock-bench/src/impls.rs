@@ -134,10 +134,6 @@ impl Impl {
         }
     }
 
-    fn is_dlock(&self) -> bool {
-        matches!(self.kind, Kind::Lock | Kind::Read | Kind::Elect)
-    }
-
     /// Whether it queues waiters (the floor does not: it only runs uncontended workloads).
     pub fn contends(&self) -> bool {
         self.name != "floor"
@@ -184,8 +180,9 @@ impl Impl {
         })
     }
 
-    /// A new client whose leases live `ttl`. dlock's clients, the Redis floor (which loads its
-    /// script) and rslock take and release a `warm-up` lock first, outside any measurement.
+    /// A new client whose leases live `ttl`. dlock's clients (opening their connections and
+    /// sessions), the Redis floor (loading its script: EVALSHA falls back to EVAL once) and
+    /// rslock take and release a `warm-up` lock first, outside any measurement.
     pub async fn client(&self, ttl: Duration) -> Result<Arc<dyn Client>, String> {
         let (at, prefix) = (&self.at, self.prefix.clone());
         let client: Arc<dyn Client> = match (self.server, self.kind) {
@@ -208,7 +205,12 @@ impl Impl {
             (_, kind) => Arc::new(redis::RedisFloorClient::new(kind, at, prefix, ttl).await?),
         };
         let redis = !matches!(self.server, Server::Etcd | Server::Zk);
-        if self.is_dlock() || (redis && self.kind != Kind::ReadFloor) {
+        let warm_up = match self.kind {
+            Kind::Lock | Kind::Read | Kind::Elect => true,
+            Kind::Floor | Kind::Peer => redis,
+            Kind::ReadFloor | Kind::PeerElection => false,
+        };
+        if warm_up {
             let warm = client.acquire("warm-up").await?;
             client.release(warm).await?;
         }

@@ -186,124 +186,150 @@ pub async fn uncontended(
     Ok(())
 }
 
-/// `c.acquire(name)` in a worker's loop: a failure is counted in `errors` and printed, and the
-/// worker tries again 10 ms later.
-async fn acquire_or_count(c: &Arc<dyn Client>, name: &str, errors: &AtomicU64) -> Option<Held> {
-    match c.acquire(name).await {
-        Ok(h) => Some(h),
-        Err(e) => {
-            errors.fetch_add(1, Ordering::Relaxed);
-            eprintln!("  acquire failed: {e}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            None
-        }
+/// What the workers of a timed round share.
+#[derive(Default)]
+struct Round {
+    stop: AtomicBool,
+    /// Whether a client holds the lock (contention).
+    held: AtomicBool,
+    /// Clients between a grant and their release (shared reads), and the most at once.
+    holders: AtomicU64,
+    max_holders: AtomicU64,
+    /// Grants per client.
+    grants: Vec<AtomicU64>,
+    violations: AtomicU64,
+    errors: AtomicU64,
+    /// Contention: handoffs, waits and switches, the client granted last, and when its
+    /// release started.
+    track: Mutex<(Tally, Option<usize>, Option<Instant>)>,
+}
+
+impl Round {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// `c.release(held)` in a worker's loop: a failure is counted in `errors` and printed.
-async fn release_or_count(c: &Arc<dyn Client>, held: Held, errors: &AtomicU64) -> bool {
-    let released = c.release(held).await;
-    if let Err(e) = &released {
-        errors.fetch_add(1, Ordering::Relaxed);
-        eprintln!("  release failed: {e}");
-    }
-    released.is_ok()
-}
+/// A timed round's hook after a grant: (round, client, when it asked).
+type Granted = Arc<dyn Fn(&Round, usize, Instant) + Send + Sync>;
+/// A timed round's hook after a release: (round, when it asked, whether the release
+/// succeeded); `Some(sample)` counts a grant and records the sample in the round's times.
+type Released = Arc<dyn Fn(&Round, Instant, bool) -> Option<Duration> + Send + Sync>;
 
-/// Ends a timed round's workers (told to stop): waits up to [`DRAIN`] for them, then aborts
-/// them. What each returned, in order; nothing when they were aborted.
-async fn drain<T>(imp: &Impl, tasks: &mut [JoinHandle<T>]) -> Result<Vec<T>, String> {
-    match tokio::time::timeout(DRAIN, futures::future::join_all(tasks.iter_mut())).await {
-        Ok(done) => done
-            .into_iter()
-            .map(|d| d.map_err(|e| format!("worker task: {e}")))
-            .collect(),
+/// `workers` new clients loop acquire → `granted` → release → `released` on `name` for
+/// `secs`, with no hold time. A failed acquire or release counts as an error (printed; the
+/// worker goes on). The requests are counted when `probe` is given.
+async fn timed_round(
+    imp: &Impl,
+    (workers, secs, name): (usize, Duration, String),
+    probe: Option<&Probe>,
+    granted: Granted,
+    released: Released,
+) -> Result<Tally, String> {
+    let cs = clients(imp, workers, TTL).await?;
+    let round = Arc::new(Round {
+        grants: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+        ..Round::default()
+    });
+    let before = match probe {
+        Some(p) => Counts::read(p, &cs).await,
+        None => Counts::default(),
+    };
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (w, c) in cs.iter().enumerate() {
+        let (c, r, name) = (Arc::clone(c), Arc::clone(&round), name.clone());
+        let (granted, released) = (Arc::clone(&granted), Arc::clone(&released));
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::new();
+            while !r.stopped() {
+                let asked = Instant::now();
+                let h = match c.acquire(&name).await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        Round::count(&r.errors);
+                        eprintln!("  acquire failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                granted(&r, w, asked);
+                let ok = c.release(h).await.map_err(|e| {
+                    Round::count(&r.errors);
+                    eprintln!("  release failed: {e}");
+                });
+                if let Some(sample) = released(&r, asked, ok.is_ok()) {
+                    Round::count(&r.grants[w]);
+                    times.push(sample);
+                }
+            }
+            times
+        }));
+    }
+    tokio::time::sleep(secs).await;
+    round.stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    let requests = match probe {
+        Some(p) => Counts::read(p, &cs).await.since(before),
+        None => Counts::default(),
+    };
+    let times = match tokio::time::timeout(DRAIN, futures::future::join_all(&mut tasks)).await {
+        Ok(done) => done.into_iter().collect::<Result<Vec<_>, _>>(),
         Err(_) => {
             let name = imp.name;
             eprintln!("  {name}: workers still waiting {DRAIN:?} after the end; aborted");
-            for t in tasks.iter() {
-                t.abort();
-            }
+            tasks.iter().for_each(JoinHandle::abort);
             Ok(Vec::new())
         }
-    }
+    };
+    let mut t = std::mem::take(&mut lock(&round.track).0);
+    t.times
+        .extend(times.map_err(|e| format!("worker task: {e}"))?.concat());
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    t.grants = round.grants.iter().map(load).collect();
+    t.elapsed = elapsed;
+    t.max_holders = load(&round.max_holders);
+    t.violations = load(&round.violations);
+    t.errors = load(&round.errors);
+    t.requests = requests;
+    Ok(t)
 }
 
-/// `workers` clients loop acquire → release on one lock for `secs`.
+/// `workers` clients loop acquire → release on one lock for `secs`: a grant while another
+/// client holds it is a violation; a grant to another client than the last one is a true
+/// handoff, timed from the start of the last release.
 async fn contention_round(
     imp: &Impl,
     workers: usize,
     secs: Duration,
     name: String,
 ) -> Result<Tally, String> {
-    /// The round so far, and the client granted last and when its release started.
-    #[derive(Default)]
-    struct Track {
-        t: Tally,
-        last: Option<usize>,
-        release_start: Option<Instant>,
-    }
-    let cs = clients(imp, workers, TTL).await?;
-    let track = Arc::new(Mutex::new(Track {
-        t: Tally {
-            grants: vec![0; workers],
-            ..Tally::default()
-        },
-        ..Track::default()
-    }));
-    let held = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let violations = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (w, c) in cs.into_iter().enumerate() {
-        let (track, held, stop, violations, errors, name) = (
-            Arc::clone(&track),
-            Arc::clone(&held),
-            Arc::clone(&stop),
-            Arc::clone(&violations),
-            Arc::clone(&errors),
-            name.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let asked = Instant::now();
-                let Some(h) = acquire_or_count(&c, &name, &errors).await else {
-                    continue;
-                };
-                let granted = Instant::now();
-                if held.swap(true, Ordering::SeqCst) {
-                    violations.fetch_add(1, Ordering::Relaxed);
-                }
-                if !stop.load(Ordering::Relaxed) {
-                    let mut track = lock(&track);
-                    let rs = track.release_start.filter(|_| track.last != Some(w));
-                    let t = &mut track.t;
-                    t.grants[w] += 1;
-                    t.waits.push(granted - asked);
-                    if let Some(rs) = rs {
-                        t.times.push(granted.saturating_duration_since(rs));
-                        t.switches += 1;
-                    }
-                    track.last = Some(w);
-                }
-                lock(&track).release_start = Some(Instant::now());
-                held.store(false, Ordering::SeqCst);
-                release_or_count(&c, h, &errors).await;
+    let granted: Granted = Arc::new(|r: &Round, w, asked| {
+        let granted = Instant::now();
+        if r.held.swap(true, Ordering::SeqCst) {
+            Round::count(&r.violations);
+        }
+        if !r.stopped() {
+            Round::count(&r.grants[w]);
+            let (t, last, release_start) = &mut *lock(&r.track);
+            t.waits.push(granted - asked);
+            if *last != Some(w)
+                && let Some(rs) = release_start
+            {
+                t.times.push(granted.saturating_duration_since(*rs));
+                t.switches += 1;
             }
-        }));
-    }
-    tokio::time::sleep(secs).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    // The figures are what the workers recorded (an aborted or panicked one adds nothing).
-    let _ = drain(imp, &mut tasks).await;
-    let mut t = std::mem::take(&mut lock(&track).t);
-    t.elapsed = elapsed;
-    t.violations = violations.load(Ordering::Relaxed);
-    t.errors = errors.load(Ordering::Relaxed);
-    Ok(t)
+            *last = Some(w);
+        }
+        lock(&r.track).2 = Some(Instant::now());
+        r.held.store(false, Ordering::SeqCst);
+    });
+    let released: Released = Arc::new(|_: &Round, _, _| None);
+    timed_round(imp, (workers, secs, name), None, granted, released).await
 }
 
 /// 8-way (or `workers`-way) contention, `rounds` interleaved rounds of `secs` per contender.
@@ -725,7 +751,7 @@ pub async fn crash_failovers(
 /// `exclusive`, two clients between a grant and the start of its release is a violation (as in
 /// the contention workload); otherwise the most clients between a grant and the end of its
 /// release are counted (readers sharing: a grant while another reader's release is under way
-/// or not yet started).
+/// or not yet started). A successful pair is a grant, timed from the acquire's start.
 async fn shared_round(
     imp: &Impl,
     workers: usize,
@@ -734,69 +760,24 @@ async fn shared_round(
     name: String,
     probe: &Probe,
 ) -> Result<Tally, String> {
-    let cs = clients(imp, workers, TTL).await?;
-    let holders = Arc::new(AtomicU64::new(0));
-    let max_holders = Arc::new(AtomicU64::new(0));
-    let violations = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let grants = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let before = Counts::read(probe, &cs).await;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for c in &cs {
-        let (c, holders, max_holders, violations, errors, grants, stop, name) = (
-            Arc::clone(c),
-            Arc::clone(&holders),
-            Arc::clone(&max_holders),
-            Arc::clone(&violations),
-            Arc::clone(&errors),
-            Arc::clone(&grants),
-            Arc::clone(&stop),
-            name.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut pairs = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let asked = Instant::now();
-                let Some(h) = acquire_or_count(&c, &name, &errors).await else {
-                    continue;
-                };
-                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
-                max_holders.fetch_max(now, Ordering::Relaxed);
-                if exclusive {
-                    if now > 1 {
-                        violations.fetch_add(1, Ordering::Relaxed);
-                    }
-                    holders.fetch_sub(1, Ordering::SeqCst);
-                }
-                let released = release_or_count(&c, h, &errors).await;
-                if !exclusive {
-                    holders.fetch_sub(1, Ordering::SeqCst);
-                }
-                if released && !stop.load(Ordering::Relaxed) {
-                    grants.fetch_add(1, Ordering::Relaxed);
-                    pairs.push(asked.elapsed());
-                }
+    let granted: Granted = Arc::new(move |r: &Round, _, _| {
+        let now = r.holders.fetch_add(1, Ordering::SeqCst) + 1;
+        r.max_holders.fetch_max(now, Ordering::Relaxed);
+        if exclusive {
+            if now > 1 {
+                Round::count(&r.violations);
             }
-            pairs
-        }));
-    }
-    tokio::time::sleep(secs).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = start.elapsed();
-    let requests = Counts::read(probe, &cs).await.since(before);
-    let times = drain(imp, &mut tasks).await?.concat();
-    Ok(Tally {
-        elapsed,
-        grants: vec![grants.load(Ordering::Relaxed)],
-        times,
-        max_holders: max_holders.load(Ordering::Relaxed),
-        violations: violations.load(Ordering::Relaxed),
-        errors: errors.load(Ordering::Relaxed),
-        requests,
-        ..Tally::default()
-    })
+            r.holders.fetch_sub(1, Ordering::SeqCst);
+        }
+    });
+    let released: Released = Arc::new(move |r: &Round, asked: Instant, ok| {
+        if !exclusive {
+            r.holders.fetch_sub(1, Ordering::SeqCst);
+        }
+        (ok && !r.stopped()).then(|| asked.elapsed())
+    });
+    let shape = (workers, secs, name);
+    timed_round(imp, shape, Some(probe), granted, released).await
 }
 
 /// `workers` clients taking one name over and over, `rounds` interleaved rounds of `secs` per
