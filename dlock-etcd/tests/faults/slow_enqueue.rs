@@ -36,11 +36,8 @@ async fn acquire_through_late_replies(
     name: &LockName,
 ) -> Lease {
     proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
-    let (l, n) = (locker.clone(), name.clone());
-    let acquire = tokio::spawn(async move {
-        l.acquire(&n, AcquireOptions::wait(Duration::from_secs(8)))
-            .await
-    });
+    let acquire =
+        support::spawn_acquire(&locker, &name, AcquireOptions::wait(Duration::from_secs(8)));
     tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
     proxy.set(Mode::Pass);
     acquire

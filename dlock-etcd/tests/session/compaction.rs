@@ -4,7 +4,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Locker};
+use dlock_core::AcquireOptions;
 use dlock_etcd::etcd_client::CompactionOptions;
 
 #[test]
@@ -16,11 +16,11 @@ fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
         let waiter = support::locker(&cluster, &ns).await;
         let name = support::name("c");
         let lease = support::hold(&holder, &name).await;
-        let (w, n) = (waiter.clone(), name.clone());
-        let waiting = tokio::spawn(async move {
-            w.acquire(&n, AcquireOptions::wait(Duration::from_secs(20)))
-                .await
-        });
+        let waiting = support::spawn_acquire(
+            &waiter,
+            &name,
+            AcquireOptions::wait(Duration::from_secs(20)),
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiting.is_finished());
 

@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Locker};
+use dlock_core::AcquireOptions;
 use dlock_etcd::etcd_client::{GetOptions, SortOrder, SortTarget};
 
 #[test]
@@ -20,12 +20,11 @@ fn waiter_with_revoked_lease_is_never_granted_on_its_removed_key() {
         let name = support::name("w");
         let held = support::hold(&holder, &name).await;
 
-        let w = waiter.clone();
-        let n = name.clone();
-        let queued = tokio::spawn(async move {
-            w.acquire(&n, AcquireOptions::wait(Duration::from_secs(10)))
-                .await
-        });
+        let queued = support::spawn_acquire(
+            &waiter,
+            &name,
+            AcquireOptions::wait(Duration::from_secs(10)),
+        );
         // Wait until the waiter's key is in the queue behind the holder's.
         let mut c = holder.client().clone();
         let range = format!("{}/", holder.etcd_mutex_name(&name));

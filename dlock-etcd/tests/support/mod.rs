@@ -62,6 +62,16 @@ pub async fn hold(locker: &EtcdLocker, name: &LockName) -> Lease {
         .expect("acquire")
 }
 
+/// `locker`'s acquire of `name`, waiting as `opts` say, in a task of its own.
+pub fn spawn_acquire(
+    locker: &EtcdLocker,
+    name: &LockName,
+    opts: AcquireOptions,
+) -> tokio::task::JoinHandle<Result<Lease, dlock_core::Error>> {
+    let (l, n) = (locker.clone(), name.clone());
+    tokio::spawn(async move { l.acquire(&n, opts).await })
+}
+
 /// Acquires and releases a name of its own, so that `locker` has a live session.
 pub async fn warm_up(locker: &EtcdLocker) {
     hold(locker, &name("warm-up"))
