@@ -107,9 +107,8 @@ pub(crate) fn sequence(suffix: &str) -> Option<i32> {
 /// one, but the server's tree keeps a new cversion only when it is larger, and one past
 /// 2^31 - 1 is -2^31. So every child created afterwards is named `…2147483647` (ties, in no
 /// order), except a create made while another one on the same parent is still pending, which
-/// gets `-2147483648`, `-2147483647`, … from the pending
-/// change. A server whose cversion does wrap names later nodes with negative sequences. Either
-/// way only the nodes' czxids order them: callers that decide grants read those instead.
+/// gets `-2147483648`, `-2147483647`, … from the pending change. A server whose cversion does
+/// wrap names later nodes with negative sequences. Either way only the nodes' czxids order them: callers that decide grants read those instead.
 pub(crate) fn ambiguous<'a>(suffixes: impl IntoIterator<Item = &'a str>) -> bool {
     suffixes
         .into_iter()
