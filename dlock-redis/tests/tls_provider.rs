@@ -27,7 +27,11 @@ async fn an_application_crypto_provider_is_kept() {
     let tls = ServerOptions::default().with_tls(false);
     let cluster = tokio::task::block_in_place(|| Cluster::start_with(ServerKind::Redis, 1, &tls))
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let ca = cluster.tls().expect("a TLS cluster").ca_pem().expect("read the CA");
+    let ca = cluster
+        .tls()
+        .expect("a TLS cluster")
+        .ca_pem()
+        .expect("read the CA");
     let l = RedisLocker::builder()
         .url(cluster.endpoints().remove(0))
         .tls_root_certificates(ca)

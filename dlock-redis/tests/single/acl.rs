@@ -1,54 +1,94 @@
-//! Authentication and ACL permissions, on a real server: refusals are not retryable, and a
-//! user with exactly the documented ACL rules can use every path of the lock.
-
-mod support;
+//! Authentication and ACL permissions, on a real server: a password in the URL is used and its
+//! absence refused (not retryable), and a user with exactly the documented ACL rules can use
+//! every path of the lock (wrong passwords and missing permissions are the secrets test's).
 
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, LockName, Locker, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, ErrorKind, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
-use support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
 
-fn name(s: &str) -> LockName {
-    LockName::new(s).expect("valid name")
-}
+use super::support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
+use super::{conn, name, queued, shared};
 
+/// Creates (or resets) the ACL user `user` with password `pw` and `rules` for the keys under
+/// `ns` on the node at `url`.
 async fn acl_user(url: &str, user: &str, ns: &str, rules: &[&str]) {
-    let mut conn = redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg(user).arg("reset");
     for r in acl_rules("pw", &format!("{ns}/"), &[rules]) {
         cmd.arg(r);
     }
-    let _: () = cmd.query_async(&mut conn).await.expect("ACL SETUSER");
+    let _: () = cmd
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("ACL SETUSER");
 }
 
-async fn locker(addr: std::net::SocketAddr, user: &str, password: &str, ns: &str) -> RedisLocker {
-    RedisLocker::builder()
-        .url(format!("redis://{user}:{password}@{addr}"))
-        .ttl(Duration::from_secs(2))
-        .namespace(ns)
-        .build()
+/// A locker on `addr` logged in as `user` (password `pw`).
+async fn locker(addr: std::net::SocketAddr, user: &str, ns: &str) -> RedisLocker {
+    super::locker(
+        &format!("redis://{user}:pw@{addr}"),
+        ns,
+        Duration::from_secs(2),
+    )
+    .await
+}
+
+/// The ACL user `user` with `rules` under `ns` on the shared node, two lockers logged in as
+/// it, and the node's URL.
+async fn two_lockers(user: &str, ns: &str, rules: &[&str]) -> (String, RedisLocker, RedisLocker) {
+    let cluster = shared();
+    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
+    acl_user(&url, user, ns, rules).await;
+    let a = locker(addr, user, ns).await;
+    let b = locker(addr, user, ns).await;
+    (url, a, b)
+}
+
+/// AUTH credentials in the URL are used; without them the server's refusal is a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_through_the_url() {
+    let cluster = super::private(1);
+    let addr = cluster.addrs()[0];
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query_async(&mut conn(&cluster.endpoints()[0]).await)
         .await
-        .expect("builds")
+        .expect("set a password");
+    let good = super::locker(
+        &format!("redis://:s3cret@{addr}"),
+        "dlock-test/acl/auth",
+        Duration::from_secs(1),
+    )
+    .await;
+    let lease = good
+        .acquire(&name("auth"), AcquireOptions::wait(Duration::from_secs(1)))
+        .await
+        .expect("acquire with AUTH");
+    lease.release().await.expect("release");
+    let bad = super::locker(
+        &format!("redis://{addr}"),
+        "dlock-test/acl/auth",
+        Duration::from_secs(1),
+    )
+    .await;
+    let e = bad
+        .try_acquire(&name("auth"))
+        .await
+        .expect_err("no password");
+    assert_eq!(e.kind(), ErrorKind::AccessDenied, "{e}");
+    assert!(!e.is_retryable(), "{e}");
+    assert!(!format!("{e}").contains("s3cret"));
 }
 
 /// Exactly the documented rules: uncontended and queued acquires, a handoff with notification,
 /// renewal and release all work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_acl_rules_suffice() {
-    let cluster = Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
     let ns = "dlock-test/acl/minimal";
-    acl_user(&url, "dlock-minimal", ns, RULES).await;
-    let a = locker(addr, "dlock-minimal", "pw", ns).await;
-    let b = locker(addr, "dlock-minimal", "pw", ns).await;
+    let (_, a, b) = two_lockers("dlock-minimal", ns, RULES).await;
     let lock = name("m");
     let held = a
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
@@ -71,14 +111,9 @@ async fn the_documented_acl_rules_suffice() {
 /// reserved for a head that was not told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_release_never_reserves_without_notifying() {
-    let cluster = Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
     let ns = "dlock-test/acl/nopublish";
     let rules: Vec<&str> = RULES.iter().copied().filter(|r| *r != "+publish").collect();
-    acl_user(&url, "dlock-nopublish", ns, &rules).await;
-    let a = locker(addr, "dlock-nopublish", "pw", ns).await;
-    let b = locker(addr, "dlock-nopublish", "pw", ns).await;
+    let (url, a, b) = two_lockers("dlock-nopublish", ns, &rules).await;
     let lock = name("p");
     let held = a
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
@@ -89,23 +124,8 @@ async fn a_refused_release_never_reserves_without_notifying() {
         b2.acquire(&l2, AcquireOptions::wait(Duration::from_secs(2)))
             .await
     });
-    let mut conn = redis::Client::open(url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let queue = format!("{ns}/dlock:{{p}}:q");
-    loop {
-        let len: usize = redis::cmd("LLEN")
-            .arg(&queue)
-            .query_async(&mut conn)
-            .await
-            .expect("LLEN");
-        if len == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let mut conn = conn(&url).await;
+    queued(&mut conn, &format!("{ns}/dlock:{{p}}:q"), 1).await;
     let e = held.release().await.expect_err("PUBLISH is refused");
     assert!(!e.is_retryable(), "{e}");
     let value: Option<String> = redis::cmd("GET")
@@ -124,14 +144,9 @@ async fn a_refused_release_never_reserves_without_notifying() {
 /// renewal, permits and releases all work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_family_acl_rules_suffice() {
-    let cluster = Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let (url, addr) = (cluster.endpoints().remove(0), cluster.addrs()[0]);
     let ns = "dlock-test/acl/family";
     let rules: Vec<&str> = RULES.iter().chain(FAMILY_RULES).copied().collect();
-    acl_user(&url, "dlock-family", ns, &rules).await;
-    let a = locker(addr, "dlock-family", "pw", ns).await;
-    let b = locker(addr, "dlock-family", "pw", ns).await;
+    let (_, a, b) = two_lockers("dlock-family", ns, &rules).await;
     let lock = name("rw");
     let wait = AcquireOptions::wait(Duration::from_secs(2));
     let read = a.read(&lock, wait).await.expect("read");
@@ -157,37 +172,9 @@ async fn the_documented_family_acl_rules_suffice() {
 /// that a replica acknowledged is handed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_acl_rules_suffice_for_wait_for_replicas() {
-    let cluster = Cluster::start(ServerKind::Redis, 2)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-    let urls = cluster.endpoints();
-    let mut replica = redis::Client::open(urls[1].as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let master = cluster.addrs()[0];
-    let _: () = redis::cmd("REPLICAOF")
-        .arg(master.ip().to_string())
-        .arg(master.port())
-        .query_async(&mut replica)
-        .await
-        .expect("REPLICAOF");
-    let began = std::time::Instant::now();
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut replica)
-            .await
-            .expect("INFO");
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "the replica never synced"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let cluster = super::private(2);
+    super::replicate(&cluster).await;
+    let (urls, master) = (cluster.endpoints(), cluster.addrs()[0]);
     let ns = "dlock-test/acl/wait";
     let rules: Vec<&str> = RULES.iter().chain(WAIT_RULES).copied().collect();
     acl_user(&urls[0], "dlock-wait", ns, &rules).await;

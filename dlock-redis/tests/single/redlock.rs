@@ -1,25 +1,14 @@
-//! Redlock under node failures, on real servers.
-
-mod support;
+//! Redlock under node failures, on real servers: the quorum error names every cause, nodes
+//! restarted empty or paused, per-lease renewal verdicts, the steady-state request count, and
+//! tokens when a lagging node and an emptied one form the quorum.
 
 use std::time::{Duration, Instant};
 
-use dlock_conformance::servers::{Cluster, ServerKind};
+use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, Error, LockName, Locker};
 use dlock_redis::RedlockLocker;
 
-fn private(nodes: usize) -> Cluster {
-    Cluster::start(ServerKind::Redis, nodes)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+use super::{conn, private, runtime};
 
 async fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
     RedlockLocker::builder()
@@ -179,16 +168,11 @@ fn an_undecided_lease_does_not_fail_the_others() {
             .await
             .expect("acquire");
         // `open` stays held on node 0 only, refused by node 1, node 2 is down: never decided.
-        let mut conn = redis::Client::open(cluster.endpoints()[1].as_str())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let _: i64 = redis::cmd("DEL")
-            .arg(format!("{ns}/dlock:{{open}}"))
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        on_node(
+            &cluster.endpoints()[1],
+            redis::cmd("DEL").arg(format!("{ns}/dlock:{{open}}")),
+        )
+        .await;
         tokio::task::block_in_place(|| cluster.node(2).kill()).expect("kill a node");
         // Several TTLs: `kept` is extended by nodes 0 and 1 every round.
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -229,12 +213,10 @@ fn steady_state_grants_need_no_fence_write_back() {
 
 /// Runs one command on one node (the default user).
 async fn on_node(url: &str, cmd: &redis::Cmd) {
-    let mut conn = redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
+    let _: redis::Value = cmd
+        .query_async(&mut conn(url).await)
         .await
-        .expect("connect");
-    let _: redis::Value = cmd.query_async(&mut conn).await.expect("command");
+        .expect("command");
 }
 
 /// One grant and its release; the grant's token.

@@ -1,10 +1,13 @@
 //! TLS against a real TLS-only `redis-server` of the harness (certificates made by `openssl` when
-//! it starts): the handshake refusal classes (locking over TLS is the `redis-tls` row's).
+//! it starts), and a plain one: the handshake refusal classes (locking over TLS is the
+//! `redis-tls` row's).
 
 use std::time::Duration;
 
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_redis::RedisLocker;
+
+use super::{name, shared};
 
 /// A server that requires client certificates (`--tls-auth-clients yes`, the harness' TLS
 /// cluster with client authentication): a locker presenting the cluster's client identity
@@ -127,4 +130,25 @@ async fn client_certificates_when_the_server_requires_them() {
     let key_text = String::from_utf8_lossy(&key);
     let key_body = key_text.lines().nth(1).expect("a PEM body line");
     assert!(!shown.contains(key_body), "{shown}");
+}
+
+/// `rediss://` URLs are accepted and use TLS; against a server that does not speak TLS the
+/// handshake fails with a typed, retryable error (never a panic for a missing crypto provider).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_urls_are_supported() {
+    let addr = shared().addrs()[0];
+    let l = RedisLocker::builder()
+        .url(format!("rediss://{addr}/"))
+        .ttl(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("a rediss URL builds");
+    let e = l
+        .try_acquire(&name("tls"))
+        .await
+        .expect_err("the server does not speak TLS");
+    assert!(
+        matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Backend),
+        "{e}"
+    );
 }

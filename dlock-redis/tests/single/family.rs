@@ -1,54 +1,18 @@
-//! The read-write lock and the semaphore on one Redis server, beyond the shared scenarios:
-//! permit counts that disagree, requests dropped while queued, a reader behind a waiting
-//! writer, a holder deleted from outside, and mutex and family leases renewed together.
+//! The family and the election on one node, beyond the shared scenarios: a family holder
+//! deleted from outside is lost at its next renewal, mutex and family leases are renewed
+//! together, and an observer that missed announcements fails instead of skipping them.
 
-mod support;
-
-use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::{AcquireOptions, LockName, Locker, LossReason, RwLocker, Semaphore};
-use dlock_redis::RedisLocker;
-use redis::aio::MultiplexedConnection;
+use dlock_core::{AcquireOptions, Election, ErrorKind, Locker, LossReason, RwLocker, Semaphore};
 use tokio::time::Instant;
+
+use super::{conn, locker, name, url};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-fn shared() -> Arc<Cluster> {
-    Cluster::shared(ServerKind::Redis, 1)
-        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
-}
-
-fn url() -> String {
-    shared().endpoints().remove(0)
-}
-
-async fn locker(ns: &str, ttl: Duration, fair: bool) -> RedisLocker {
-    RedisLocker::builder()
-        .url(url())
-        .ttl(ttl)
-        .namespace(ns)
-        .fair(fair)
-        .build()
-        .await
-        .expect("locker")
-}
-
-async fn conn() -> MultiplexedConnection {
-    redis::Client::open(url())
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection")
-}
-
 fn ns(test: &str) -> String {
     format!("dlock-test/redis-family-{}/{test}", std::process::id())
-}
-
-fn name(s: &str) -> LockName {
-    LockName::new(s).expect("valid name")
 }
 
 /// Waits until nothing of `ns` is left at the server (the leak audit the conformance suite
@@ -56,7 +20,7 @@ fn name(s: &str) -> LockName {
 async fn nothing_left(ns: &str) {
     let began = Instant::now();
     loop {
-        let left = support::server_leftovers(&url(), ns)
+        let left = super::support::server_leftovers(&url(), ns)
             .await
             .expect("leak audit");
         if left.is_empty() {
@@ -73,7 +37,7 @@ async fn nothing_left(ns: &str) {
 async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
     let ns = ns("deleted");
     let ttl = Duration::from_millis(900);
-    let l = locker(&ns, ttl, true).await;
+    let l = locker(&url(), &ns, ttl).await;
     let leases = [
         l.read(&name("r"), AcquireOptions::wait(WAIT))
             .await
@@ -90,7 +54,7 @@ async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
         .acquire(&name("m"), AcquireOptions::wait(WAIT))
         .await
         .expect("mutex");
-    let mut c = conn().await;
+    let mut c = conn(&url()).await;
     for lock in ["r", "w", "p"] {
         let deleted: i64 = redis::cmd("DEL")
             .arg(format!("{ns}/dlock:{{{lock}}}:holders"))
@@ -125,7 +89,7 @@ async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
 async fn mutex_and_family_leases_are_renewed_in_one_round_trip() {
     let ns = ns("renewed-together");
     let ttl = Duration::from_millis(600);
-    let l = locker(&ns, ttl, true).await;
+    let l = locker(&url(), &ns, ttl).await;
     let leases = [
         l.acquire(&name("m"), AcquireOptions::wait(WAIT))
             .await
@@ -153,4 +117,42 @@ async fn mutex_and_family_leases_are_renewed_in_one_round_trip() {
         lease.release().await.expect("release");
     }
     nothing_left(&ns).await;
+}
+
+/// Announcements trimmed from the stream before an observer read them: its next read fails as
+/// `Unavailable` ("missed"), never skipping silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_that_missed_announcements_fails_instead_of_skipping() {
+    let ns = ns("gap");
+    let l = locker(&url(), &ns, Duration::from_secs(2)).await;
+    let name = name("leader");
+    let mut changes = l.observe(&name).await.expect("observe");
+    let leading = l
+        .campaign(&name, b"v1", AcquireOptions::wait(WAIT))
+        .await
+        .expect("lead");
+    let first = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .expect("in time")
+        .expect("first change");
+    assert_eq!(first.value, b"v1");
+    // Announcements the observer never sees: trimmed from the stream, as MAXLEN would after
+    // many changes.
+    leading.proclaim(b"v2").await.expect("proclaim");
+    let stream = format!("{}dlock:{{leader}}:changes", l.prefix());
+    let _: i64 = redis::cmd("XTRIM")
+        .arg(&stream)
+        .arg("MAXLEN")
+        .arg(0)
+        .query_async(&mut conn(&url()).await)
+        .await
+        .expect("trim");
+    leading.proclaim(b"v3").await.expect("proclaim");
+    let err = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .expect("in time")
+        .expect_err("a change was missed");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("missed"), "{err}");
+    leading.resign().await.expect("resign");
 }

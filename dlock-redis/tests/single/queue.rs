@@ -1,0 +1,280 @@
+//! The fair queue on one node: the head, not a newcomer, gets a released lock; a head waiter
+//! takes over an expired holder on its timer; a crashed head stalls the queue for seconds, not
+//! TTLs; a short-TTL waiter never shortens the queue's life; and polling waiters (spin mode,
+//! Redlock) write nothing while the lock stays held (a refused attempt must not bump the
+//! fencing counter: one write per poll would load the server and its replicas for nothing).
+
+use std::time::Duration;
+
+use dlock_conformance::faults::{Mode, Proxy};
+use dlock_core::{AcquireOptions, Error, Locker};
+use dlock_redis::{RedisLocker, RedlockLocker};
+use tokio::time::Instant;
+
+use super::{conn, locker, name, queued, shared, url};
+
+/// A fair waiter whose holder crashed (key left to expire, no release message) gets the lock
+/// through its timer at the holder's expiry, not a poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_waiter_takes_over_an_expired_holder() {
+    let ttl = Duration::from_secs(1);
+    let ns = "dlock-test/single/expired";
+    let holder = locker(&url(), ns, ttl).await;
+    let waiter = locker(&url(), ns, ttl).await;
+    let lease = holder
+        .acquire(&name("e"), AcquireOptions::forever())
+        .await
+        .expect("acquire");
+    lease.stop_renewal_for_test();
+    let began = Instant::now();
+    let got = waiter
+        .acquire(&name("e"), AcquireOptions::wait(ttl * 3))
+        .await
+        .expect("the waiter takes over");
+    let took = began.elapsed();
+    assert!(took < ttl + Duration::from_millis(300), "took {took:?}");
+    assert!(lease.is_lost());
+    let wakeups = waiter.stats().wakeups;
+    assert!(wakeups <= 3, "{wakeups} wakeups: the waiter polled");
+    got.release().await.expect("release");
+    drop(lease);
+}
+
+/// A release with waiters queued reserves the lock for the head: a newcomer's `try_acquire`
+/// right after the release never barges in, and the head gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
+    let ns = "dlock-test/single/no-barging";
+    let build = async || locker(&url(), ns, Duration::from_secs(2)).await;
+    let (holder, waiter, newcomer) = (build().await, build().await, build().await);
+    let mut conn = conn(&url()).await;
+    let lock = name("handoff");
+    let queue = format!("{ns}/dlock:{{handoff}}:q");
+    for round in 0..20 {
+        let held = holder
+            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+            .expect("holder acquires");
+        let (w, l) = (waiter.clone(), lock.clone());
+        let waiting = tokio::spawn(async move {
+            w.acquire(&l, AcquireOptions::wait(Duration::from_secs(5)))
+                .await
+        });
+        queued(&mut conn, &queue, 1).await;
+        held.release().await.expect("release");
+        let barged = newcomer.try_acquire(&lock).await.expect("try_acquire");
+        assert!(
+            barged.is_none(),
+            "round {round}: a newcomer took the lock from the queued head"
+        );
+        let got = waiting
+            .await
+            .expect("join")
+            .expect("the head gets the lock");
+        got.release().await.expect("release");
+    }
+}
+
+/// The bound on how long a crashed head waiter can stall the queue after a release: its
+/// entry's lifetime (3 s) plus the next waiter's refresh period (1 s), both independent of the
+/// TTL, plus 2 s of scheduling slack for a loaded host.
+const CRASHED_HEAD_STALL_BOUND: Duration = Duration::from_secs(6);
+
+/// A waiter at the head of the queue crashes (here: its link goes silent), then the holder
+/// releases, reserving the lock for that dead head. With a 30 s TTL, the next waiter must
+/// still get the lock within a few seconds, not after one or more TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_head_stalls_the_queue_for_seconds_not_ttls() {
+    let cluster = shared();
+    let url = cluster.endpoints().remove(0);
+    let ns = "dlock-test/fair/crashed-head";
+    let ttl = Duration::from_secs(30);
+    let lock = name("stall");
+    let queue = format!("{ns}/dlock:{{stall}}:q");
+    let mut conn = conn(&url).await;
+    let holder = locker(&url, ns, ttl).await;
+    let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
+    let doomed = locker(&format!("redis://{}", proxy.addr()), ns, ttl).await;
+    let next = locker(&url, ns, ttl).await;
+    let held = holder
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("holder acquires");
+    let (d, l) = (doomed.clone(), lock.clone());
+    let crashed = tokio::spawn(async move { d.acquire(&l, AcquireOptions::forever()).await });
+    queued(&mut conn, &queue, 1).await;
+    proxy.set(Mode::Blackhole);
+    let (n, l) = (next.clone(), lock.clone());
+    let waiting = tokio::spawn(async move {
+        n.acquire(&l, AcquireOptions::wait(Duration::from_secs(40)))
+            .await
+    });
+    queued(&mut conn, &queue, 2).await;
+    held.release().await.expect("release");
+    let released = Instant::now();
+    let got = waiting
+        .await
+        .expect("join")
+        .expect("the next waiter gets the lock");
+    let stalled = released.elapsed();
+    crashed.abort();
+    got.release().await.expect("release");
+    assert!(
+        stalled <= CRASHED_HEAD_STALL_BOUND,
+        "a crashed head stalled the queue for {stalled:?} (TTL {ttl:?})"
+    );
+}
+
+/// A locker with a short TTL queueing on a name never shortens the queue keys' life below a
+/// long-TTL waiter's entry deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_ttl_waiter_never_shortens_the_queue() {
+    let url = shared().endpoints().remove(0);
+    let ns = "dlock-test/fair/mixed-ttl";
+    let lock = name("mixed");
+    let queue = format!("{ns}/dlock:{{mixed}}:q");
+    let deadlines = format!("{ns}/dlock:{{mixed}}:qt");
+    let mut conn = conn(&url).await;
+    let long = Duration::from_secs(30);
+    let holder = locker(&url, ns, long).await;
+    let patient = locker(&url, ns, long).await;
+    let hasty = locker(&url, ns, Duration::from_millis(200)).await;
+    let held = holder
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("holder acquires");
+    let (p, l) = (patient.clone(), lock.clone());
+    let waiting = tokio::spawn(async move {
+        p.acquire(&l, AcquireOptions::wait(Duration::from_secs(20)))
+            .await
+    });
+    let first = queued(&mut conn, &queue, 1).await.remove(0);
+    let (h, l) = (hasty.clone(), lock.clone());
+    let short = tokio::spawn(async move {
+        h.acquire(&l, AcquireOptions::wait(Duration::from_secs(5)))
+            .await
+    });
+    queued(&mut conn, &queue, 2).await;
+    // One MULTI: the server's clock, the entry's deadline and both keys' TTLs, read at one
+    // instant (separate reads let the clock move on between them under load).
+    let ((secs, micros), entry_deadline, ttls): ((u64, u64), u64, [i64; 2]) = {
+        let (time, deadline, q_ttl, qt_ttl): ((u64, u64), u64, i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("TIME")
+            .cmd("HGET")
+            .arg(&deadlines)
+            .arg(&first)
+            .cmd("PTTL")
+            .arg(&queue)
+            .cmd("PTTL")
+            .arg(&deadlines)
+            .query_async(&mut conn)
+            .await
+            .expect("MULTI TIME HGET PTTL PTTL");
+        (time, deadline, [q_ttl, qt_ttl])
+    };
+    let now_ms = secs * 1000 + micros / 1000;
+    for (key, pttl) in [&queue, &deadlines].into_iter().zip(ttls) {
+        // Both round to milliseconds: 2 ms of slack.
+        let expires = now_ms + u64::try_from(pttl).unwrap_or(0) + 2;
+        assert!(
+            pttl == -1 || expires >= entry_deadline,
+            "{key} expires {} ms before the long-TTL waiter's entry",
+            entry_deadline.saturating_sub(expires)
+        );
+    }
+    short.abort();
+    held.release().await.expect("release");
+    let got = waiting
+        .await
+        .expect("join")
+        .expect("the patient waiter gets the lock");
+    got.release().await.expect("release");
+}
+
+/// The fencing counter on `url`.
+async fn fence(url: &str, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("GET")
+}
+
+/// Many failed polls of `waiter` while `holder` holds the lock leave every node's fence as the
+/// grant left it.
+async fn polls_leave_the_fence_alone(
+    holder: &dyn Locker,
+    waiter: &dyn Locker,
+    urls: &[String],
+    fence_key: &str,
+) {
+    let lock = name("held");
+    let lease = holder
+        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect("holder acquires");
+    let mut before = Vec::new();
+    for url in urls {
+        before.push(fence(url, fence_key).await);
+    }
+    let polls_before = waiter.stats().requests;
+    let got = waiter
+        .acquire(&lock, AcquireOptions::wait(Duration::from_millis(400)))
+        .await;
+    assert!(matches!(got, Err(Error::Timeout { .. })), "{got:?}");
+    let polls = waiter.stats().requests - polls_before;
+    assert!(polls >= 5, "only {polls} polls: the test proves nothing");
+    for (url, was) in urls.iter().zip(before) {
+        assert_eq!(
+            fence(url, fence_key).await,
+            was,
+            "{polls} failed polls changed the fence on {url}"
+        );
+    }
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spin_mode_polls_do_not_write() {
+    let url = url();
+    let ns = "dlock-test/polling/spin";
+    let build = async || {
+        RedisLocker::builder()
+            .url(&url)
+            .ttl(Duration::from_secs(2))
+            .fair(false)
+            .retry_delay(Duration::from_millis(10))
+            .namespace(ns)
+            .build()
+            .await
+            .expect("builds")
+    };
+    let (holder, waiter) = (build().await, build().await);
+    let key = format!("{ns}/dlock:{{held}}:fence");
+    polls_leave_the_fence_alone(&holder, &waiter, std::slice::from_ref(&url), &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_polls_do_not_write() {
+    let cluster = dlock_conformance::servers::Cluster::shared(
+        dlock_conformance::servers::ServerKind::Redis,
+        3,
+    )
+    .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    let urls = cluster.endpoints();
+    let ns = "dlock-test/polling/redlock";
+    let build = async || {
+        RedlockLocker::builder()
+            .nodes(urls.clone())
+            .ttl(Duration::from_secs(2))
+            .retry_delay(Duration::from_millis(10))
+            .namespace(ns)
+            .build()
+            .await
+            .expect("builds")
+    };
+    let (holder, waiter) = (build().await, build().await);
+    let key = format!("{ns}/dlock:{{held}}:fence");
+    polls_leave_the_fence_alone(&holder, &waiter, &urls, &key).await;
+}
