@@ -25,7 +25,7 @@ async fn etcdctl_first(endpoint: &str, locker: &EtcdLocker, name: &LockName) -> 
     let etcd_name = locker.etcd_mutex_name(name);
     let ctl = Etcdctl::lock(endpoint, &etcd_name);
     let key = ctl
-        .granted_key(Duration::from_secs(10))
+        .line(Duration::from_secs(10))
         .expect("etcdctl got the free lock");
     assert!(
         key.starts_with(&format!("{etcd_name}/")),
@@ -68,7 +68,7 @@ async fn dlock_first(
 ) -> Etcdctl {
     let ctl = Etcdctl::lock(endpoint, &locker.etcd_mutex_name(name));
     assert_eq!(
-        ctl.granted_key(Duration::from_secs(2)),
+        ctl.line(Duration::from_secs(2)),
         None,
         "etcdctl got a lock dlock holds"
     );
@@ -76,7 +76,7 @@ async fn dlock_first(
     let token = lease.token();
     lease.release().await.expect("release");
     let key = ctl
-        .granted_key(Duration::from_secs(10))
+        .line(Duration::from_secs(10))
         .expect("etcdctl granted after dlock released");
     assert!(create_revision(locker, &key).await as u64 > token.get());
     ctl

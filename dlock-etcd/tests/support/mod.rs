@@ -257,14 +257,10 @@ impl Etcdctl {
         Etcdctl::spawn(endpoint, &["lock", "--ttl", "2", name])
     }
 
-    /// The next line etcdctl printed, if one came within `within`.
+    /// The next line etcdctl printed, if one came within `within` (`lock` prints the key it
+    /// holds when granted).
     pub fn line(&self, within: Duration) -> Option<String> {
         self.lines.recv_timeout(within).ok()
-    }
-
-    /// The key etcdctl printed when granted, if it was granted within `within`.
-    pub fn granted_key(&self, within: Duration) -> Option<String> {
-        self.line(within)
     }
 
     /// SIGINT: etcdctl unlocks or resigns, and closes its session.
