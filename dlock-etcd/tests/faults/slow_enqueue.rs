@@ -37,7 +37,7 @@ async fn acquire_through_late_replies(
 ) -> Lease {
     proxy.set_direction(Direction::Downstream, Mode::Delay(REQUEST_TIMEOUT * 2));
     let acquire =
-        support::spawn_acquire(&locker, &name, AcquireOptions::wait(Duration::from_secs(8)));
+        support::spawn_acquire(locker, name, AcquireOptions::wait(Duration::from_secs(8)));
     tokio::time::sleep(REQUEST_TIMEOUT * 3).await;
     proxy.set(Mode::Pass);
     acquire

@@ -39,11 +39,8 @@ async fn etcdctl_first(endpoint: &str, locker: &EtcdLocker, name: &LockName) -> 
         .await
         .expect_err("dlock got a lock etcdctl holds");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    let waiter = support::spawn_acquire(
-        &locker,
-        &name,
-        AcquireOptions::wait(Duration::from_secs(15)),
-    );
+    let waiter =
+        support::spawn_acquire(locker, name, AcquireOptions::wait(Duration::from_secs(15)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !waiter.is_finished(),
