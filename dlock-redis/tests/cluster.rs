@@ -12,7 +12,8 @@ use std::time::Duration;
 use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_redis::RedisLocker;
-use support::cluster::{commandstat_calls, start};
+use support::cluster::start;
+use support::commandstat_calls;
 use tokio::time::Instant;
 
 /// A private formed cluster; `None` (after printing why) when the servers are not installed

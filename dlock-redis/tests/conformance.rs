@@ -15,51 +15,47 @@ use dlock_core::FencingStrength;
 use support::acl::{
     CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES, WAIT_RULES,
 };
-use support::{ClusterRef, Kind, RedisBackend};
+use support::{ClusterRef, FAIR, Kind, RedisBackend};
 
 fn shared(nodes: usize) -> Arc<Cluster> {
     Cluster::shared(ServerKind::Redis, nodes)
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
 }
 
+/// The row's backend, made on first use.
+fn row(
+    b: &'static OnceLock<Arc<dyn TestBackend>>,
+    make: impl FnOnce() -> RedisBackend,
+) -> Arc<dyn TestBackend> {
+    Arc::clone(b.get_or_init(|| Arc::new(make())))
+}
+
 fn redis() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        Arc::new(RedisBackend::new(
-            "redis",
-            Kind::Single,
-            ClusterRef::Shared(shared(1)),
-        ))
-    }))
+    row(&B, || {
+        RedisBackend::new("redis", Kind::Single, ClusterRef::Shared(shared(1)))
+    })
 }
 
 /// The single node in spin mode (`fair(false)`): no queue, waiters retry.
 fn redis_spin() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        Arc::new(RedisBackend::new(
-            "redis-spin",
-            Kind::Spin,
-            ClusterRef::Shared(shared(1)),
-        ))
-    }))
+    row(&B, || {
+        RedisBackend::new("redis-spin", Kind::Spin, ClusterRef::Shared(shared(1)))
+    })
 }
 
 fn redlock() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        Arc::new(RedisBackend::new(
-            "redlock",
-            Kind::Redlock,
-            ClusterRef::Shared(shared(5)),
-        ))
-    }))
+    row(&B, || {
+        RedisBackend::new("redlock", Kind::Redlock, ClusterRef::Shared(shared(5)))
+    })
 }
 
 /// Five nodes of which the last two are killed: a majority is still up.
 fn redlock_degraded() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
+    row(&B, || {
         let cluster = Cluster::start(ServerKind::Redis, 5)
             .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
         // In the crash-test child the endpoints come from the parent (external): already killed.
@@ -71,12 +67,12 @@ fn redlock_degraded() -> Arc<dyn TestBackend> {
                     .unwrap_or_else(|e| panic!("cannot kill redis node {i}: {e}"));
             }
         }
-        Arc::new(RedisBackend::new(
+        RedisBackend::new(
             "redlock-degraded",
             Kind::Redlock,
             ClusterRef::Owned(cluster),
-        ))
-    }))
+        )
+    })
 }
 
 /// One node whose config has the ACL user `CONFORMANCE_USER` with exactly the README's rules
@@ -96,40 +92,29 @@ fn redis_acl_options() -> ServerOptions {
 /// The single node in fair mode, the lockers connecting as the ACL user.
 fn redis_acl() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
+    row(&B, || {
         let options = redis_acl_options();
         let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
             .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-        Arc::new(
-            RedisBackend::new("redis-acl", Kind::Single, ClusterRef::Shared(cluster))
-                .with_user(CONFORMANCE_USER, CONFORMANCE_PASSWORD)
-                .with_options(options),
-        )
-    }))
+        RedisBackend::new("redis-acl", Kind::Single, ClusterRef::Shared(cluster))
+            .with_user(CONFORMANCE_USER, CONFORMANCE_PASSWORD)
+            .with_options(options)
+    })
 }
 
 /// The single node in fair mode serving TLS only (`--port 0 --tls-port P`, certificates made
 /// at start-up); the lockers connect with `rediss://` trusting the cluster's CA.
 fn redis_tls() -> Arc<dyn TestBackend> {
     static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
+    row(&B, || {
         let options = ServerOptions::default().with_tls(false);
         let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
             .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-        Arc::new(
-            RedisBackend::new("redis-tls", Kind::Single, ClusterRef::Shared(cluster))
-                .with_options(options),
-        )
-    }))
+        RedisBackend::new("redis-tls", Kind::Single, ClusterRef::Shared(cluster))
+            .with_options(options)
+    })
 }
 
-/// Fair mode: a queue with one wake-up per release; one counter per lock.
-const FAIR: Declared = Declared {
-    fair: true,
-    herd_free: true,
-    fencing: FencingStrength::Linearizable,
-    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
-};
 /// Spin mode: no queue; the same counter.
 const SPIN: Declared = Declared {
     fair: false,

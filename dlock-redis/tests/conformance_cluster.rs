@@ -6,13 +6,11 @@
 mod support;
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
+use dlock_conformance::TestBackend;
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_conformance::{Declared, Slack, TestBackend};
-use dlock_core::FencingStrength;
-use support::ClusterRef;
 use support::cluster::{ClusterBackend, cluster_options, form};
+use support::{ClusterRef, FAIR};
 
 /// The shared 3-master cluster (in the crash-test child: the parent's, through the external
 /// provider, already formed).
@@ -28,13 +26,5 @@ fn redis_cluster() -> Arc<dyn TestBackend> {
         ))
     }))
 }
-
-/// Fair mode: a queue with one wake-up per release; one counter per lock name, in its slot.
-const FAIR: Declared = Declared {
-    fair: true,
-    herd_free: true,
-    fencing: FencingStrength::Linearizable,
-    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
-};
 
 dlock_conformance::conformance_tests!(redis_cluster, redis_cluster(), declared = FAIR);

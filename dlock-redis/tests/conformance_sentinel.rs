@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use dlock_conformance::faults::{Mode, Proxy};
 use dlock_conformance::servers::HarnessError;
-use dlock_conformance::{ClientOptions, Declared, Slack, TestBackend};
-use dlock_core::{AcquireOptions, FencingStrength, LockName, Locker};
+use dlock_conformance::{ClientOptions, TestBackend};
+use dlock_core::{AcquireOptions, LockName, Locker};
+use support::FAIR;
 use support::sentinel::SentinelBackend;
 
 /// The shared deployment's backend, started on first use (a failed start is remembered).
@@ -27,15 +28,6 @@ fn shared() -> Result<Arc<SentinelBackend>, HarnessError> {
 fn redis_sentinel() -> Arc<dyn TestBackend> {
     shared().unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
 }
-
-/// Fair mode, as the single-node row: a queue with one wake-up per release; one counter per
-/// lock, raised to the server clock on a new master.
-const FAIR: Declared = Declared {
-    fair: true,
-    herd_free: true,
-    fencing: FencingStrength::Linearizable,
-    crash_release_slack: Slack::fixed(Duration::from_millis(250)),
-};
 
 dlock_conformance::conformance_tests!(redis_sentinel, redis_sentinel(), declared = FAIR);
 
@@ -204,12 +196,7 @@ async fn wake_signals_count_publishes_but_not_sentinel_hellos() {
         .query_async(&mut c)
         .await
         .expect("INFO");
-    let all: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
-        .and_then(|r| r.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("cmdstat_publish");
+    let all = support::commandstat_calls(&info, "publish").expect("cmdstat_publish");
     assert!(
         all > 5,
         "the master's own count ({all}) has no sentinel hellos: this test shows nothing"

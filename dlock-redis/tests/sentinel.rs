@@ -24,6 +24,8 @@ struct Setup {
     /// Ports of the data servers: [first master, first replica].
     data: [u16; 2],
     sentinels: Vec<u16>,
+    /// Held (dropped last) while the deployment lives: see [`ONE_AT_A_TIME`].
+    _one: tokio::sync::MutexGuard<'static, ()>,
 }
 
 /// One test of this file at a time. Each starts a deployment of its own (2 servers, 3
@@ -100,6 +102,7 @@ impl Setup {
     /// The deployment (servers of this test's own), or `None` after printing why when
     /// redis-server is not installed and `CI` is unset.
     async fn start() -> Option<Setup> {
+        let one = ONE_AT_A_TIME.lock().await;
         let started = tokio::task::spawn_blocking(|| {
             let master = dlock_conformance::servers::Cluster::start_with(
                 dlock_conformance::servers::ServerKind::Redis,
@@ -127,6 +130,7 @@ impl Setup {
             deployment,
             data,
             sentinels,
+            _one: one,
         })
     }
 
@@ -144,11 +148,56 @@ impl Setup {
             .namespace(ns)
     }
 
+    /// A locker under `ns` finding the master through the sentinels.
+    async fn build(&self, ns: &str, ttl: Duration) -> RedisLocker {
+        self.locker(ns, ttl).build().await.expect("builds")
+    }
+
+    /// Kills the first master (`start_again == false`) or starts it again.
+    async fn first_master(&self, start_again: bool) {
+        let master = Arc::clone(&self.deployment.master);
+        tokio::task::spawn_blocking(move || match start_again {
+            false => master.node(0).kill(),
+            true => master.node(0).start_again(),
+        })
+        .await
+        .expect("join")
+        .expect("the first master killed or started again");
+    }
+
+    /// Waits until every sentinel names the replica the master.
+    async fn replica_named(&self) {
+        let new = self.data[1];
+        for &s in &self.sentinels {
+            until(
+                "the sentinels name the replica",
+                Duration::from_secs(30),
+                || async { named_master(s).await == Some(new) },
+            )
+            .await;
+        }
+    }
+
+    /// Waits until the replica, now the master, counts a replica of its own (with
+    /// `min-replicas-to-write`: until then it refuses writes).
+    async fn new_master_counts_a_replica(&self) {
+        until(
+            "the new master counts its replica",
+            Duration::from_secs(60),
+            || async {
+                info(self.data[1], "replication")
+                    .await
+                    .contains("min_slaves_good_slaves:1")
+            },
+        )
+        .await;
+    }
+
     /// `SENTINEL FAILOVER`, then waits until every sentinel names the replica and the old
     /// master has been turned into its replica (the sentinels do that a few seconds later).
     /// Returns when the sentinels named the new master.
     async fn failover(&self) -> Instant {
-        let [old, new] = self.data;
+        let old = self.data[0];
         let mut c = conn(self.sentinels[0]).await;
         // NOGOODSLAVE until the sentinel's view of the replica is fresh (it reads the
         // replica's INFO every 10 s).
@@ -170,14 +219,7 @@ impl Setup {
                 Err(e) => panic!("SENTINEL FAILOVER: {e}"),
             }
         }
-        for &s in &self.sentinels {
-            until(
-                "the sentinels name the new master",
-                Duration::from_secs(30),
-                || async { named_master(s).await == Some(new) },
-            )
-            .await;
-        }
+        self.replica_named().await;
         let named = Instant::now();
         until(
             "the old master becomes a replica",
@@ -189,33 +231,19 @@ impl Setup {
         )
         .await;
         // ... and the new master counts it (min-replicas-to-write: it accepts writes).
-        until(
-            "the new master counts its replica",
-            Duration::from_secs(30),
-            || async {
-                info(new, "replication")
-                    .await
-                    .contains("min_slaves_good_slaves:1")
-            },
-        )
-        .await;
+        self.new_master_counts_a_replica().await;
         named
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_name_the_master() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
     let began = std::time::Instant::now();
     let ns = "dlock-test/sentinel/find";
-    let l = setup
-        .locker(ns, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("builds");
+    let l = setup.build(ns, Duration::from_secs(2)).await;
     let name = LockName::new("found").expect("valid name");
     let lease = l
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
@@ -276,7 +304,6 @@ struct Hold {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -290,11 +317,7 @@ async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
     let holding = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for client in 0..3 {
-        let l = setup
-            .locker(ns, Duration::from_secs(2))
-            .build()
-            .await
-            .expect("builds");
+        let l = setup.build(ns, Duration::from_secs(2)).await;
         let (name, holds, errors, mut stop) =
             (name.clone(), holds.clone(), errors.clone(), stop.clone());
         // Client 0 holds long (past its TTL, across renewals); the others briefly.
@@ -448,7 +471,6 @@ async fn a_failover_under_contention_keeps_tokens_increasing_and_holds_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_grant_survives_a_failover() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
@@ -490,7 +512,7 @@ async fn an_acknowledged_grant_survives_a_failover() {
         .await
         .expect("PTTL");
     assert!(pttl > 0, "the lock key is not held on the new master");
-    let other = setup.locker(ns, ttl).build().await.expect("builds");
+    let other = setup.build(ns, ttl).await;
     assert!(
         other
             .try_acquire(&name)
@@ -519,29 +541,20 @@ async fn an_acknowledged_grant_survives_a_failover() {
 /// make it the new master's replica, and grants resume with tokens above the lost lease's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_replica() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
     let began = std::time::Instant::now();
     let ns = "dlock-test/sentinel/killed";
     let name = LockName::new("killed").expect("valid name");
-    let holder = setup
-        .locker(ns, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("builds");
+    let holder = setup.build(ns, Duration::from_secs(2)).await;
     let lease = holder
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
         .await
         .expect("granted on the first master");
     let token = lease.token().0;
     let lost = lease.lost();
-    let master = Arc::clone(&setup.deployment.master);
-    tokio::task::spawn_blocking(move || master.node(0).kill())
-        .await
-        .expect("kill")
-        .expect("the master killed");
+    setup.first_master(false).await;
     let killed = Instant::now();
     // No renewal can succeed after the kill: this is the last promise.
     let deadline = lease.deadline();
@@ -554,42 +567,17 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
         "lost() fired {:?} after the lease's deadline",
         lost_at - deadline
     );
-    let [_, new] = setup.data;
-    for &s in &setup.sentinels {
-        until(
-            "the sentinels name the replica",
-            Duration::from_secs(30),
-            || async { named_master(s).await == Some(new) },
-        )
-        .await;
-    }
+    setup.replica_named().await;
     let promoted = Instant::now();
-    let other = setup
-        .locker(ns, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("builds");
+    let other = setup.build(ns, Duration::from_secs(2)).await;
     let refused = other.try_acquire(&name).await;
     assert!(
         matches!(&refused, Err(e) if e.kind() == ErrorKind::Unavailable),
         "the promoted replica without a replica of its own: {:?}",
         refused.map(|l| l.map(|l| l.token()))
     );
-    let master = Arc::clone(&setup.deployment.master);
-    tokio::task::spawn_blocking(move || master.node(0).start_again())
-        .await
-        .expect("restart")
-        .expect("the old master restarted");
-    until(
-        "the new master counts the old one as its replica",
-        Duration::from_secs(60),
-        || async {
-            info(new, "replication")
-                .await
-                .contains("min_slaves_good_slaves:1")
-        },
-    )
-    .await;
+    setup.first_master(true).await;
+    setup.new_master_counts_a_replica().await;
     let back = Instant::now();
     let next = other
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(20)))
@@ -616,20 +604,19 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
 /// the new master within its wait, with a higher token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquire_is_granted_across_a_failover() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
     let ns = "dlock-test/sentinel/wait-failover";
     let name = LockName::new("waited").expect("valid name");
     let ttl = Duration::from_secs(2);
-    let holder = setup.locker(ns, ttl).build().await.expect("builds");
+    let holder = setup.build(ns, ttl).await;
     let held = holder
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
         .await
         .expect("granted on the first master");
     let token = held.token().0;
-    let waiter = setup.locker(ns, ttl).build().await.expect("builds");
+    let waiter = setup.build(ns, ttl).await;
     let (w, n) = (waiter.clone(), name.clone());
     let waiting = tokio::spawn(async move {
         w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
@@ -656,52 +643,31 @@ async fn a_waiting_acquire_is_granted_across_a_failover() {
 /// as its replica, and the acquire is granted there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_waits_across_a_killed_master() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let Some(setup) = Setup::start().await else {
         return;
     };
     let ns = "dlock-test/sentinel/wait-killed";
     let name = LockName::new("waited").expect("valid name");
-    let l = setup
-        .locker(ns, Duration::from_secs(2))
-        .build()
-        .await
-        .expect("builds");
+    let l = setup.build(ns, Duration::from_secs(2)).await;
     let first = l
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
         .await
         .expect("granted on the first master");
     let token = first.token().0;
     first.release().await.expect("release");
-    let master = Arc::clone(&setup.deployment.master);
-    tokio::task::spawn_blocking(move || master.node(0).kill())
-        .await
-        .expect("kill")
-        .expect("the master killed");
+    setup.first_master(false).await;
     let (w, n) = (l.clone(), name.clone());
     let waiting = tokio::spawn(async move {
         w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
             .await
     });
-    let [_, new] = setup.data;
-    for &s in &setup.sentinels {
-        until(
-            "the sentinels name the replica",
-            Duration::from_secs(30),
-            || async { named_master(s).await == Some(new) },
-        )
-        .await;
-    }
+    setup.replica_named().await;
     assert!(
         !waiting.is_finished(),
         "the acquire ended while no master took writes: {:?}",
         waiting.await.expect("join").map(|l| l.token())
     );
-    let master = Arc::clone(&setup.deployment.master);
-    tokio::task::spawn_blocking(move || master.node(0).start_again())
-        .await
-        .expect("restart")
-        .expect("the old master restarted");
+    setup.first_master(true).await;
     let lease = waiting
         .await
         .expect("join")

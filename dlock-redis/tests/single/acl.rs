@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, Locker, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, ErrorKind, Lease, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
 
 use super::support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
-use super::{conn, name, queued, shared};
+use super::{acquiring, conn, name, queued, shared};
 
 /// Creates (or resets) the ACL user `user` with password `pw` and `rules` for the keys under
 /// `ns` on the node at `url`.
@@ -83,6 +83,19 @@ async fn auth_through_the_url() {
     assert!(!format!("{e}").contains("s3cret"));
 }
 
+/// Once long enough for renewals (TTL/3) and for the waiter to queue has passed: `held` was
+/// renewed, and its release hands the lock to `waiting`.
+async fn renewed_then_handed_over(
+    held: Lease,
+    waiting: tokio::task::JoinHandle<Result<Lease, dlock_core::Error>>,
+) {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    held.check().expect("renewed under the ACL");
+    held.release().await.expect("release");
+    let got = waiting.await.expect("join").expect("handoff under the ACL");
+    got.release().await.expect("release");
+}
+
 /// Exactly the documented rules: uncontended and queued acquires, a handoff with notification,
 /// renewal and release all work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,17 +107,8 @@ async fn the_documented_acl_rules_suffice() {
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
         .await
         .expect("acquire");
-    let (b2, l2) = (b.clone(), lock.clone());
-    let waiting = tokio::spawn(async move {
-        b2.acquire(&l2, AcquireOptions::wait(Duration::from_secs(10)))
-            .await
-    });
-    // Long enough for renewals (TTL/3) and for the waiter to queue.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    held.check().expect("renewed under the ACL");
-    held.release().await.expect("release");
-    let got = waiting.await.expect("join").expect("handoff under the ACL");
-    got.release().await.expect("release");
+    let waiting = acquiring(&b, &lock, AcquireOptions::wait(Duration::from_secs(10)));
+    renewed_then_handed_over(held, waiting).await;
 }
 
 /// A release that the ACL refuses half-way (no `PUBLISH` permission) never leaves the lock
@@ -119,11 +123,7 @@ async fn a_refused_release_never_reserves_without_notifying() {
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
         .await
         .expect("acquire");
-    let (b2, l2) = (b.clone(), lock.clone());
-    let waiting = tokio::spawn(async move {
-        b2.acquire(&l2, AcquireOptions::wait(Duration::from_secs(2)))
-            .await
-    });
+    let waiting = acquiring(&b, &lock, AcquireOptions::wait(Duration::from_secs(2)));
     let mut conn = conn(&url).await;
     queued(&mut conn, &format!("{ns}/dlock:{{p}}:q"), 1).await;
     let e = held.release().await.expect_err("PUBLISH is refused");
@@ -155,12 +155,7 @@ async fn the_documented_family_acl_rules_suffice() {
         b2.write(&l2, AcquireOptions::wait(Duration::from_secs(10)))
             .await
     });
-    // Long enough for renewals (TTL/3) and for the writer to queue.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    read.check().expect("renewed under the ACL");
-    read.release().await.expect("release");
-    let write = writing.await.expect("join").expect("handoff under the ACL");
-    write.release().await.expect("release");
+    renewed_then_handed_over(read, writing).await;
     let permit = a
         .acquire_permit(&name("sem"), 2, wait)
         .await

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
-use dlock_core::LockName;
+use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker};
 use dlock_redis::RedisLocker;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
@@ -133,4 +133,14 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// `locker`'s acquire of `lock` with `options`, in a task of its own.
+fn acquiring<L: Locker + Clone + 'static>(
+    locker: &L,
+    lock: &LockName,
+    options: AcquireOptions,
+) -> tokio::task::JoinHandle<Result<Lease, Error>> {
+    let (locker, lock) = (locker.clone(), lock.clone());
+    tokio::spawn(async move { locker.acquire(&lock, options).await })
 }

@@ -11,7 +11,7 @@ use dlock_core::{AcquireOptions, Error, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 use tokio::time::Instant;
 
-use super::{conn, locker, name, queued, shared, url};
+use super::{acquiring, conn, locker, name, queued, shared, url};
 
 /// A fair waiter whose holder crashed (key left to expire, no release message) gets the lock
 /// through its timer at the holder's expiry, not a poll.
@@ -55,11 +55,7 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
             .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
             .await
             .expect("holder acquires");
-        let (w, l) = (waiter.clone(), lock.clone());
-        let waiting = tokio::spawn(async move {
-            w.acquire(&l, AcquireOptions::wait(Duration::from_secs(5)))
-                .await
-        });
+        let waiting = acquiring(&waiter, &lock, AcquireOptions::wait(Duration::from_secs(5)));
         queued(&mut conn, &queue, 1).await;
         held.release().await.expect("release");
         let barged = newcomer.try_acquire(&lock).await.expect("try_acquire");
@@ -100,15 +96,10 @@ async fn a_crashed_head_stalls_the_queue_for_seconds_not_ttls() {
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
         .await
         .expect("holder acquires");
-    let (d, l) = (doomed.clone(), lock.clone());
-    let crashed = tokio::spawn(async move { d.acquire(&l, AcquireOptions::forever()).await });
+    let crashed = acquiring(&doomed, &lock, AcquireOptions::forever());
     queued(&mut conn, &queue, 1).await;
     proxy.set(Mode::Blackhole);
-    let (n, l) = (next.clone(), lock.clone());
-    let waiting = tokio::spawn(async move {
-        n.acquire(&l, AcquireOptions::wait(Duration::from_secs(40)))
-            .await
-    });
+    let waiting = acquiring(&next, &lock, AcquireOptions::wait(Duration::from_secs(40)));
     queued(&mut conn, &queue, 2).await;
     held.release().await.expect("release");
     let released = Instant::now();
@@ -143,17 +134,13 @@ async fn a_short_ttl_waiter_never_shortens_the_queue() {
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
         .await
         .expect("holder acquires");
-    let (p, l) = (patient.clone(), lock.clone());
-    let waiting = tokio::spawn(async move {
-        p.acquire(&l, AcquireOptions::wait(Duration::from_secs(20)))
-            .await
-    });
+    let waiting = acquiring(
+        &patient,
+        &lock,
+        AcquireOptions::wait(Duration::from_secs(20)),
+    );
     let first = queued(&mut conn, &queue, 1).await.remove(0);
-    let (h, l) = (hasty.clone(), lock.clone());
-    let short = tokio::spawn(async move {
-        h.acquire(&l, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-    });
+    let short = acquiring(&hasty, &lock, AcquireOptions::wait(Duration::from_secs(5)));
     queued(&mut conn, &queue, 2).await;
     // One MULTI: the server's clock, the entry's deadline and both keys' TTLs, read at one
     // instant (separate reads let the clock move on between them under load).

@@ -9,7 +9,7 @@ use dlock_core::{AcquireOptions, Error, ErrorKind, Locker};
 use dlock_redis::RedisLocker;
 use tokio::time::Instant;
 
-use super::{conn, locker, name, private, replicaof, url};
+use super::{acquiring, conn, locker, name, private, replicaof, url};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_down_is_unavailable_within_the_wait() {
@@ -239,11 +239,7 @@ async fn a_demoted_server_is_retried_within_the_wait_on_a_new_connection() {
         .expect_err("a replica refuses writes");
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(e.is_retryable(), "{e}");
-    let (l2, n2) = (l.clone(), lock.clone());
-    let waiting = tokio::spawn(async move {
-        l2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = acquiring(&l, &lock, AcquireOptions::wait(Duration::from_secs(10)));
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The "failover" completes: node 0 is a master again.
     replicaof(&urls[0], None).await;

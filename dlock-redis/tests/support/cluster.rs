@@ -17,7 +17,7 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{ClusterRef, backend_err, leftovers_of};
+use super::{ClusterRef, backend_err, leftovers_on, publish_calls};
 
 /// Cluster mode (see the harness' [`redis_cluster::options`](dlock_conformance::servers::redis_cluster::options)).
 pub fn cluster_options() -> ServerOptions {
@@ -105,30 +105,12 @@ impl TestBackend for ClusterBackend {
     /// Live keys and queue entries under `namespace` on every master (each holds its slots'
     /// keys).
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
-        let mut out = Vec::new();
-        for (i, url) in self.node_urls() {
-            let node = self.cluster.get().node(i);
-            let client = redis::Client::open(url.as_str()).map_err(|e| backend_err(&e))?;
-            let read = tokio::time::timeout(
-                Duration::from_secs(2),
-                leftovers_of(&client, &url, namespace),
-            )
-            .await;
-            match read {
-                Ok(Ok(found)) => out.extend(found),
-                Ok(Err(e))
-                    if (e.is_io_error() || e.is_connection_refusal()) && !node.is_running() => {}
-                Ok(Err(e)) => return Err(backend_err(&e)),
-                Err(_) if node.is_paused() => {}
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        format!("test audit: {url} did not answer"),
-                        None,
-                    ));
-                }
-            }
-        }
-        Ok(out)
+        let urls = self.cluster.get().endpoints();
+        let clients = urls
+            .iter()
+            .map(|u| redis::Client::open(u.as_str()))
+            .collect();
+        leftovers_on(self.cluster.get(), urls, clients, namespace).await
     }
 
     /// Deletes the lock key on the master serving its slot; returns the holder's token (the
@@ -222,17 +204,7 @@ impl TestBackend for ClusterBackend {
     /// `PUBLISH` calls (from the scripts, on the master of the lock's slot) over every node: a
     /// message the cluster bus forwards to the other nodes is not counted again there.
     fn wake_signals(&self) -> Result<u64, String> {
-        let mut total = 0;
-        for (i, addr) in self.node_addrs().into_iter().enumerate() {
-            let info = self
-                .cluster
-                .get()
-                .node(i)
-                .read_text(b"INFO commandstats\r\nQUIT\r\n")
-                .ok_or_else(|| format!("redis at {addr} did not answer INFO"))?;
-            total += commandstat_calls(&info, "publish").unwrap_or(0);
-        }
-        Ok(total)
+        publish_calls(self.cluster.get(), self.cluster.get().len())
     }
 
     /// The endpoints of the three nodes (the child's factory finds them formed).
@@ -269,16 +241,4 @@ impl TestBackend for ClusterBackend {
             ClusterRef::Shared(cluster),
         )))
     }
-}
-
-/// `calls=` of `cmdstat_<command>` in an `INFO commandstats` reply (`script|load` for a
-/// subcommand).
-pub fn commandstat_calls(info: &str, command: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
-        .and_then(|rest| {
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        })
 }

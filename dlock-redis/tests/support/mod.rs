@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
-use dlock_core::{Error, FencingToken, LockName, Locker};
+use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
+use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 
 /// The Redis Cluster topology and its conformance backend.
@@ -83,6 +83,16 @@ pub mod acl {
         out
     }
 }
+
+/// What the fair-mode rows (one node, ACL, TLS, Sentinel, Cluster) declare: a queue with one
+/// wake-up per release; one counter per lock (in its slot on a cluster), raised to the server
+/// clock on a new master.
+pub const FAIR: Declared = Declared {
+    fair: true,
+    herd_free: true,
+    fencing: FencingStrength::Linearizable,
+    crash_release_slack: Slack::fixed(std::time::Duration::from_millis(250)),
+};
 
 /// Which locker a backend builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,6 +314,39 @@ async fn leftovers_of(
     Ok(out)
 }
 
+/// [`leftovers_of`] over the nodes of `cluster` at `urls` (node `i` at `urls[i]`), through
+/// `clients`: a node a test killed or paused holds nothing anyone can use.
+pub async fn leftovers_on(
+    cluster: &Cluster,
+    urls: Vec<String>,
+    clients: Vec<Result<redis::Client, redis::RedisError>>,
+    namespace: &str,
+) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for (i, (url, client)) in urls.iter().zip(clients).enumerate() {
+        let node = cluster.node(i);
+        let client = client.map_err(|e| backend_err(&e))?;
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            leftovers_of(&client, url, namespace),
+        )
+        .await;
+        match read {
+            Ok(Ok(found)) => out.extend(found),
+            Ok(Err(e)) if (e.is_io_error() || e.is_connection_refusal()) && !node.is_running() => {}
+            Ok(Err(e)) => return Err(backend_err(&e)),
+            Err(_) if node.is_paused() => {}
+            Err(_) => {
+                return Err(Error::unavailable(
+                    format!("test audit: {url} did not answer"),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl RedisBackend {
     /// A single-node locker (fair unless this is the spin backend) with the scenario's options.
     async fn single(&self, opts: &ClientOptions) -> Result<RedisLocker, Error> {
@@ -359,31 +402,9 @@ impl TestBackend for RedisBackend {
     }
 
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
-        let mut out = Vec::new();
-        for (i, url) in self.audit_urls().iter().enumerate() {
-            let node = self.cluster.get().node(i);
-            let client = self.admin(url).map_err(|e| backend_err(&e))?;
-            let read = tokio::time::timeout(
-                std::time::Duration::from_secs(2),
-                leftovers_of(&client, url, namespace),
-            )
-            .await;
-            match read {
-                Ok(Ok(found)) => out.extend(found),
-                // A node a test killed or paused holds nothing anyone can use.
-                Ok(Err(e))
-                    if (e.is_io_error() || e.is_connection_refusal()) && !node.is_running() => {}
-                Ok(Err(e)) => return Err(backend_err(&e)),
-                Err(_) if node.is_paused() => {}
-                Err(_) => {
-                    return Err(Error::unavailable(
-                        format!("test audit: {url} did not answer"),
-                        None,
-                    ));
-                }
-            }
-        }
-        Ok(out)
+        let urls = self.audit_urls();
+        let clients = urls.iter().map(|url| self.admin(url)).collect();
+        leftovers_on(self.cluster.get(), urls, clients, namespace).await
     }
 
     /// Breaks the holder: finds the owner value that most reachable nodes hold (the holder;
@@ -507,25 +528,7 @@ impl TestBackend for RedisBackend {
     /// `PUBLISH` calls (also from scripts) over the audited nodes, from `INFO commandstats`
     /// (over TLS on a TLS cluster).
     fn wake_signals(&self) -> Result<u64, String> {
-        let mut total = 0;
-        for (i, addr) in self.node_addrs().into_iter().enumerate() {
-            let info = self
-                .cluster
-                .get()
-                .node(i)
-                .read_text(b"INFO commandstats\r\nQUIT\r\n")
-                .ok_or_else(|| format!("redis at {addr} did not answer INFO"))?;
-            total += info
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_publish:"))
-                .and_then(|rest| {
-                    rest.split(',')
-                        .find_map(|kv| kv.strip_prefix("calls="))
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                })
-                .unwrap_or(0);
-        }
-        Ok(total)
+        publish_calls(self.cluster.get(), self.node_addrs().len())
     }
 
     /// The endpoints, and for a TLS cluster the CA (the child's factory asks for the same
@@ -559,6 +562,32 @@ impl TestBackend for RedisBackend {
         b.user = self.user.clone();
         Some(Arc::new(b))
     }
+}
+
+/// `PUBLISH` calls (also from scripts) on the first `nodes` nodes of `cluster`, from their
+/// `INFO commandstats`.
+pub fn publish_calls(cluster: &Cluster, nodes: usize) -> Result<u64, String> {
+    let mut total = 0;
+    for i in 0..nodes {
+        let node = cluster.node(i);
+        let info = node
+            .read_text(b"INFO commandstats\r\nQUIT\r\n")
+            .ok_or_else(|| format!("redis at {} did not answer INFO", node.addr()))?;
+        total += commandstat_calls(&info, "publish").unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// `calls=` of `cmdstat_<command>` in an `INFO commandstats` reply (`script|load` for a
+/// subcommand).
+pub fn commandstat_calls(info: &str, command: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|rest| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
 }
 
 /// Makes `cluster` serve as `options` say (blocking: off the runtime's worker when called on

@@ -384,49 +384,40 @@ impl Deployment {
             }
         }
         for old in gone {
-            for s in &self.sentinels {
-                let client = redis::Client::open(format!("redis://{s}")).map_err(err)?;
-                let mut c = client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(err)?;
-                let _: () = redis::cmd("SENTINEL")
-                    .arg("REMOVE")
-                    .arg(format!("via-{}", old.port()))
-                    .query_async(&mut c)
-                    .await
-                    .map_err(err)?;
-            }
+            let mut remove = redis::cmd("SENTINEL");
+            remove.arg("REMOVE").arg(format!("via-{}", old.port()));
+            self.on_sentinels(&[remove]).await.map_err(err)?;
             known.remove(&old);
         }
-        for s in &self.sentinels {
-            let client = redis::Client::open(format!("redis://{s}")).map_err(err)?;
-            let mut c = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(err)?;
-            let _: () = redis::cmd("SENTINEL")
-                .arg("MONITOR")
-                .arg(&name)
-                .arg(proxy.ip().to_string())
-                .arg(proxy.port())
-                .arg(2)
-                .query_async(&mut c)
-                .await
-                .map_err(err)?;
-            let _: () = redis::cmd("SENTINEL")
-                .arg("SET")
-                .arg(&name)
-                .arg("down-after-milliseconds")
-                .arg(NEVER_MS)
-                .arg("failover-timeout")
-                .arg(NEVER_MS)
-                .query_async(&mut c)
-                .await
-                .map_err(err)?;
-        }
+        let mut monitor = redis::cmd("SENTINEL");
+        monitor
+            .arg("MONITOR")
+            .arg(&name)
+            .arg(proxy.ip().to_string())
+            .arg(proxy.port())
+            .arg(2);
+        let mut set = redis::cmd("SENTINEL");
+        set.arg("SET")
+            .arg(&name)
+            .arg("down-after-milliseconds")
+            .arg(NEVER_MS)
+            .arg("failover-timeout")
+            .arg(NEVER_MS);
+        self.on_sentinels(&[monitor, set]).await.map_err(err)?;
         known.insert(proxy);
         Ok(name)
+    }
+
+    /// Runs `cmds` in order on every sentinel.
+    async fn on_sentinels(&self, cmds: &[redis::Cmd]) -> redis::RedisResult<()> {
+        for s in &self.sentinels {
+            let client = redis::Client::open(format!("redis://{s}"))?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            for cmd in cmds {
+                let _: () = cmd.query_async(&mut c).await?;
+            }
+        }
+        Ok(())
     }
 
     /// The servers' output: master, replica, sentinels.
