@@ -1,6 +1,7 @@
 //! The family and the election on one node, beyond the shared scenarios: a family holder
-//! deleted from outside is lost at its next renewal, mutex and family leases are renewed
-//! together, and an observer that missed announcements fails instead of skipping them.
+//! deleted from outside is lost at its next renewal (while a mutex lease of the same rounds is
+//! kept), and an observer that missed announcements fails instead of skipping them (mutex and
+//! family leases renewed in one round trip are `server::many_leases_renew_in_one_request_per_period`'s).
 
 use std::time::Duration;
 
@@ -13,22 +14,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn ns(test: &str) -> String {
     format!("dlock-test/redis-family-{}/{test}", std::process::id())
-}
-
-/// Waits until nothing of `ns` is left at the server (the leak audit the conformance suite
-/// uses).
-async fn nothing_left(ns: &str) {
-    let began = Instant::now();
-    loop {
-        let left = super::support::server_leftovers(&url(), ns)
-            .await
-            .expect("leak audit");
-        if left.is_empty() {
-            return;
-        }
-        assert!(began.elapsed() < WAIT, "left behind: {left:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// A read, a write or a permit lease whose entry was deleted from outside is lost at its next
@@ -80,43 +65,7 @@ async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
         "the mutex lease of the same rounds is kept"
     );
     mutex.release().await.expect("release");
-    nothing_left(&ns).await;
-}
-
-/// Mutex, read and permit leases of one locker stay held over several TTLs, renewed together
-/// in one round trip per round.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutex_and_family_leases_are_renewed_in_one_round_trip() {
-    let ns = ns("renewed-together");
-    let ttl = Duration::from_millis(600);
-    let l = locker(&url(), &ns, ttl).await;
-    let leases = [
-        l.acquire(&name("m"), AcquireOptions::wait(WAIT))
-            .await
-            .expect("mutex"),
-        l.read(&name("r"), AcquireOptions::wait(WAIT))
-            .await
-            .expect("read"),
-        l.acquire_permit(&name("p"), 2, AcquireOptions::wait(WAIT))
-            .await
-            .expect("permit"),
-    ];
-    let before = l.stats().requests;
-    let held_for = ttl * 4;
-    tokio::time::sleep(held_for).await;
-    let rounds = l.stats().requests - before;
-    for lease in &leases {
-        assert!(!lease.is_lost(), "{} was lost", lease.name());
-    }
-    // One round every TTL/3: about 12 rounds; three leases renewed separately would be ~36.
-    assert!(
-        (4..=18).contains(&rounds),
-        "{rounds} requests in {held_for:?}"
-    );
-    for lease in leases {
-        lease.release().await.expect("release");
-    }
-    nothing_left(&ns).await;
+    super::nothing_left(&ns).await;
 }
 
 /// Announcements trimmed from the stream before an observer read them: its next read fails as

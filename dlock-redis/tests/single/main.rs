@@ -126,6 +126,25 @@ async fn queued(conn: &mut MultiplexedConnection, queue: &str, n: usize) -> Vec<
     }
 }
 
+/// Waits until nothing of `ns` is left at the shared node (the leak audit the
+/// conformance suite uses).
+async fn nothing_left(ns: &str) {
+    let began = Instant::now();
+    loop {
+        let left = support::server_leftovers(&url(), ns)
+            .await
+            .expect("leak audit");
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "left behind: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A runtime of its own, for tests that fault servers outside one.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
