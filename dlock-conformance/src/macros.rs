@@ -1,12 +1,12 @@
 //! The enrolment macro.
 
 /// Enrols a backend with the capabilities it must declare (`declared = Declared { … }`, the
-/// fixed table every scenario checks first): expands to `mod $module { #[test] fn <scenario>() … }`, one test per
+/// fixed table every scenario checks first): expands to a module `$module` with one test per
 /// scenario of [`Scenario::ALL`](crate::Scenario::ALL), plus the ignored `__crash_holder`
 /// helper that the crash-release scenario runs in a child process.
 ///
-/// `$factory` is an expression of type `Arc<dyn TestBackend>`, evaluated in each test (cache the
-/// backend in a `std::sync::OnceLock`). It may call
+/// `$factory` is an expression of type `Arc<dyn TestBackend>`, evaluated once per test process
+/// (the row's tests share the backend it makes). It may call
 /// [`harness_unavailable`](crate::harness_unavailable) to skip when server binaries are missing.
 #[macro_export]
 macro_rules! conformance_tests {
@@ -17,7 +17,9 @@ macro_rules! conformance_tests {
             use super::*;
 
             fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
-                $factory
+                static BACKEND: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::TestBackend>> =
+                    ::std::sync::OnceLock::new();
+                ::std::sync::Arc::clone(BACKEND.get_or_init(|| $factory))
             }
 
             fn __declared() -> $crate::Declared {
@@ -51,7 +53,9 @@ macro_rules! conformance_tests {
             use super::*;
 
             fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
-                $factory
+                static BACKEND: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::TestBackend>> =
+                    ::std::sync::OnceLock::new();
+                ::std::sync::Arc::clone(BACKEND.get_or_init(|| $factory))
             }
 
             $(

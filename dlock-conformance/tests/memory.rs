@@ -1,19 +1,14 @@
 //! The memory backend runs the whole scenario list.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
+use dlock_conformance::Declared;
 use dlock_conformance::memory::MemoryBackend;
-use dlock_conformance::{Declared, TestBackend};
 use dlock_core::FencingStrength;
-
-fn memory() -> Arc<dyn TestBackend> {
-    static BACKEND: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(BACKEND.get_or_init(|| Arc::new(MemoryBackend::new())))
-}
 
 dlock_conformance::conformance_tests!(
     memory,
-    memory(),
+    Arc::new(MemoryBackend::new()),
     declared = Declared {
         fair: true,
         herd_free: true,

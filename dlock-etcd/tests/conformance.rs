@@ -6,15 +6,11 @@
 #[path = "support/backend.rs"]
 mod backend;
 
-use std::sync::{Arc, OnceLock};
-
 use backend::{ETCD, backend};
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 
-fn etcd() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| backend(1, "etcd", ServerOptions::default())))
-}
-
-dlock_conformance::conformance_tests!(etcd, etcd(), declared = ETCD);
+dlock_conformance::conformance_tests!(
+    etcd,
+    backend(1, "etcd", ServerOptions::default()),
+    declared = ETCD
+);

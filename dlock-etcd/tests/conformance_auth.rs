@@ -20,10 +20,7 @@
 #[path = "support/backend.rs"]
 mod backend;
 
-use std::sync::{Arc, OnceLock};
-
 use backend::{ETCD, auth_backend};
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 
 /// The simple-token TTL of the `etcd-auth` members, in seconds: short, so that tokens expire
@@ -41,12 +38,12 @@ const AUTH_TOKEN_TTL_SECS: &str = "5";
 /// what logins cost a deployment.
 const BCRYPT_COST: &str = "4";
 
-/// One member with authentication enabled (`auth enable` after `user add root`), issuing
-/// simple tokens with a 5 s TTL; the lockers log in as the locker user
-/// (`EtcdLockerBuilder::user`).
-fn etcd_auth() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
+// One member with authentication enabled (`auth enable` after `user add root`), issuing
+// simple tokens with a 5 s TTL; the lockers log in as the locker user
+// (`EtcdLockerBuilder::user`).
+dlock_conformance::conformance_tests!(
+    etcd_auth,
+    {
         auth_backend(
             1,
             "etcd-auth",
@@ -59,7 +56,6 @@ fn etcd_auth() -> Arc<dyn TestBackend> {
                 BCRYPT_COST,
             ]),
         )
-    }))
-}
-
-dlock_conformance::conformance_tests!(etcd_auth, etcd_auth(), declared = ETCD);
+    },
+    declared = ETCD
+);

@@ -11,15 +11,11 @@
 #[path = "support/backend.rs"]
 mod backend;
 
-use std::sync::{Arc, OnceLock};
-
 use backend::{ETCD, backend};
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 
-fn etcd_cluster() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| backend(3, "etcd-cluster", ServerOptions::default())))
-}
-
-dlock_conformance::conformance_tests!(etcd_cluster, etcd_cluster(), declared = ETCD);
+dlock_conformance::conformance_tests!(
+    etcd_cluster,
+    backend(3, "etcd-cluster", ServerOptions::default()),
+    declared = ETCD
+);

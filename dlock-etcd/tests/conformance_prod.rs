@@ -8,21 +8,13 @@
 #[path = "support/backend.rs"]
 mod backend;
 
-use std::sync::{Arc, OnceLock};
-
 use backend::{ETCD, backend};
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
-
-fn etcd_prod() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| backend(3, "etcd-prod", ServerOptions::etcd_production())))
-}
 
 // 5 × the lab TTLs: 10 s leases (5 s for `renewal`).
 dlock_conformance::conformance_tests!(
     etcd_prod,
-    etcd_prod(),
+    backend(3, "etcd-prod", ServerOptions::etcd_production()),
     declared = ETCD,
     ttl_scale = 5,
     only = [

@@ -12,19 +12,15 @@
 #[path = "support/backend.rs"]
 mod backend;
 
-use std::sync::{Arc, OnceLock};
-
 use backend::{ETCD, backend};
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 
-/// One member serving clients over TLS only (`https://`, `--cert-file`/`--key-file`) and
-/// accepting only clients with a certificate of its CA (`--client-cert-auth
-/// --trusted-ca-file`); certificates made at start-up. Lockers trust the CA and present the
-/// client identity (`EtcdLockerBuilder::tls_root_certificates`, `tls_client_identity`).
-fn etcd_tls() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| backend(1, "etcd-tls", ServerOptions::default().with_tls(true))))
-}
-
-dlock_conformance::conformance_tests!(etcd_tls, etcd_tls(), declared = ETCD);
+// One member serving clients over TLS only (`https://`, `--cert-file`/`--key-file`) and
+// accepting only clients with a certificate of its CA (`--client-cert-auth
+// --trusted-ca-file`); certificates made at start-up. Lockers trust the CA and present the
+// client identity (`EtcdLockerBuilder::tls_root_certificates`, `tls_client_identity`).
+dlock_conformance::conformance_tests!(
+    etcd_tls,
+    backend(1, "etcd-tls", ServerOptions::default().with_tls(true)),
+    declared = ETCD
+);

@@ -7,17 +7,11 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
-
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 use support::backend::{ZK, ZkBackend};
 
-fn zk_cluster() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(
-        B.get_or_init(|| ZkBackend::shared("zk-cluster", 3, ServerOptions::default(), false)),
-    )
-}
-
-dlock_conformance::conformance_tests!(zk_cluster, zk_cluster(), declared = ZK);
+dlock_conformance::conformance_tests!(
+    zk_cluster,
+    ZkBackend::shared("zk-cluster", 3, ServerOptions::default(), false),
+    declared = ZK
+);

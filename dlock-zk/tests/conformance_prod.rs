@@ -9,31 +9,13 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
-
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::ServerOptions;
 use support::backend::{ZK, ZkBackend};
-
-fn zk_prod() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(
-        B.get_or_init(|| ZkBackend::shared("zk-prod", 3, ServerOptions::zk_production(), false)),
-    )
-}
-
-/// The same shared ensemble under the report name `zk-prod-30`.
-fn zk_prod_30() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(
-        B.get_or_init(|| ZkBackend::shared("zk-prod-30", 3, ServerOptions::zk_production(), false)),
-    )
-}
 
 // 5 × the lab TTLs: 10 s leases (5 s for `renewal`).
 dlock_conformance::conformance_tests!(
     zk_prod,
-    zk_prod(),
+    ZkBackend::shared("zk-prod", 3, ServerOptions::zk_production(), false),
     declared = ZK,
     ttl_scale = 5,
     only = [
@@ -51,9 +33,10 @@ dlock_conformance::conformance_tests!(
 
 // 15 × the lab TTL: 30 s leases, where the client's longest silence (its ping delay, 4.5 s,
 // plus a tick of 1.5 s) is longest.
+// The same shared ensemble under the report name `zk-prod-30`.
 dlock_conformance::conformance_tests!(
     zk_prod_30,
-    zk_prod_30(),
+    ZkBackend::shared("zk-prod-30", 3, ServerOptions::zk_production(), false),
     declared = ZK,
     ttl_scale = 15,
     only = [leader_partition => LeaderPartition],

@@ -17,19 +17,11 @@ mod support;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_zk::DEFAULT_PREFIX;
 use support::backend::{DIGEST_USER, ZK, ZkBackend};
 use zookeeper_client as zkc;
-
-fn zk_tls() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        ZkBackend::shared("zk-tls", 1, ServerOptions::default().with_tls(true), false)
-    }))
-}
 
 /// The digest row's backend, concretely (for the ACL check).
 fn digest_backend() -> Arc<ZkBackend> {
@@ -44,12 +36,12 @@ fn digest_backend() -> Arc<ZkBackend> {
     }))
 }
 
-fn zk_digest() -> Arc<dyn TestBackend> {
-    digest_backend()
-}
-
-dlock_conformance::conformance_tests!(zk_tls, zk_tls(), declared = ZK);
-dlock_conformance::conformance_tests!(zk_digest, zk_digest(), declared = ZK);
+dlock_conformance::conformance_tests!(
+    zk_tls,
+    ZkBackend::shared("zk-tls", 1, ServerOptions::default().with_tls(true), false),
+    declared = ZK
+);
+dlock_conformance::conformance_tests!(zk_digest, digest_backend(), declared = ZK);
 
 /// The nodes a digest locker creates (here: the lock parent and the contender node) carry
 /// only the locker's digest identity with every permission, and a client that did not
