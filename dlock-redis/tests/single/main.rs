@@ -81,7 +81,8 @@ async fn replicaof(url: &str, master: Option<SocketAddr>) {
         .expect("REPLICAOF");
 }
 
-/// Makes node 1 of `cluster` a replica of node 0 and waits until it synced.
+/// Makes node 1 of `cluster` a replica of node 0 and waits until it synced and acknowledged
+/// a write.
 async fn replicate(cluster: &Cluster) {
     let urls = cluster.endpoints();
     replicaof(&urls[1], Some(cluster.addrs()[0])).await;
@@ -94,7 +95,7 @@ async fn replicate(cluster: &Cluster) {
             .await
             .expect("INFO");
         if info.contains("master_link_status:up") {
-            return;
+            break;
         }
         assert!(
             began.elapsed() < Duration::from_secs(10),
@@ -102,6 +103,28 @@ async fn replicate(cluster: &Cluster) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The first acknowledgement after a full sync can take longer than a grant's replica
+    // timeout on a loaded machine: `WAIT 1 300` right after the sync answered 0 in 1 of 15
+    // tries at a load of 4 on 2 cores (redis-cli alone), and never once one write had been
+    // acknowledged. So one acknowledged write first (no response timeout: WAIT blocks).
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut master = redis::Client::open(urls[0].as_str())
+        .expect("url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connect");
+    let (acked,): (i64,) = redis::pipe()
+        .cmd("SET")
+        .arg("dlock-test:replica-warm-up")
+        .arg(1)
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query_async(&mut master)
+        .await
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica acknowledged no write within 10 s");
 }
 
 /// Waits (at most 10 s) until the fair queue `queue` holds `n` entries, and returns them.
