@@ -606,11 +606,25 @@ impl Cluster {
     /// ([`TestBackend::on_cluster`](crate::TestBackend::on_cluster)) into its own shape.
     /// What the servers held is lost where a restart loses it (Redis without persistence).
     ///
+    /// It blocks while the nodes restart; called on a worker of a multi-thread runtime it
+    /// leaves the worker first (`block_in_place`).
+    ///
     /// # Errors
     /// [`HarnessError::External`] for an external cluster (unless it already serves so);
     /// [`HarnessError::NotReady`] when a node does not come back; [`HarnessError::Missing`]
     /// without `openssl` for TLS.
     pub fn reconfigure(&self, options: &ServerOptions) -> Result<(), HarnessError> {
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_worker {
+            tokio::task::block_in_place(|| self.reconfigure_here(options))
+        } else {
+            self.reconfigure_here(options)
+        }
+    }
+
+    /// [`Cluster::reconfigure`] on this thread.
+    fn reconfigure_here(&self, options: &ServerOptions) -> Result<(), HarnessError> {
         let mut serving = lock(&self.serving);
         if serving.options == *options {
             return Ok(());

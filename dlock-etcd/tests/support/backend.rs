@@ -433,17 +433,9 @@ impl TestBackend for EtcdBackend {
 
     /// The same backend over `cluster`, first made to serve as this backend's servers do.
     fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
-        if cluster.options() != self.options {
-            // Blocking (a restart of every member): off the runtime's worker thread.
-            let reconfigure = || cluster.reconfigure(&self.options);
-            let done = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                    tokio::task::block_in_place(reconfigure)
-                }
-                _ => reconfigure(),
-            };
-            done.unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
-        }
+        cluster
+            .reconfigure(&self.options)
+            .unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
         if let Some(auth) = &self.auth {
             auth.enable(cluster.endpoints())
                 .unwrap_or_else(|e| panic!("cannot enable auth on the private cluster: {e}"));

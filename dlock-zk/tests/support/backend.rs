@@ -323,17 +323,9 @@ impl TestBackend for ZkBackend {
 
     /// The same backend over `cluster`, first made to serve as this backend's servers do.
     fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
-        if cluster.options() != self.options {
-            // Blocking (a restart of every node): off the runtime's worker thread.
-            let reconfigure = || cluster.reconfigure(&self.options);
-            let done = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                    tokio::task::block_in_place(reconfigure)
-                }
-                _ => reconfigure(),
-            };
-            done.unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
-        }
+        cluster
+            .reconfigure(&self.options)
+            .unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
         Some(Arc::new(ZkBackend {
             name: self.name,
             cluster,
