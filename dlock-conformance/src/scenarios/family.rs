@@ -503,13 +503,34 @@ impl Held {
     }
 }
 
-type Pending = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Held, dlock_core::Error>> + Send + 'static>,
->;
+/// One client of a family primitive.
+#[derive(Clone)]
+enum Client {
+    Rw(Arc<dyn dlock_core::RwLocker>),
+    Election(Arc<dyn dlock_core::Election>),
+    Semaphore(Arc<dyn dlock_core::Semaphore>),
+}
 
 /// A client's request for `lock` in one primitive (a campaign, a write lease, a read lease
 /// behind a writer, the only permit).
-type Request = Box<dyn Fn() -> Pending + Send + Sync>;
+#[derive(Clone)]
+struct Request {
+    client: Client,
+    lock: dlock_core::LockName,
+    read: bool,
+}
+
+impl Request {
+    async fn send(self) -> Result<Held, dlock_core::Error> {
+        let (lock, wait) = (&self.lock, AcquireOptions::forever());
+        Ok(match self.client {
+            Client::Rw(c) if self.read => Held::Lease(c.read(lock, wait).await?),
+            Client::Rw(c) => Held::Lease(c.write(lock, wait).await?),
+            Client::Election(c) => Held::Leader(c.campaign(lock, b"v", wait).await?),
+            Client::Semaphore(c) => Held::Lease(c.acquire_permit(lock, 1, wait).await?),
+        })
+    }
+}
 
 /// Three clients' requests of primitive `kind`, or `None` when the backend lacks it.
 async fn requests(
@@ -518,72 +539,33 @@ async fn requests(
     lock: &dlock_core::LockName,
 ) -> Result<Option<Vec<Request>>, Verdict> {
     let opts = ClientOptions::new(ctx.ns(), ctx.ttl());
-    let wait = AcquireOptions::forever();
     let failed = |e: dlock_core::Error| Verdict::Fail(format!("cannot build a {kind} client: {e}"));
-    let mut out: Vec<Request> = Vec::new();
+    let mut out = Vec::new();
     for i in 0..3 {
-        let lock = lock.clone();
-        let request: Option<Request> = match kind {
-            // The holder writes, so that the two readers behind it wait.
-            "read" => ctx
-                .backend()
+        let backend = ctx.backend();
+        let client = match kind {
+            "read" | "write" => backend
                 .rw(opts.clone())
                 .await
                 .map_err(failed)?
-                .map(|c| -> Request {
-                    Box::new(move || {
-                        let (c, lock) = (Arc::clone(&c), lock.clone());
-                        Box::pin(async move {
-                            Ok(Held::Lease(if i == 0 {
-                                c.write(&lock, wait).await?
-                            } else {
-                                c.read(&lock, wait).await?
-                            }))
-                        })
-                    })
-                }),
-            "election" => ctx
-                .backend()
-                .election(opts.clone())
-                .await
+                .map(Client::Rw),
+            "election" => (backend.election(opts.clone()).await)
                 .map_err(failed)?
-                .map(|c| -> Request {
-                    Box::new(move || {
-                        let (c, lock) = (Arc::clone(&c), lock.clone());
-                        Box::pin(
-                            async move { Ok(Held::Leader(c.campaign(&lock, b"v", wait).await?)) },
-                        )
-                    })
-                }),
-            "write" => ctx
-                .backend()
-                .rw(opts.clone())
-                .await
+                .map(Client::Election),
+            _ => (backend.semaphore(opts.clone()).await)
                 .map_err(failed)?
-                .map(|c| -> Request {
-                    Box::new(move || {
-                        let (c, lock) = (Arc::clone(&c), lock.clone());
-                        Box::pin(async move { Ok(Held::Lease(c.write(&lock, wait).await?)) })
-                    })
-                }),
-            _ => ctx
-                .backend()
-                .semaphore(opts.clone())
-                .await
-                .map_err(failed)?
-                .map(|c| -> Request {
-                    Box::new(move || {
-                        let (c, lock) = (Arc::clone(&c), lock.clone());
-                        Box::pin(
-                            async move { Ok(Held::Lease(c.acquire_permit(&lock, 1, wait).await?)) },
-                        )
-                    })
-                }),
+                .map(Client::Semaphore),
         };
-        match request {
-            Some(r) => out.push(r),
-            None => return Ok(None),
-        }
+        let Some(client) = client else {
+            return Ok(None);
+        };
+        // The first client of the read case writes, so that the two readers behind it wait.
+        let read = kind == "read" && i > 0;
+        out.push(Request {
+            client,
+            lock: lock.clone(),
+            read,
+        });
     }
     Ok(Some(out))
 }
@@ -627,12 +609,12 @@ pub(crate) async fn family_cancel(ctx: &Ctx) -> Result<(), Verdict> {
             continue;
         };
         ran.push(kind);
-        let held = reqs[0]().await?;
+        let held = reqs[0].clone().send().await?;
         let alone = ctx.leftovers().await?;
-        let b = tokio::spawn(reqs[1]());
+        let b = tokio::spawn(reqs[1].clone().send());
         tokio::time::sleep(Duration::from_millis(300)).await;
         let with_b = ctx.leftovers().await?;
-        let c = tokio::spawn(reqs[2]());
+        let c = tokio::spawn(reqs[2].clone().send());
         tokio::time::sleep(Duration::from_millis(300)).await;
         let with_both = ctx.leftovers().await?;
         b.abort();
