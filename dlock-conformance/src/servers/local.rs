@@ -475,33 +475,10 @@ pub fn zk_mode(addr: SocketAddr) -> Option<String> {
         .find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_string()))
 }
 
-/// How many leader changes the etcd member at `addr` has seen
-/// (`etcd_server_leader_changes_seen_total` in its `/metrics`); `None` when it does not answer.
-pub fn etcd_leader_changes(addr: SocketAddr) -> Option<u64> {
-    etcd_leader_changes_via(addr, &Transport::Plain)
-}
-
-pub(crate) fn etcd_leader_changes_via(addr: SocketAddr, transport: &Transport) -> Option<u64> {
-    let reply = exchange_via(
-        transport,
-        addr,
-        b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
-        "\u{0}",
-    )?;
-    reply
-        .lines()
-        .find_map(|l| l.strip_prefix("etcd_server_leader_changes_seen_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-}
-
-/// Whether the etcd member at `addr` is the raft leader (`etcd_server_is_leader 1` in its
-/// `/metrics`); `None` when it does not answer.
-pub fn etcd_is_leader(addr: SocketAddr) -> Option<bool> {
-    etcd_is_leader_via(addr, &Transport::Plain)
-}
-
-pub(crate) fn etcd_is_leader_via(addr: SocketAddr, transport: &Transport) -> Option<bool> {
+/// The value of `metric` in the `/metrics` of the etcd member at `addr` (e.g.
+/// `etcd_server_is_leader`, `etcd_server_leader_changes_seen_total`); `None` when it does not
+/// answer or has no such sample.
+pub(crate) fn etcd_metric(addr: SocketAddr, transport: &Transport, metric: &str) -> Option<f64> {
     // HTTP/1.0: a plain (not chunked) body, read to its end.
     let reply = exchange_via(
         transport,
@@ -511,6 +488,6 @@ pub(crate) fn etcd_is_leader_via(addr: SocketAddr, transport: &Transport) -> Opt
     )?;
     reply
         .lines()
-        .find_map(|l| l.strip_prefix("etcd_server_is_leader "))
-        .map(|v| v.trim() == "1")
+        .find_map(|l| l.strip_prefix(metric)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
 }

@@ -799,7 +799,9 @@ impl Cluster {
                 !n.is_paused() && local::zk_mode(n.addr()).as_deref() == Some("leader")
             }),
             ServerKind::Etcd => self.nodes.iter().position(|n| {
-                !n.is_paused() && local::etcd_is_leader_via(n.addr(), &n.transport()) == Some(true)
+                !n.is_paused()
+                    && local::etcd_metric(n.addr(), &n.transport(), "etcd_server_is_leader")
+                        == Some(1.0)
             }),
         }
     }
@@ -814,7 +816,14 @@ impl Cluster {
         self.nodes
             .iter()
             .filter(|n| !n.is_paused())
-            .map(|n| local::etcd_leader_changes_via(n.addr(), &n.transport()))
+            .map(|n| {
+                local::etcd_metric(
+                    n.addr(),
+                    &n.transport(),
+                    "etcd_server_leader_changes_seen_total",
+                )
+            })
+            .map(|v| v.map(|v| v as u64))
             .sum()
     }
 
