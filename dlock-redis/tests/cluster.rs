@@ -29,10 +29,6 @@ fn cluster() -> Option<Cluster> {
     }
 }
 
-fn urls(cluster: &Cluster) -> Vec<String> {
-    cluster.endpoints()
-}
-
 async fn locker(urls: Vec<String>, ns: &str, ttl: Duration) -> RedisLocker {
     RedisLocker::builder()
         .cluster(urls)
@@ -120,7 +116,7 @@ async fn renewal_of_10000_leases_is_one_request_per_master_per_period() {
 async fn renewal_cost(cluster: &Cluster, count: usize, ttl: Duration, per_slot: bool) {
     use futures::StreamExt;
     let ns = "renew-cost";
-    let l = locker(urls(cluster), ns, ttl).await;
+    let l = locker(cluster.endpoints(), ns, ttl).await;
     let names: Vec<LockName> = (0..count)
         .map(|i| LockName::new(format!("n{i}")).expect("a valid name"))
         .collect();
@@ -223,7 +219,7 @@ async fn a_waiter_subscribed_on_another_master_is_woken() {
     let k = key(ns, "across");
     let owner = owner_of(&cluster, &k).await;
     let other = (owner + 1) % 3;
-    let all = urls(&cluster);
+    let all = cluster.endpoints();
     let holder = locker(all.clone(), ns, ttl).await;
     // The waiter's first seed (where its subscription goes) is not the owner.
     let mut seeds = vec![all[other].clone()];
@@ -339,8 +335,8 @@ async fn a_moved_slot_is_followed() {
     let ttl = Duration::from_millis(1500);
     let name = LockName::new("resharded").expect("a valid name");
     let k = key(ns, "resharded");
-    let a = locker(urls(&cluster), ns, ttl).await;
-    let b = locker(urls(&cluster), ns, ttl).await;
+    let a = locker(cluster.endpoints(), ns, ttl).await;
+    let b = locker(cluster.endpoints(), ns, ttl).await;
     let lease = a
         .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
         .await
@@ -362,7 +358,7 @@ async fn a_moved_slot_is_followed() {
         "another locker must find it held on the new master"
     );
     // A waiter queued on the new master is handed the lock by the release there.
-    let c = locker(urls(&cluster), ns, Duration::from_secs(20)).await;
+    let c = locker(cluster.endpoints(), ns, Duration::from_secs(20)).await;
     let waiter = {
         let name = name.clone();
         tokio::spawn(async move {
@@ -442,7 +438,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
     let Some(cluster) = cluster() else { return };
     let ns = "killed";
     let ttl = Duration::from_millis(2000);
-    let l = locker(urls(&cluster), ns, ttl).await;
+    let l = locker(cluster.endpoints(), ns, ttl).await;
     let mut by_node = one_lease_per_master(&cluster, &l, ns, "k").await;
     let victim = 1;
     cluster.node(victim).kill().expect("kill");
@@ -465,7 +461,7 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         );
     }
     // Names on the live masters keep working for a new locker.
-    let again = locker(urls(&cluster), ns, ttl).await;
+    let again = locker(cluster.endpoints(), ns, ttl).await;
     let mut granted = 0;
     for i in 0..100 {
         let name = format!("fresh{i}");
@@ -498,7 +494,7 @@ async fn a_frozen_master_does_not_cost_the_other_masters_leases() {
     let Some(cluster) = cluster() else { return };
     let ns = "frozen";
     let ttl = Duration::from_millis(1500);
-    let l = locker(urls(&cluster), ns, ttl).await;
+    let l = locker(cluster.endpoints(), ns, ttl).await;
     let mut by_node = one_lease_per_master(&cluster, &l, ns, "f").await;
     let victim = 2;
     cluster.node(victim).pause().expect("pause");

@@ -33,30 +33,22 @@ async fn client_certificates_when_the_server_requires_them() {
     let name = LockName::new("client-cert").expect("valid name");
     let wait = AcquireOptions::wait(Duration::from_secs(5));
 
-    for redlock in [false, true] {
-        let with_identity: std::sync::Arc<dyn Locker> = if redlock {
-            std::sync::Arc::new(
-                dlock_redis::RedlockLocker::builder()
-                    .nodes([url.clone()])
-                    .tls_root_certificates(ca.clone())
-                    .tls_client_identity(cert.clone(), key.clone())
-                    .ttl(Duration::from_secs(2))
-                    .build()
-                    .await
-                    .expect("builds"),
-            )
-        } else {
-            std::sync::Arc::new(
-                RedisLocker::builder()
-                    .url(&url)
-                    .tls_root_certificates(ca.clone())
-                    .tls_client_identity(cert.clone(), key.clone())
-                    .ttl(Duration::from_secs(2))
-                    .build()
-                    .await
-                    .expect("builds"),
-            )
-        };
+    // With the cluster's client identity, one node and Redlock over it lock.
+    let redis = RedisLocker::builder()
+        .url(&url)
+        .tls_root_certificates(ca.clone())
+        .tls_client_identity(cert.clone(), key.clone())
+        .ttl(Duration::from_secs(2));
+    let redlock = dlock_redis::RedlockLocker::builder()
+        .nodes([url.clone()])
+        .tls_root_certificates(ca.clone())
+        .tls_client_identity(cert.clone(), key.clone())
+        .ttl(Duration::from_secs(2));
+    let lockers: [std::sync::Arc<dyn Locker>; 2] = [
+        std::sync::Arc::new(redis.build().await.expect("builds")),
+        std::sync::Arc::new(redlock.build().await.expect("builds")),
+    ];
+    for with_identity in lockers {
         let lease = with_identity
             .acquire(&name, wait)
             .await

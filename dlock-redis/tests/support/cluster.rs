@@ -17,7 +17,7 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{ClusterRef, backend_err, leftovers_on, publish_calls};
+use super::{ClusterRef, backend_err, leftovers_on, lock_key, publish_calls};
 
 /// Cluster mode (see the harness' [`redis_cluster::options`](dlock_conformance::servers::redis_cluster::options)).
 pub fn cluster_options() -> ServerOptions {
@@ -65,10 +65,6 @@ impl ClusterBackend {
             b = b.request_timeout(t);
         }
         b.build().await
-    }
-
-    fn key(namespace: &str, name: &LockName) -> String {
-        format!("{namespace}/dlock:{{{}}}", name.as_str())
     }
 
     /// Every node's URL with its index (a node that does not serve a key's slot answers
@@ -120,7 +116,7 @@ impl TestBackend for ClusterBackend {
         namespace: &str,
         name: &LockName,
     ) -> Result<Option<Vec<FencingToken>>, Error> {
-        let key = Self::key(namespace, name);
+        let key = lock_key(namespace, name);
         let take = redis::Script::new(
             "local v = redis.call('GET', KEYS[1]) \
              if not v then return false end \
@@ -161,7 +157,7 @@ impl TestBackend for ClusterBackend {
 
     /// `PTTL` of the lock key on the master serving its slot.
     async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
-        let key = Self::key(namespace, name);
+        let key = lock_key(namespace, name);
         for (i, url) in self.node_urls() {
             if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
                 continue;

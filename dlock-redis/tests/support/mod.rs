@@ -201,11 +201,11 @@ impl RedisBackend {
             Kind::Redlock => all,
         }
     }
+}
 
-    /// The lock key of `name` under `namespace`.
-    fn key(namespace: &str, name: &LockName) -> String {
-        format!("{namespace}/dlock:{{{}}}", name.as_str())
-    }
+/// The lock key of `name` under `namespace`.
+pub fn lock_key(namespace: &str, name: &LockName) -> String {
+    format!("{namespace}/dlock:{{{}}}", name.as_str())
 }
 
 /// A client of `url` (`rediss://` trusting `ca` when given).
@@ -424,7 +424,7 @@ impl TestBackend for RedisBackend {
         namespace: &str,
         name: &LockName,
     ) -> Result<Option<Vec<FencingToken>>, Error> {
-        let key = format!("{namespace}/dlock:{{{}}}", name.as_str());
+        let key = lock_key(namespace, name);
         let mut conns = Vec::new();
         for (i, url) in self.audit_urls().iter().enumerate() {
             if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
@@ -484,7 +484,7 @@ impl TestBackend for RedisBackend {
     /// `PTTL` of the lock key. For Redlock: the moment a majority of the reachable nodes no
     /// longer hold the key (the earliest anyone else could be granted).
     async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
-        let key = Self::key(namespace, name);
+        let key = lock_key(namespace, name);
         let urls = self.audit_urls();
         let mut remaining = Vec::with_capacity(urls.len());
         for (i, url) in urls.iter().enumerate() {
