@@ -6,11 +6,11 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-use dlock_conformance::{Declared, Slack, TestBackend};
+use dlock_conformance::{Declared, Slack};
 use dlock_core::FencingStrength;
 use support::acl::{
     CONFORMANCE_PASSWORD, CONFORMANCE_USER, ELECTION_RULES, FAMILY_RULES, RULES, WAIT_RULES,
@@ -22,57 +22,37 @@ fn shared(nodes: usize) -> Arc<Cluster> {
         .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e))
 }
 
-/// The row's backend, made on first use.
-fn row(
-    b: &'static OnceLock<Arc<dyn TestBackend>>,
-    make: impl FnOnce() -> RedisBackend,
-) -> Arc<dyn TestBackend> {
-    Arc::clone(b.get_or_init(|| Arc::new(make())))
-}
-
-fn redis() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        RedisBackend::new("redis", Kind::Single, ClusterRef::Shared(shared(1)))
-    })
+fn redis() -> RedisBackend {
+    RedisBackend::new("redis", Kind::Single, ClusterRef::Shared(shared(1)))
 }
 
 /// The single node in spin mode (`fair(false)`): no queue, waiters retry.
-fn redis_spin() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        RedisBackend::new("redis-spin", Kind::Spin, ClusterRef::Shared(shared(1)))
-    })
+fn redis_spin() -> RedisBackend {
+    RedisBackend::new("redis-spin", Kind::Spin, ClusterRef::Shared(shared(1)))
 }
 
-fn redlock() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        RedisBackend::new("redlock", Kind::Redlock, ClusterRef::Shared(shared(5)))
-    })
+fn redlock() -> RedisBackend {
+    RedisBackend::new("redlock", Kind::Redlock, ClusterRef::Shared(shared(5)))
 }
 
 /// Five nodes of which the last two are killed: a majority is still up.
-fn redlock_degraded() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        let cluster = Cluster::start(ServerKind::Redis, 5)
-            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-        // In the crash-test child the endpoints come from the parent (external): already killed.
-        if !cluster.is_external() {
-            for i in [3, 4] {
-                cluster
-                    .node(i)
-                    .kill()
-                    .unwrap_or_else(|e| panic!("cannot kill redis node {i}: {e}"));
-            }
+fn redlock_degraded() -> RedisBackend {
+    let cluster = Cluster::start(ServerKind::Redis, 5)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    // In the crash-test child the endpoints come from the parent (external): already killed.
+    if !cluster.is_external() {
+        for i in [3, 4] {
+            cluster
+                .node(i)
+                .kill()
+                .unwrap_or_else(|e| panic!("cannot kill redis node {i}: {e}"));
         }
-        RedisBackend::new(
-            "redlock-degraded",
-            Kind::Redlock,
-            ClusterRef::Owned(cluster),
-        )
-    })
+    }
+    RedisBackend::new(
+        "redlock-degraded",
+        Kind::Redlock,
+        ClusterRef::Owned(cluster),
+    )
 }
 
 /// One node whose config has the ACL user `CONFORMANCE_USER` with exactly the README's rules
@@ -90,29 +70,22 @@ fn redis_acl_options() -> ServerOptions {
 }
 
 /// The single node in fair mode, the lockers connecting as the ACL user.
-fn redis_acl() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        let options = redis_acl_options();
-        let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
-            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-        RedisBackend::new("redis-acl", Kind::Single, ClusterRef::Shared(cluster))
-            .with_user(CONFORMANCE_USER, CONFORMANCE_PASSWORD)
-            .with_options(options)
-    })
+fn redis_acl() -> RedisBackend {
+    let options = redis_acl_options();
+    let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    RedisBackend::new("redis-acl", Kind::Single, ClusterRef::Shared(cluster))
+        .with_user(CONFORMANCE_USER, CONFORMANCE_PASSWORD)
+        .with_options(options)
 }
 
 /// The single node in fair mode serving TLS only (`--port 0 --tls-port P`, certificates made
 /// at start-up); the lockers connect with `rediss://` trusting the cluster's CA.
-fn redis_tls() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    row(&B, || {
-        let options = ServerOptions::default().with_tls(false);
-        let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
-            .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
-        RedisBackend::new("redis-tls", Kind::Single, ClusterRef::Shared(cluster))
-            .with_options(options)
-    })
+fn redis_tls() -> RedisBackend {
+    let options = ServerOptions::default().with_tls(false);
+    let cluster = Cluster::shared_with(ServerKind::Redis, 1, &options)
+        .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
+    RedisBackend::new("redis-tls", Kind::Single, ClusterRef::Shared(cluster)).with_options(options)
 }
 
 /// Spin mode: no queue; the same counter.
@@ -130,9 +103,13 @@ const REDLOCK: Declared = Declared {
     crash_release_slack: Slack::fixed(Duration::from_millis(250)),
 };
 
-dlock_conformance::conformance_tests!(redis, redis(), declared = FAIR);
-dlock_conformance::conformance_tests!(redis_spin, redis_spin(), declared = SPIN);
-dlock_conformance::conformance_tests!(redlock, redlock(), declared = REDLOCK);
-dlock_conformance::conformance_tests!(redlock_degraded, redlock_degraded(), declared = REDLOCK);
-dlock_conformance::conformance_tests!(redis_acl, redis_acl(), declared = FAIR);
-dlock_conformance::conformance_tests!(redis_tls, redis_tls(), declared = FAIR);
+dlock_conformance::conformance_tests!(redis, Arc::new(redis()), declared = FAIR);
+dlock_conformance::conformance_tests!(redis_spin, Arc::new(redis_spin()), declared = SPIN);
+dlock_conformance::conformance_tests!(redlock, Arc::new(redlock()), declared = REDLOCK);
+dlock_conformance::conformance_tests!(
+    redlock_degraded,
+    Arc::new(redlock_degraded()),
+    declared = REDLOCK
+);
+dlock_conformance::conformance_tests!(redis_acl, Arc::new(redis_acl()), declared = FAIR);
+dlock_conformance::conformance_tests!(redis_tls, Arc::new(redis_tls()), declared = FAIR);

@@ -5,18 +5,17 @@
 
 mod support;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use dlock_conformance::TestBackend;
 use dlock_conformance::servers::{Cluster, ServerKind};
 use support::cluster::{ClusterBackend, cluster_options, form};
 use support::{ClusterRef, FAIR};
 
-/// The shared 3-master cluster (in the crash-test child: the parent's, through the external
-/// provider, already formed).
-fn redis_cluster() -> Arc<dyn TestBackend> {
-    static B: OnceLock<Arc<dyn TestBackend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
+// The shared 3-master cluster (in the crash-test child: the parent's, through the external
+// provider, already formed).
+dlock_conformance::conformance_tests!(
+    redis_cluster,
+    {
         let cluster = Cluster::shared_with(ServerKind::Redis, 3, &cluster_options())
             .unwrap_or_else(|e| dlock_conformance::harness_unavailable(e));
         form(&cluster).unwrap_or_else(|e| panic!("cannot form the Redis Cluster: {e}"));
@@ -24,7 +23,6 @@ fn redis_cluster() -> Arc<dyn TestBackend> {
             "redis-cluster",
             ClusterRef::Shared(cluster),
         ))
-    }))
-}
-
-dlock_conformance::conformance_tests!(redis_cluster, redis_cluster(), declared = FAIR);
+    },
+    declared = FAIR
+);

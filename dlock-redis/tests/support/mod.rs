@@ -590,13 +590,9 @@ pub fn commandstat_calls(info: &str, command: &str) -> Option<u64> {
         })
 }
 
-/// Makes `cluster` serve as `options` say (blocking: off the runtime's worker when called on
-/// one); panics with the harness' error when it cannot.
+/// Makes `cluster` serve as `options` say; panics with the harness' error when it cannot.
 pub fn reconfigure(cluster: &Cluster, options: &ServerOptions) {
-    let run = || cluster.reconfigure(options);
-    let done = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
-        _ => run(),
-    };
-    done.unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
+    cluster
+        .reconfigure(options)
+        .unwrap_or_else(|e| panic!("cannot reconfigure the private cluster: {e}"));
 }
