@@ -80,11 +80,56 @@ impl Secrets {
         let leaks = self.leaks(text);
         assert!(leaks.is_empty(), "{place} shows {leaks:?}:\n{text}");
     }
+
+    /// Fails when `err` shows a secret in its `Display`, `Debug` or alternate `Debug` form, or
+    /// in any error of its `source()` chain.
+    ///
+    /// # Panics
+    /// As [`Secrets::assert_hidden`].
+    pub fn assert_error_hidden(&self, place: &str, err: &(dyn std::error::Error + 'static)) {
+        let mut text = format!("{err}\n{err:?}\n{err:#?}");
+        let mut source = err.source();
+        while let Some(s) = source {
+            text.push_str(&format!("\n{s}\n{s:?}"));
+            source = s.source();
+        }
+        self.assert_hidden(place, &text);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Shows its secret only through its `source()`.
+    struct Wrapping(std::io::Error);
+
+    impl std::fmt::Debug for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Wrapping")
+        }
+    }
+
+    impl std::fmt::Display for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("wrapping")
+        }
+    }
+
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "shows [\"pw\"]")]
+    fn a_secret_in_an_errors_source_chain_is_found() {
+        let err = Wrapping(std::io::Error::other("login as user:Sekr3t-Value"));
+        Secrets::new()
+            .password("pw", "Sekr3t-Value")
+            .assert_error_hidden("the error", &err);
+    }
 
     #[test]
     fn every_form_of_a_password_is_found_and_nothing_else() {
