@@ -185,10 +185,11 @@ async fn protected_create_adopts_only_our_session_and_deletes_older_ones() {
     assert_eq!(path, format!("{parent}/{ours}"));
     assert_eq!(u64::try_from(czxid).unwrap(), lease.token().get());
 
-    // An "older session" (another session) left a node with the uuid we are recovering.
+    // An "older session" (another session) left a node with the uuid we are recovering. The
+    // session stays open to the end: its node is ephemeral.
     let stale_uuid = "00000000-0000-4000-8000-000000000000";
-    zk.raw()
-        .await
+    let older = zk.raw().await;
+    older
         .create(
             &format!("{parent}/_c_{stale_uuid}-lock-"),
             b"",
