@@ -307,20 +307,11 @@ impl RedisLockerBuilder {
     /// # Errors
     /// As [`build`](Self::build), except the tokio runtime check.
     pub fn validate(&self) -> Result<(), Error> {
-        self.common.validate(DEFAULT_TTL)?;
-        let ttl = self.common.ttl_or(DEFAULT_TTL);
+        let ttl = checked_ttl(&self.common)?;
         self.target()?;
         self.request_timeout_or_default()?;
         key_prefix(&self.prefix, self.common.namespace())?;
-        if self.retry_delay.is_zero() || self.retry_delay > ttl {
-            return Err(Error::invalid_option(
-                "retry_delay",
-                format!(
-                    "{:?} must be above zero and at most the TTL {ttl:?}",
-                    self.retry_delay
-                ),
-            ));
-        }
+        check_retry_delay(self.retry_delay, ttl)?;
         if let Some((replicas, timeout)) = self.replicas
             && (replicas == 0 || timeout.is_zero() || timeout >= ttl / 2)
         {
@@ -353,12 +344,7 @@ impl RedisLockerBuilder {
         let target = self.target()?;
         let request_timeout = self.request_timeout_or_default()?;
         let prefix = key_prefix(&self.prefix, self.common.namespace())?;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::invalid_option(
-                "runtime",
-                "a RedisLocker must be built inside a tokio runtime",
-            ));
-        }
+        in_runtime("RedisLocker")?;
         let node: Node = match target {
             Target::Url(client) => conn::open(client, request_timeout)?,
             Target::Sentinels(sentinels) => conn::open_sentinel(sentinels, request_timeout),
@@ -411,6 +397,36 @@ impl RedisLockerBuilder {
             }),
         })
     }
+}
+
+/// Checks the common options against [`DEFAULT_TTL`] and returns the TTL they give: the
+/// first check of both builders.
+pub(crate) fn checked_ttl(common: &CommonOptions) -> Result<Duration, Error> {
+    common.validate(DEFAULT_TTL)?;
+    Ok(common.ttl_or(DEFAULT_TTL))
+}
+
+/// Refuses a retry delay that is zero or longer than the TTL (both builders take one).
+pub(crate) fn check_retry_delay(delay: Duration, ttl: Duration) -> Result<(), Error> {
+    if delay.is_zero() || delay > ttl {
+        return Err(Error::invalid_option(
+            "retry_delay",
+            format!("{delay:?} must be above zero and at most the TTL {ttl:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a build outside a tokio runtime (the locker spawns its background tasks there);
+/// `locker` names the type built.
+pub(crate) fn in_runtime(locker: &str) -> Result<(), Error> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(Error::invalid_option(
+            "runtime",
+            format!("a {locker} must be built inside a tokio runtime"),
+        ));
+    }
+    Ok(())
 }
 
 /// Where a locker's server is (validated, no I/O yet).

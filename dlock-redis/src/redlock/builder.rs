@@ -10,9 +10,10 @@ use dlock_core::{CommonOptions, Error};
 
 use super::renew::{RedlockBackend, Renewer};
 use super::{MAX_NODES, RInner, RedlockLocker, quorum, raise};
+use crate::builder::{check_retry_delay, checked_ttl, in_runtime};
 use crate::conn;
 use crate::keys::key_prefix;
-use crate::{DEFAULT_RETRY_DELAY, DEFAULT_TTL};
+use crate::DEFAULT_RETRY_DELAY;
 
 /// Builds a [`RedlockLocker`]; see [`RedlockLocker::builder`].
 ///
@@ -104,8 +105,7 @@ impl RedlockLockerBuilder {
 
     /// The validated options `build` uses.
     fn checked(&self) -> Result<Checked, Error> {
-        self.common.validate(DEFAULT_TTL)?;
-        let ttl = self.common.ttl_or(DEFAULT_TTL);
+        let ttl = checked_ttl(&self.common)?;
         let prefix = key_prefix(&self.prefix, self.common.namespace())?;
         if self.nodes.is_empty() || self.nodes.len() > MAX_NODES {
             return Err(Error::invalid_option(
@@ -139,15 +139,7 @@ impl RedlockLockerBuilder {
             }
             Some(t) => t,
         };
-        if self.retry_delay.is_zero() || self.retry_delay > ttl {
-            return Err(Error::invalid_option(
-                "retry_delay",
-                format!(
-                    "{:?} must be above zero and at most the TTL {ttl:?}",
-                    self.retry_delay
-                ),
-            ));
-        }
+        check_retry_delay(self.retry_delay, ttl)?;
         Ok(Checked {
             ttl,
             prefix,
@@ -173,12 +165,7 @@ impl RedlockLockerBuilder {
             clients,
             node_timeout,
         } = self.checked()?;
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::invalid_option(
-                "runtime",
-                "a RedlockLocker must be built inside a tokio runtime",
-            ));
-        }
+        in_runtime("RedlockLocker")?;
         let nodes = clients
             .into_iter()
             .map(|c| conn::open(c, node_timeout))
