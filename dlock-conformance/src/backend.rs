@@ -322,19 +322,7 @@ pub trait TestBackend: Send + Sync + 'static {
 /// closes it (or 2 s pass): for the servers' text stats (`INFO` + `QUIT`, HTTP/1.0 `/metrics`,
 /// ZooKeeper `mntr`). `None` when the server does not answer.
 pub fn read_text(addr: std::net::SocketAddr, request: &[u8]) -> Option<String> {
-    use std::io::{Read, Write};
-    let timeout = Duration::from_secs(2);
-    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.set_write_timeout(Some(timeout)).ok()?;
-    s.write_all(request).ok()?;
-    let mut out = Vec::new();
-    match s.read_to_end(&mut out) {
-        Ok(_) => {}
-        Err(_) if !out.is_empty() => {}
-        Err(_) => return None,
-    }
-    Some(String::from_utf8_lossy(&out).into_owned())
+    crate::servers::Transport::Plain.read_text(addr, request)
 }
 
 /// Sends one command to the plain Redis server at `addr` (RESP, any bytes in the arguments),

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 pub use node::Node;
 pub use tls::TlsFiles;
 
-use tls::Transport;
+pub(crate) use tls::Transport;
 
 /// Which server a cluster runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

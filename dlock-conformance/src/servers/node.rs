@@ -1,6 +1,6 @@
 //! One server node: its process, its captured output, and the faults tests inflict on it.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -248,19 +248,7 @@ impl Node {
     /// or 2 s pass: for the servers' text stats (`INFO` + `QUIT`, HTTP/1.0 `/metrics`). `None`
     /// when the node does not answer. The plain-TCP form is [`crate::read_text`].
     pub fn read_text(&self, request: &[u8]) -> Option<String> {
-        let mut s = self
-            .transport()
-            .connect(self.addr, Duration::from_secs(2))
-            .ok()?;
-        s.write_all(request).ok()?;
-        s.flush().ok()?;
-        let mut out = Vec::new();
-        match s.read_to_end(&mut out) {
-            Ok(_) => {}
-            Err(_) if !out.is_empty() => {}
-            Err(_) => return None,
-        }
-        Some(String::from_utf8_lossy(&out).into_owned())
+        self.transport().read_text(self.addr, request)
     }
 
     /// How many connections one `PUBLISH` reaches at most on this Redis node right now

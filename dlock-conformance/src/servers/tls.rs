@@ -294,4 +294,19 @@ impl Transport {
             }
         }
     }
+
+    /// Sends `request` to `addr` over a fresh connection and reads the reply until the server
+    /// closes it (or 2 s pass). `None` when the server does not answer.
+    pub(crate) fn read_text(&self, addr: SocketAddr, request: &[u8]) -> Option<String> {
+        let mut s = self.connect(addr, Duration::from_secs(2)).ok()?;
+        s.write_all(request).ok()?;
+        s.flush().ok()?;
+        let mut out = Vec::new();
+        match s.read_to_end(&mut out) {
+            Ok(_) => {}
+            Err(_) if !out.is_empty() => {}
+            Err(_) => return None,
+        }
+        Some(String::from_utf8_lossy(&out).into_owned())
+    }
 }
