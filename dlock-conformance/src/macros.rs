@@ -16,23 +16,13 @@ macro_rules! conformance_tests {
             #[allow(unused_imports)]
             use super::*;
 
-            fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
-                static BACKEND: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::TestBackend>> =
-                    ::std::sync::OnceLock::new();
-                ::std::sync::Arc::clone(BACKEND.get_or_init(|| $factory))
-            }
+            $crate::conformance_tests!(@factory $factory);
 
             fn __declared() -> $crate::Declared {
                 $declared
             }
 
             $crate::__scenarios!(@tests $module);
-
-            #[test]
-            #[ignore = "the crash-release scenario runs this in a child process"]
-            fn __crash_holder() {
-                $crate::scenarios::crash_holder_main(__factory);
-            }
 
             #[test]
             #[ignore = "the soak: cargo xtask conform --soak <duration>"]
@@ -52,11 +42,7 @@ macro_rules! conformance_tests {
             #[allow(unused_imports)]
             use super::*;
 
-            fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
-                static BACKEND: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::TestBackend>> =
-                    ::std::sync::OnceLock::new();
-                ::std::sync::Arc::clone(BACKEND.get_or_init(|| $factory))
-            }
+            $crate::conformance_tests!(@factory $factory);
 
             $(
                 #[test]
@@ -72,16 +58,25 @@ macro_rules! conformance_tests {
             )*
 
             #[test]
-            #[ignore = "the crash-release scenario runs this in a child process"]
-            fn __crash_holder() {
-                $crate::scenarios::crash_holder_main(__factory);
-            }
-
-            #[test]
             #[ignore = "the soak: cargo xtask conform --soak <duration>"]
             fn __soak() {
                 $crate::soak::soak_main_scaled(stringify!($module), __factory, $scale);
             }
+        }
+    };
+    // Both forms: the row's backend, made once per test process, and the ignored helper the
+    // crash-release scenario runs in a child process.
+    (@factory $factory:expr) => {
+        fn __factory() -> ::std::sync::Arc<dyn $crate::TestBackend> {
+            static BACKEND: ::std::sync::OnceLock<::std::sync::Arc<dyn $crate::TestBackend>> =
+                ::std::sync::OnceLock::new();
+            ::std::sync::Arc::clone(BACKEND.get_or_init(|| $factory))
+        }
+
+        #[test]
+        #[ignore = "the crash-release scenario runs this in a child process"]
+        fn __crash_holder() {
+            $crate::scenarios::crash_holder_main(__factory);
         }
     };
     (@tests $module:ident; $($test:ident => $variant:ident),* $(,)?) => {
