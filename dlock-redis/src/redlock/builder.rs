@@ -10,10 +10,10 @@ use dlock_core::{CommonOptions, Error};
 
 use super::renew::{RedlockBackend, Renewer};
 use super::{MAX_NODES, RInner, RedlockLocker, quorum, raise};
+use crate::DEFAULT_RETRY_DELAY;
 use crate::builder::{check_retry_delay, checked_ttl, in_runtime};
 use crate::conn;
 use crate::keys::key_prefix;
-use crate::DEFAULT_RETRY_DELAY;
 
 /// Builds a [`RedlockLocker`]; see [`RedlockLocker::builder`].
 ///
