@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_core::backend::{Counters, RenewBackend, Renewal, RenewalDriver};
-use dlock_core::{Error, FencingToken, LockName, LossReason};
+use dlock_core::{Error, FencingToken, Lease, LockName, LossReason};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -151,10 +151,32 @@ fn driver(fake: &Arc<Fake>) -> RenewalDriver<Fake> {
     RenewalDriver::new(Arc::clone(fake), TTL, Arc::new(Counters::default()))
 }
 
-fn counted_driver(fake: &Arc<Fake>) -> (RenewalDriver<Fake>, Arc<Counters>) {
+/// A fake backend following `script`, and a driver over it.
+fn fake_driver(script: Script) -> (Arc<Fake>, RenewalDriver<Fake>) {
+    let fake = Fake::new(script);
+    let d = driver(&fake);
+    (fake, d)
+}
+
+/// As [`fake_driver`], with the driver's counters.
+fn counted_driver(script: Script) -> (Arc<Fake>, RenewalDriver<Fake>, Arc<Counters>) {
+    let fake = Fake::new(script);
     let counters = Arc::new(Counters::default());
-    let d = RenewalDriver::new(Arc::clone(fake), TTL, Arc::clone(&counters));
-    (d, counters)
+    let d = RenewalDriver::new(Arc::clone(&fake), TTL, Arc::clone(&counters));
+    (fake, d, counters)
+}
+
+/// Registers a grant of the lock `job` with fencing token `token`, whose request started at
+/// `start`, renewed as the fake's `entry`.
+fn grant(d: &RenewalDriver<Fake>, token: u64, start: Instant, entry: u32) -> Lease {
+    d.register(name(), FencingToken(token), start, entry)
+}
+
+/// Releases every lease, each of which must succeed.
+async fn release_all(leases: impl IntoIterator<Item = Lease>) {
+    for lease in leases {
+        lease.release().await.expect("release");
+    }
 }
 
 fn paused_runtime() -> tokio::runtime::Runtime {
@@ -180,10 +202,9 @@ fn margin() -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn renews_every_third_of_the_ttl() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let t0 = Instant::now();
-    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let lease = grant(&d, 1, t0, 7);
     tokio::time::sleep(Duration::from_secs(10)).await;
     let calls = fake.calls();
     // One round per TTL/3 = 1 s: rounds at 1 s, 2 s, …, 10 s.
@@ -197,10 +218,9 @@ async fn renews_every_third_of_the_ttl() {
 
 #[tokio::test(start_paused = true)]
 async fn deadline_counts_from_the_request_start_not_the_reply() {
-    let fake = Fake::new(Script::Slow(Duration::from_millis(400)));
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Slow(Duration::from_millis(400)));
     let t0 = Instant::now();
-    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let lease = grant(&d, 1, t0, 7);
     assert_eq!(lease.deadline(), t0 + TTL - drift());
     // First round is sent at t0 + 1 s and answered 400 ms later.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -216,10 +236,9 @@ async fn deadline_counts_from_the_request_start_not_the_reply() {
 
 #[tokio::test(start_paused = true)]
 async fn failing_renewals_fire_lost_exactly_a_margin_before_the_deadline() {
-    let fake = Fake::new(Script::Fail);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Fail);
     let t0 = Instant::now();
-    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let lease = grant(&d, 1, t0, 7);
     let deadline = lease.deadline();
     let reason = lease.lost().await;
     assert_eq!(reason, LossReason::Expired);
@@ -245,9 +264,8 @@ async fn failing_renewals_fire_lost_exactly_a_margin_before_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_recovered_backend_keeps_the_lease() {
-    let fake = Fake::new(Script::Fail);
-    let d = driver(&fake);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let (fake, d) = fake_driver(Script::Fail);
+    let lease = grant(&d, 1, Instant::now(), 7);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     fake.set(Script::Ok);
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -259,10 +277,9 @@ async fn a_recovered_backend_keeps_the_lease() {
 #[tokio::test(start_paused = true)]
 async fn a_reply_after_the_deadline_never_extends_the_lease() {
     // Replies take longer than the whole TTL: the lease must expire, never be extended late.
-    let fake = Fake::new(Script::Slow(TTL * 2));
-    let d = driver(&fake);
+    let (_, d) = fake_driver(Script::Slow(TTL * 2));
     let t0 = Instant::now();
-    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let lease = grant(&d, 1, t0, 7);
     let reason = lease.lost().await;
     assert_eq!(reason, LossReason::Expired);
     assert_eq!(Instant::now(), t0 + TTL - drift() - margin());
@@ -277,10 +294,9 @@ async fn a_reply_after_the_deadline_never_extends_the_lease() {
 
 #[tokio::test(start_paused = true)]
 async fn server_says_gone_fires_lost_with_the_reason() {
-    let fake = Fake::new(Script::Gone);
-    let d = driver(&fake);
+    let (_, d) = fake_driver(Script::Gone);
     let t0 = Instant::now();
-    let lease = d.register(name(), FencingToken(1), t0, 7);
+    let lease = grant(&d, 1, t0, 7);
     let reason = lease.lost().await;
     assert!(matches!(reason, LossReason::Gone(_)), "{reason:?}");
     assert_eq!(
@@ -293,9 +309,8 @@ async fn server_says_gone_fires_lost_with_the_reason() {
 
 #[tokio::test(start_paused = true)]
 async fn release_stops_renewal() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let (fake, d) = fake_driver(Script::Ok);
+    let lease = grant(&d, 1, Instant::now(), 7);
     let lost = lease.lost();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = fake.calls().len();
@@ -308,9 +323,8 @@ async fn release_stops_renewal() {
 
 #[tokio::test(start_paused = true)]
 async fn drop_stops_renewal_and_releases_in_the_background() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let (fake, d) = fake_driver(Script::Ok);
+    let lease = grant(&d, 1, Instant::now(), 7);
     drop(lease);
     assert!(d.is_empty(), "dropping must unregister at once");
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -320,9 +334,8 @@ async fn drop_stops_renewal_and_releases_in_the_background() {
 
 #[tokio::test(start_paused = true)]
 async fn release_during_an_inflight_renewal_does_not_resurrect() {
-    let fake = Fake::new(Script::Slow(Duration::from_millis(500)));
-    let d = driver(&fake);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let (fake, d) = fake_driver(Script::Slow(Duration::from_millis(500)));
+    let lease = grant(&d, 1, Instant::now(), 7);
     let lost = lease.lost();
     // The first round is sent at 1 s and answered at 1.5 s; release at 1.2 s.
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -340,15 +353,12 @@ async fn release_during_an_inflight_renewal_does_not_resurrect() {
 
 #[tokio::test(start_paused = true)]
 async fn ten_thousand_leases_one_task_one_call_per_period() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
     let t0 = Instant::now();
-    let leases: Vec<_> = (0..10_000)
-        .map(|i| d.register(name(), FencingToken(i), t0, 0))
-        .collect();
+    let leases: Vec<_> = (0..10_000).map(|i| grant(&d, i, t0, 0)).collect();
     let tasks_after = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
@@ -362,18 +372,15 @@ async fn ten_thousand_leases_one_task_one_call_per_period() {
     assert_eq!(calls.len(), 1, "one round trip per period");
     assert_eq!(calls[0].1.len(), 10_000, "that one call renews every lease");
     assert!(leases.iter().all(|l| !l.is_lost()));
-    for l in leases {
-        l.release().await.expect("release");
-    }
+    release_all(leases).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn stopped_renewal_expires_at_the_deadline() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let t0 = Instant::now();
-    let keep = d.register(name(), FencingToken(1), t0, 1);
-    let stop = d.register(name(), FencingToken(2), t0, 2);
+    let keep = grant(&d, 1, t0, 1);
+    let stop = grant(&d, 2, t0, 2);
     stop.stop_renewal_for_test();
     assert_eq!(stop.lost().await, LossReason::Expired);
     assert_eq!(
@@ -398,7 +405,7 @@ fn dropping_a_lease_after_its_runtime_shut_down_does_not_panic() {
         .expect("runtime");
     let (lease, d) = rt.block_on(async {
         let d = driver(&fake);
-        (d.register(name(), FencingToken(1), Instant::now(), 7), d)
+        (grant(&d, 1, Instant::now(), 7), d)
     });
     drop(rt);
     drop(lease);
@@ -407,15 +414,14 @@ fn dropping_a_lease_after_its_runtime_shut_down_does_not_panic() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_near_its_deadline_pulls_the_round_forward() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let t0 = Instant::now();
-    let early = d.register(name(), FencingToken(1), t0, 1);
+    let early = grant(&d, 1, t0, 1);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A grant whose request started 2.5 s ago (a slow acquire): 0.47 s of validity left, less
     // than the 0.9 s until the driver's planned round.
     let start = Instant::now() - Duration::from_millis(2500);
-    let late = d.register(name(), FencingToken(2), start, 2);
+    let late = grant(&d, 2, start, 2);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         !late.is_lost(),
@@ -424,17 +430,15 @@ async fn a_lease_near_its_deadline_pulls_the_round_forward() {
     assert!(!early.is_lost());
     // And ordinary grants do not cause extra rounds: about one per TTL/3.
     assert!(fake.calls().len() <= 5, "rounds: {}", fake.calls().len());
-    early.release().await.expect("release");
-    late.release().await.expect("release");
+    release_all([early, late]).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_delayed_past_a_third_of_the_ttl_still_renews() {
     // Every reply takes 1.1 s (a blip, a loaded server): longer than TTL/3 = 1 s, well inside
     // the remaining validity. The driver must wait for it rather than give up and re-send.
-    let fake = Fake::new(Script::Slow(Duration::from_millis(1100)));
-    let d = driver(&fake);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 7);
+    let (_, d) = fake_driver(Script::Slow(Duration::from_millis(1100)));
+    let lease = grant(&d, 1, Instant::now(), 7);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert!(
         !lease.is_lost(),
@@ -448,17 +452,16 @@ async fn a_reply_delayed_past_a_third_of_the_ttl_still_renews() {
 /// must not set the pace any more).
 #[tokio::test(start_paused = true)]
 async fn a_short_grant_after_an_outage_is_renewed_in_time() {
-    let fake = Fake::new(Script::Fail);
-    let d = driver(&fake);
-    let a = d.register(name(), FencingToken(1), Instant::now(), 1);
-    let b = d.register(name(), FencingToken(2), Instant::now(), 2);
+    let (fake, d) = fake_driver(Script::Fail);
+    let a = grant(&d, 1, Instant::now(), 1);
+    let b = grant(&d, 2, Instant::now(), 2);
     assert_eq!(a.lost().await, LossReason::Expired);
     assert_eq!(b.lost().await, LossReason::Expired);
     tokio::time::sleep(TTL).await;
     assert!(d.is_empty(), "the driver forgot the lost leases");
     fake.set(Script::Ok);
     let start = Instant::now() - TTL * 3 / 4;
-    let late = d.register(name(), FencingToken(3), start, 3);
+    let late = grant(&d, 3, start, 3);
     tokio::time::sleep(TTL).await;
     assert!(
         !late.is_lost(),
@@ -474,12 +477,12 @@ async fn a_short_grant_during_a_slow_round_is_renewed_in_time() {
     let fake = Fake::new(Script::Ok);
     fake.slow(1, Duration::from_millis(1100));
     let d = driver(&fake);
-    let a = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let a = grant(&d, 1, Instant::now(), 1);
     // The first round (for `a`) is sent at 1 s and answered at 2.1 s.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(fake.calls().len(), 1, "the slow round is in flight");
     let start = Instant::now() - TTL * 3 / 4;
-    let late = d.register(name(), FencingToken(2), start, 2);
+    let late = grant(&d, 2, start, 2);
     let late_deadline = late.deadline();
     tokio::time::sleep(TTL).await;
     assert!(
@@ -491,8 +494,7 @@ async fn a_short_grant_during_a_slow_round_is_renewed_in_time() {
         "the short grant was renewed in time"
     );
     assert!(!a.is_lost());
-    late.release().await.expect("release");
-    a.release().await.expect("release");
+    release_all([late, a]).await;
 }
 
 // ---- supervision of the driver task ----
@@ -501,10 +503,9 @@ async fn a_short_grant_during_a_slow_round_is_renewed_in_time() {
 /// backend behaves again the driver (still alive) keeps the lease.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_backend_fails_the_round_and_the_driver_survives() {
-    let fake = Fake::new(Script::Ok);
-    let (d, counters) = counted_driver(&fake);
+    let (fake, d, counters) = counted_driver(Script::Ok);
     fake.panics.store(true, Ordering::SeqCst);
-    let lease = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let lease = grant(&d, 1, Instant::now(), 1);
     tokio::time::sleep(TTL / 3 + Duration::from_millis(100)).await;
     assert!(
         counters.snapshot().renewal_failures >= 1,
@@ -522,13 +523,12 @@ async fn a_panicking_backend_fails_the_round_and_the_driver_survives() {
 /// registration (on the second) restarts it, counts the restart, and every lease is renewed.
 #[test]
 fn a_driver_whose_runtime_shut_down_restarts_on_the_next_registration() {
-    let fake = Fake::new(Script::Ok);
-    let (d, counters) = counted_driver(&fake);
+    let (_, d, counters) = counted_driver(Script::Ok);
     let first_rt = paused_runtime();
-    let first = first_rt.block_on(async { d.register(name(), FencingToken(1), Instant::now(), 1) });
+    let first = first_rt.block_on(async { grant(&d, 1, Instant::now(), 1) });
     drop(first_rt);
     paused_runtime().block_on(async {
-        let second = d.register(name(), FencingToken(2), Instant::now(), 2);
+        let second = grant(&d, 2, Instant::now(), 2);
         tokio::time::sleep(TTL * 3).await;
         assert!(
             !second.is_lost(),
@@ -540,8 +540,7 @@ fn a_driver_whose_runtime_shut_down_restarts_on_the_next_registration() {
         );
         assert_eq!(counters.snapshot().driver_restarts, 1);
         assert_eq!(counters.snapshot().losses, 0);
-        second.release().await.expect("release");
-        first.release().await.expect("release");
+        release_all([second, first]).await;
     });
 }
 
@@ -549,17 +548,15 @@ fn a_driver_whose_runtime_shut_down_restarts_on_the_next_registration() {
 /// runtime must, and then both leases are renewed.
 #[test]
 fn a_first_registration_outside_a_runtime_does_not_leave_the_driver_dead() {
-    let fake = Fake::new(Script::Ok);
-    let (d, counters) = counted_driver(&fake);
-    let outside = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let (_, d, counters) = counted_driver(Script::Ok);
+    let outside = grant(&d, 1, Instant::now(), 1);
     paused_runtime().block_on(async {
-        let inside = d.register(name(), FencingToken(2), Instant::now(), 2);
+        let inside = grant(&d, 2, Instant::now(), 2);
         tokio::time::sleep(TTL * 3).await;
         assert!(!inside.is_lost(), "the driver never started");
         assert!(!outside.is_lost());
         assert_eq!(counters.snapshot().losses, 0);
-        inside.release().await.expect("release");
-        outside.release().await.expect("release");
+        release_all([inside, outside]).await;
     });
 }
 
@@ -569,11 +566,10 @@ fn a_first_registration_outside_a_runtime_does_not_leave_the_driver_dead() {
 /// lease extended in the same round is not re-sent and keeps the regular cadence.
 #[tokio::test(start_paused = true)]
 async fn only_the_undecided_lease_is_retried() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let t0 = Instant::now();
-    let a = d.register(name(), FencingToken(1), t0, 1);
-    let b = d.register(name(), FencingToken(2), t0, 2);
+    let a = grant(&d, 1, t0, 1);
+    let b = grant(&d, 2, t0, 2);
     fake.undecided(2, true);
     tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
     assert_eq!(a.deadline(), t0 + TTL / 3 + TTL - drift(), "a was extended");
@@ -600,19 +596,17 @@ async fn only_the_undecided_lease_is_retried() {
         vec![t0 + TTL / 3, t0 + TTL * 2 / 3],
         "the extended lease keeps the regular cadence"
     );
-    a.release().await.expect("release");
-    b.release().await.expect("release");
+    release_all([a, b]).await;
 }
 
 /// A lease that stays undecided is retried inside its validity and lost exactly when it
 /// expires (a margin before its deadline); the other lease is renewed every TTL/3 throughout, never more often.
 #[tokio::test(start_paused = true)]
 async fn an_undecided_lease_expires_at_its_deadline_while_the_others_keep_their_cadence() {
-    let fake = Fake::new(Script::Ok);
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Ok);
     let t0 = Instant::now();
-    let a = d.register(name(), FencingToken(1), t0, 1);
-    let b = d.register(name(), FencingToken(2), t0, 2);
+    let a = grant(&d, 1, t0, 1);
+    let b = grant(&d, 2, t0, 2);
     fake.undecided(2, true);
     assert_eq!(b.lost().await, LossReason::Expired);
     let expiry = t0 + TTL - drift() - margin();
@@ -639,10 +633,9 @@ async fn an_undecided_lease_expires_at_its_deadline_while_the_others_keep_their_
 /// (`zk-cluster::many_leases_break`: the first leases of a 1,000-acquire burst were lost).
 #[tokio::test(start_paused = true)]
 async fn a_grant_slowed_by_a_busy_server_is_renewed_in_time_by_slow_rounds() {
-    let fake = Fake::new(Script::Slow(TTL * 36 / 100));
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Slow(TTL * 36 / 100));
     let start = Instant::now() - TTL * 3 / 10;
-    let lease = d.register(name(), FencingToken(1), start, 1);
+    let lease = grant(&d, 1, start, 1);
     tokio::time::sleep(TTL * 4).await;
     assert!(
         !lease.is_lost(),
@@ -659,12 +652,11 @@ async fn a_grant_slowed_by_a_busy_server_is_renewed_in_time_by_slow_rounds() {
 /// renewal, are renewed in shared rounds, not in one round each.
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_late_grants_is_renewed_in_a_few_rounds() {
-    let fake = Fake::new(Script::Slow(Duration::from_millis(200)));
-    let d = driver(&fake);
+    let (fake, d) = fake_driver(Script::Slow(Duration::from_millis(200)));
     let mut leases = Vec::new();
     for i in 0..100u32 {
         let start = Instant::now() - TTL / 3;
-        leases.push(d.register(name(), FencingToken(u64::from(i) + 1), start, i));
+        leases.push(grant(&d, u64::from(i) + 1, start, i));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // 100 grants over 1 s (a third of the TTL).
@@ -675,9 +667,7 @@ async fn a_burst_of_late_grants_is_renewed_in_a_few_rounds() {
     );
     tokio::time::sleep(TTL).await;
     assert!(leases.iter().all(|l| !l.is_lost()));
-    for l in leases {
-        l.release().await.expect("release");
-    }
+    release_all(leases).await;
 }
 
 /// A backend that answers in order (a retry would only queue behind the slow call) has its
@@ -689,7 +679,7 @@ async fn rounds_of_an_in_order_backend_run_to_the_deadline() {
         let fake = Fake::new(Script::Slow(TTL * 45 / 100));
         fake.in_order.store(in_order, Ordering::SeqCst);
         let d = driver(&fake);
-        let lease = d.register(name(), FencingToken(1), Instant::now(), 1);
+        let lease = grant(&d, 1, Instant::now(), 1);
         tokio::time::sleep(TTL * 4).await;
         assert_eq!(
             !lease.is_lost(),
@@ -707,9 +697,8 @@ async fn rounds_of_an_in_order_backend_run_to_the_deadline() {
 /// lease's own timer (failing renewals), then the server's answer (gone). Counted once each.
 #[tokio::test(start_paused = true)]
 async fn every_loss_is_counted_once_before_lost_fires() {
-    let fake = Fake::new(Script::Fail);
-    let (d, counters) = counted_driver(&fake);
-    let expiring = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let (fake, d, counters) = counted_driver(Script::Fail);
+    let expiring = grant(&d, 1, Instant::now(), 1);
     assert_eq!(expiring.lost().await, LossReason::Expired);
     assert_eq!(
         counters.snapshot().losses,
@@ -718,8 +707,8 @@ async fn every_loss_is_counted_once_before_lost_fires() {
     );
 
     fake.set(Script::Gone);
-    let a = d.register(name(), FencingToken(2), Instant::now(), 2);
-    let b = d.register(name(), FencingToken(3), Instant::now(), 3);
+    let a = grant(&d, 2, Instant::now(), 2);
+    let b = grant(&d, 3, Instant::now(), 3);
     for lease in [&a, &b] {
         assert!(matches!(lease.lost().await, LossReason::Gone(_)));
     }
@@ -737,10 +726,9 @@ async fn every_loss_is_counted_once_before_lost_fires() {
 /// counts neither as a grant nor as a loss.
 #[tokio::test(start_paused = true)]
 async fn an_internal_lease_counts_neither_its_grant_nor_its_loss() {
-    let fake = Fake::new(Script::Gone);
-    let (d, counters) = counted_driver(&fake);
-    let sentinel = d.register(name(), FencingToken(0), Instant::now(), INTERNAL);
-    let user = d.register(name(), FencingToken(1), Instant::now(), 1);
+    let (_, d, counters) = counted_driver(Script::Gone);
+    let sentinel = grant(&d, 0, Instant::now(), INTERNAL);
+    let user = grant(&d, 1, Instant::now(), 1);
     assert!(matches!(sentinel.lost().await, LossReason::Gone(_)));
     assert!(matches!(user.lost().await, LossReason::Gone(_)));
     let stats = counters.snapshot();
@@ -758,9 +746,9 @@ async fn a_lease_in_flight_at_the_regular_round_joins_the_next_one() {
     fake.slow(2, Duration::from_millis(50));
     let d = driver(&fake);
     let t0 = Instant::now();
-    let a = d.register(name(), FencingToken(1), t0, 1);
+    let a = grant(&d, 1, t0, 1);
     // `b`'s first renewal is due 10 ms before the regular round: it is in flight then.
-    let b = d.register(name(), FencingToken(2), t0 - Duration::from_millis(10), 2);
+    let b = grant(&d, 2, t0 - Duration::from_millis(10), 2);
     let period = TTL / 3;
     tokio::time::sleep(period * 3).await;
     let before = fake.calls().len();
@@ -775,6 +763,5 @@ async fn a_lease_in_flight_at_the_regular_round_joins_the_next_one() {
             .map(|(t, ids)| (*t - t0, ids.clone()))
             .collect::<Vec<_>>()
     );
-    a.release().await.expect("release");
-    b.release().await.expect("release");
+    release_all([a, b]).await;
 }

@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, FencingStrength, LockName, Locker};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::ctx::{Ctx, err};
+use super::ctx::{Ctx, err, grant, release};
 use super::report::{Row, ms};
 
 /// Sections each client runs in `exclusion`.
@@ -62,7 +62,7 @@ pub(crate) async fn exclusion(ctx: &Ctx) -> Result<Row, String> {
                     seen.lost.fetch_add(1, Ordering::SeqCst);
                 }
                 seen.inside.fetch_sub(1, Ordering::SeqCst);
-                lease.release().await.map_err(err("release"))?;
+                release(lease).await?;
             }
             Ok::<(), String>(())
         });
@@ -147,12 +147,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
         ));
     }
     let name = ctx.name("fifo")?;
-    let holder = ctx
-        .main
-        .try_acquire(&name)
-        .await
-        .map_err(err("try_acquire"))?
-        .ok_or("a fresh name was found held")?;
+    let holder = grant(&*ctx.main, &name).await?;
     let Some(base) = waiting(&*ctx.main, &name).await? else {
         let _ = holder.release().await;
         return Ok(Row::skip("fifo", "the server does not count waiters"));
@@ -174,7 +169,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
                 .map_err(err("acquire"))?;
             order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
             tokio::time::sleep(SECTION).await;
-            lease.release().await.map_err(err("release"))
+            release(lease).await
         });
         if !queued(&*ctx.main, &name, base + i + 1, queue_bound(ctx)).await? {
             let _ = holder.release().await;
@@ -184,7 +179,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
             ));
         }
     }
-    holder.release().await.map_err(err("release"))?;
+    release(holder).await?;
     join_all(tasks).await?;
     let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let shown = order
@@ -205,18 +200,13 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
 /// counted) and the next waiter is granted promptly after the holder releases.
 pub(crate) async fn cancel(ctx: &Ctx) -> Result<Row, String> {
     let name = ctx.name("cancel")?;
-    let holder = ctx
-        .main
-        .try_acquire(&name)
-        .await
-        .map_err(err("try_acquire"))?
-        .ok_or("a fresh name was found held")?;
+    let holder = grant(&*ctx.main, &name).await?;
     let base = waiting(&*ctx.main, &name).await?;
     let outcome = cancel_while_held(ctx, &name, base).await;
     let released = Instant::now();
-    let release = holder.release().await.map_err(err("release"));
+    let release_result = release(holder).await;
     let (mut row, next) = outcome?;
-    release?;
+    release_result?;
     let Some(mut next) = next else {
         return Ok(row);
     };
@@ -256,7 +246,7 @@ async fn cancel_while_held(
                 .await
                 .map_err(err("acquire"))?;
             let at = Instant::now();
-            lease.release().await.map_err(err("release"))?;
+            release(lease).await?;
             Ok::<Instant, String>(at)
         });
         set

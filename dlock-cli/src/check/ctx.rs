@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::{Capabilities, Error, LockName, Locker};
+use dlock_core::{Capabilities, Error, Lease, LockName, Locker};
 
 /// The lockers and settings of one `dlock check` run.
 pub(crate) struct Ctx {
@@ -109,4 +109,18 @@ impl Ctx {
 /// Maps a library error to a check's failure reason: `what: error`.
 pub(crate) fn err(what: &'static str) -> impl Fn(Error) -> String {
     move |e| format!("{what}: {e}")
+}
+
+/// One grant on a name nobody else uses: `Err` when the server says it is held.
+pub(crate) async fn grant(locker: &dyn Locker, name: &LockName) -> Result<Lease, String> {
+    locker
+        .try_acquire(name)
+        .await
+        .map_err(err("try_acquire"))?
+        .ok_or_else(|| format!("{name}, a fresh name, was found held"))
+}
+
+/// Releases, as a failure reason.
+pub(crate) async fn release(lease: Lease) -> Result<(), String> {
+    lease.release().await.map_err(err("release"))
 }

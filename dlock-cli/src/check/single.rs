@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName, Locker};
+use dlock_core::{AcquireOptions, Error, ErrorKind, LockName, Locker};
 use tokio::time::Instant;
 
-use super::ctx::{Ctx, err};
+use super::ctx::{Ctx, err, grant, release};
 use super::report::{Row, ms, signed_ms};
 
 /// `round_trip` stops sampling after this long (once it has [`MIN_SAMPLES`]), so that a slow
@@ -18,20 +18,6 @@ const MIN_SAMPLES: usize = 3;
 const SHORT_WAIT: Duration = Duration::from_millis(300);
 /// The longest `renewal` holds without `--long`.
 pub(crate) const LONG_BOUND: Duration = Duration::from_secs(30);
-
-/// One grant on a name nobody else uses: `Err` when the server says it is held.
-async fn grant(locker: &dyn Locker, name: &LockName) -> Result<Lease, String> {
-    locker
-        .try_acquire(name)
-        .await
-        .map_err(err("try_acquire"))?
-        .ok_or_else(|| format!("{name}, a fresh name, was found held"))
-}
-
-/// Releases, as a failure reason.
-async fn release(lease: Lease) -> Result<(), String> {
-    lease.release().await.map_err(err("release"))
-}
 
 /// The median and the largest of `samples` (sorted here).
 fn p50_max(samples: &mut [Duration]) -> (Duration, Duration) {
