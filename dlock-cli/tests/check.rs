@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use dlock_conformance::faults::{Direction, Mode, Proxy};
@@ -43,6 +43,28 @@ fn row<'a>(report: &'a Value, name: &str) -> &'a Value {
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["name"] == name))
         .unwrap_or_else(|| panic!("no row {name}: {report}"))
+}
+
+/// Checks that the rows `names` have `status` and a reason that contains `because`.
+fn assert_rows(report: &Value, names: &[&str], status: &str, because: &str) {
+    for name in names {
+        let r = row(report, name);
+        assert_eq!(r["status"], status, "{r}");
+        assert!(
+            r["reason"].as_str().is_some_and(|r| r.contains(because)),
+            "{r}"
+        );
+    }
+}
+
+/// Checks that only fencing counters (with a TTL) stay under `namespace` at the server.
+fn only_fencing_counters_left(namespace: &str) {
+    for (key, pttl) in keys(namespace) {
+        assert!(
+            key.ends_with(":fence") && pttl > 0,
+            "left behind: {key} (PTTL {pttl})"
+        );
+    }
 }
 
 /// The keys under `namespace` at the server, each with its PTTL.
@@ -131,12 +153,7 @@ fn a_healthy_redis_is_fit_and_nothing_stays_behind() {
         "{ttl}"
     );
     assert!(row(&report, "round_trip")["figures"]["rtt_p50_ms"].is_number());
-    for (key, pttl) in keys(&ns) {
-        assert!(
-            key.ends_with(":fence") && pttl > 0,
-            "left behind: {key} (PTTL {pttl})"
-        );
-    }
+    only_fencing_counters_left(&ns);
 }
 
 /// Every reply delayed by 400 ms with a 1 s TTL: a round trip over TTL/3, which the Redis
@@ -155,31 +172,12 @@ fn replies_slower_than_a_third_of_the_ttl_make_it_unfit() {
     let (out, report) = check(&url, &["--samples", "3"]);
     assert_eq!(out.status.code(), Some(UNFIT), "{report:#}");
     assert_eq!(report["fit"], false, "{report:#}");
-    for name in ["round_trip", "effective_ttl"] {
-        let r = row(&report, name);
-        assert_eq!(r["status"], "fail", "{r}");
-        assert!(
-            r["reason"].as_str().is_some_and(|r| r.contains("TTL/3")),
-            "{r}"
-        );
-    }
-    for name in ["exclusion", "renewal"] {
-        let r = row(&report, name);
-        assert_eq!(r["status"], "skip", "{r}");
-        assert!(
-            r["reason"].as_str().is_some_and(|r| r.contains("not run")),
-            "{r}"
-        );
-    }
+    assert_rows(&report, &["round_trip", "effective_ttl"], "fail", "TTL/3");
+    assert_rows(&report, &["exclusion", "renewal"], "skip", "not run");
     // The audit's inspects time out like every other call: it cannot tell (the keys below can).
     assert_ne!(row(&report, "cleanup")["status"], "fail", "{report:#}");
     proxy.set(Mode::Pass);
-    for (key, pttl) in keys(&ns) {
-        assert!(
-            key.ends_with(":fence") && pttl > 0,
-            "left behind: {key} (PTTL {pttl})"
-        );
-    }
+    only_fencing_counters_left(&ns);
 }
 
 /// `memory:` works (one process: the lockers share the namespace's memory server).
@@ -195,12 +193,9 @@ fn the_memory_backend_is_fit() {
 /// The human table names every check and the verdict; a bad `--clients` is a usage error.
 #[test]
 fn the_table_and_usage_errors() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .env("DLOCK_URL", "memory:?ttl=500ms")
-        .args(["check", "--samples", "3"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run dlock");
+    let mut cmd = dlock("memory:?ttl=500ms");
+    cmd.args(["check", "--samples", "3"]);
+    let out = output(cmd, BOUND);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     for needle in [
@@ -212,11 +207,8 @@ fn the_table_and_usage_errors() {
     ] {
         assert!(text.contains(needle), "{needle}: {text}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .env("DLOCK_URL", "memory:")
-        .args(["check", "--clients", "1"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run dlock");
+    let mut cmd = dlock("memory:");
+    cmd.args(["check", "--clients", "1"]);
+    let out = output(cmd, BOUND);
     assert_eq!(out.status.code(), Some(64));
 }

@@ -61,9 +61,7 @@ fn wait_for_text(path: &Path, needle: &str) {
 
 /// `dlock status NAME --json` while NAME is held.
 fn status_json(url: &str, name: &str) -> serde_json::Value {
-    let mut c = dlock(url);
-    c.args(["status", name, "--json"]);
-    let o = output(c);
+    let o = run_dlock(url, &["status", name, "--json"]);
     assert_eq!(o.status.code(), Some(0), "held: {}", stderr(&o));
     serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON")
 }
@@ -81,6 +79,53 @@ fn until_waiting(url: &str, name: &str, n: u64) -> serde_json::Value {
     }
 }
 
+/// The harness's Redis with a 2 s TTL, in a fresh namespace.
+fn redis_url() -> String {
+    format!("redis://{}?ttl=2s&namespace={}", addr(), namespace())
+}
+
+/// `dlock ARGS…` against `url`, run to completion within `BOUND`.
+fn run_dlock(url: &str, args: &[&str]) -> Output {
+    let mut c = dlock(url);
+    c.args(args);
+    output(c)
+}
+
+/// Spawns `dlock ARGS… sh -c SCRIPT` where SCRIPT writes `mark` (shell words) to `marked`,
+/// then runs until the file `go` appears.
+fn spawn_until_go(url: &str, args: &[&str], mark: &str, marked: &Path, go: &Path) -> Child {
+    dlock(url)
+        .args(args)
+        .args(["sh", "-c"])
+        .arg(format!(
+            "echo {mark} > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            marked.display(),
+            go.display()
+        ))
+        .spawn()
+        .expect("spawn dlock")
+}
+
+/// The fencing token a command wrote as `$DLOCK_TOKEN.` into `path`; `what` says why the
+/// file must be there.
+fn token_in(path: &Path, what: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .expect(what)
+        .trim()
+        .trim_end_matches('.')
+        .parse()
+        .expect("a token")
+}
+
+/// Sends `signal` to `child`.
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        signal,
+    )
+    .expect("signal dlock");
+}
+
 /// Sends one command to the Redis server (RESP) and returns its raw reply.
 fn redis_command(addr: SocketAddr, args: &[&str]) -> String {
     dlock_conformance::redis_command(addr, args).expect("redis answers")
@@ -88,7 +133,7 @@ fn redis_command(addr: SocketAddr, args: &[&str]) -> String {
 
 #[test]
 fn guarded_jobs_never_overlap() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let dir = scratch();
     let log = dir.join("marks");
     // Each job writes a start and an end mark, sleeping between them.
@@ -137,7 +182,7 @@ fn guarded_jobs_never_overlap() {
 
 #[test]
 fn wait_elapsing_gives_the_timeout_code() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let dir = scratch();
     let held = dir.join("held");
     let mut holder = dlock(&url)
@@ -150,17 +195,19 @@ fn wait_elapsing_gives_the_timeout_code() {
         .expect("spawn holder");
     wait_for_text(&held, "held");
 
-    let mut waiter = dlock(&url);
-    waiter.args(["run", "--name", "busy", "--wait", "300ms", "--", "true"]);
-    let o = output(waiter);
+    let o = run_dlock(
+        &url,
+        &["run", "--name", "busy", "--wait", "300ms", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(TIMEOUT), "{}", stderr(&o));
     assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
 
-    let mut once = dlock(&url);
-    once.args([
-        "--json", "run", "--name", "busy", "--wait", "0", "--", "true",
-    ]);
-    let o = output(once);
+    let o = run_dlock(
+        &url,
+        &[
+            "--json", "run", "--name", "busy", "--wait", "0", "--", "true",
+        ],
+    );
     assert_eq!(o.status.code(), Some(TIMEOUT), "{}", stderr(&o));
     let report: serde_json::Value =
         serde_json::from_str(stderr(&o).trim()).expect("one JSON object on stderr");
@@ -170,20 +217,18 @@ fn wait_elapsing_gives_the_timeout_code() {
 
     // SIGTERM to dlock goes to the command (whose death by it is the exit status); the lock
     // is released on its exit, so the next run gets it at once.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(holder.id()).expect("pid")),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("signal dlock");
+    signal(&holder, nix::sys::signal::Signal::SIGTERM);
     let status = wait_bounded(&mut holder);
     assert_eq!(
         status.code(),
         Some(128 + 15),
         "killed by the forwarded SIGTERM"
     );
-    let mut next = dlock(&url);
-    next.args(["run", "--name", "busy", "--wait", "0", "--", "true"]);
-    assert_eq!(output(next).status.code(), Some(0), "released on exit");
+    let o = run_dlock(
+        &url,
+        &["run", "--name", "busy", "--wait", "0", "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(0), "released on exit");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -238,11 +283,11 @@ fn a_lost_lease_terminates_the_command() {
 
 #[test]
 fn the_command_status_passes_through() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let run = |script: &str| {
-        let mut c = dlock(&url);
-        c.args(["run", "--name", "status", "--", "sh", "-c", script]);
-        output(c).status.code()
+        run_dlock(&url, &["run", "--name", "status", "--", "sh", "-c", script])
+            .status
+            .code()
     };
     assert_eq!(run("exit 0"), Some(0));
     assert_eq!(run("exit 7"), Some(7));
@@ -252,9 +297,11 @@ fn the_command_status_passes_through() {
         Some(0),
         "DLOCK_NAME and DLOCK_TOKEN are set"
     );
-    let mut missing = dlock(&url);
-    missing.args(["run", "--name", "status", "--", "/nonexistent/command"]);
-    assert_eq!(output(missing).status.code(), Some(127));
+    let missing = run_dlock(
+        &url,
+        &["run", "--name", "status", "--", "/nonexistent/command"],
+    );
+    assert_eq!(missing.status.code(), Some(127));
 }
 
 #[test]
@@ -267,15 +314,14 @@ fn bad_urls_are_usage_errors_naming_the_part() {
         ("redis://a,b", "host"),
         ("redis://127.0.0.1/notadb", "path"),
     ] {
-        let mut c = dlock(url);
-        c.args(["run", "--name", "x", "--", "true"]);
-        let o = output(c);
+        let o = run_dlock(url, &["run", "--name", "x", "--", "true"]);
         assert_eq!(o.status.code(), Some(USAGE), "{url}: {}", stderr(&o));
         assert!(stderr(&o).contains(part), "{url}: {}", stderr(&o));
     }
-    let mut c = dlock("redis://u:hunter2@127.0.0.1:1?tll=1s");
-    c.args(["--json", "run", "--name", "x", "--", "true"]);
-    let o = output(c);
+    let o = run_dlock(
+        "redis://u:hunter2@127.0.0.1:1?tll=1s",
+        &["--json", "run", "--name", "x", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(USAGE));
     assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_str(stderr(&o).trim()).expect("JSON");
@@ -285,27 +331,25 @@ fn bad_urls_are_usage_errors_naming_the_part() {
     c.env_remove("DLOCK_URL")
         .args(["run", "--name", "x", "--", "true"]);
     assert_eq!(output(c).status.code(), Some(USAGE));
-    let mut c = dlock("memory:");
-    c.args(["run", "--name", "a//b", "--", "true"]);
-    assert_eq!(output(c).status.code(), Some(USAGE));
+    let o = run_dlock("memory:", &["run", "--name", "a//b", "--", "true"]);
+    assert_eq!(o.status.code(), Some(USAGE));
 }
 
 #[test]
 fn an_unreachable_backend_is_unavailable() {
     // ZooKeeper opens its session when connecting; nothing listens on port 1.
-    let mut c = dlock("zk://127.0.0.1:1?ttl=2s");
-    c.args(["run", "--name", "x", "--", "true"]);
-    let o = output(c);
+    let o = run_dlock(
+        "zk://127.0.0.1:1?ttl=2s",
+        &["run", "--name", "x", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(UNAVAILABLE), "{}", stderr(&o));
 }
 
 /// `dlock status` on a free lock: exit 1, `held` false, nobody waiting.
 #[test]
 fn status_of_a_free_lock() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
-    let mut c = dlock(&url);
-    c.args(["status", "some/lock", "--json"]);
-    let o = output(c);
+    let url = redis_url();
+    let o = run_dlock(&url, &["status", "some/lock", "--json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let report: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).expect("JSON");
@@ -322,25 +366,18 @@ fn status_of_a_free_lock() {
 /// TTL, one request waits; the human form says the same; and after both ran it is free again.
 #[test]
 fn status_shows_the_holder_its_token_and_the_queue() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let dir = scratch();
     let (held, go) = (dir.join("held"), dir.join("go"));
-    let mut holder = dlock(&url)
-        .args(["run", "--name", "shown", "--", "sh", "-c"])
-        .arg(format!(
-            "echo \"$DLOCK_TOKEN.\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
-            held.display(),
-            go.display()
-        ))
-        .spawn()
-        .expect("spawn holder");
+    let mut holder = spawn_until_go(
+        &url,
+        &["run", "--name", "shown", "--"],
+        "\"$DLOCK_TOKEN.\"",
+        &held,
+        &go,
+    );
     wait_for_text(&held, ".");
-    let token: u64 = std::fs::read_to_string(&held)
-        .expect("token file")
-        .trim()
-        .trim_end_matches('.')
-        .parse()
-        .expect("a token");
+    let token = token_in(&held, "token file");
     let mut waiter = dlock(&url)
         .args(["run", "--name", "shown", "--", "true"])
         .spawn()
@@ -358,37 +395,25 @@ fn status_shows_the_holder_its_token_and_the_queue() {
             .is_some_and(|e| e.contains("shown")),
         "{report}"
     );
-    let mut c = dlock(&url);
-    c.args(["status", "shown"]);
-    let o = output(c);
+    let o = run_dlock(&url, &["status", "shown"]);
     let human = String::from_utf8_lossy(&o.stdout);
     assert!(human.contains(&format!("token {token}")), "{human}");
     assert!(human.contains("waiting:  1"), "{human}");
     std::fs::write(&go, "go").expect("let the holder finish");
     assert_eq!(wait_bounded(&mut holder).code(), Some(0));
     assert_eq!(wait_bounded(&mut waiter).code(), Some(0));
-    let mut c = dlock(&url);
-    c.args(["status", "shown"]);
-    let o = output(c);
+    let o = run_dlock(&url, &["status", "shown"]);
     assert_eq!(o.status.code(), Some(1), "free again: {}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_signal_while_waiting_withdraws_the_request() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let dir = scratch();
     let (held, go) = (dir.join("held"), dir.join("go"));
     // The holder runs until the file `go` appears.
-    let mut holder = dlock(&url)
-        .args(["run", "--name", "queue", "--", "sh", "-c"])
-        .arg(format!(
-            "echo held > {}; while [ ! -e {} ]; do sleep 0.05; done",
-            held.display(),
-            go.display()
-        ))
-        .spawn()
-        .expect("spawn holder");
+    let mut holder = spawn_until_go(&url, &["run", "--name", "queue", "--"], "held", &held, &go);
     wait_for_text(&held, "held");
     // A waiter without --wait queues (fair mode) until the signal.
     let mut waiter = dlock(&url)
@@ -397,11 +422,7 @@ fn a_signal_while_waiting_withdraws_the_request() {
         .spawn()
         .expect("spawn waiter");
     until_waiting(&url, "queue", 1);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(waiter.id()).expect("pid")),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("signal the waiter");
+    signal(&waiter, nix::sys::signal::Signal::SIGINT);
     assert_eq!(wait_bounded(&mut waiter).code(), Some(128 + 2));
     // Its queue entry is gone when it has exited: its locker's close withdrew it.
     let left = status_json(&url, "queue");
@@ -412,9 +433,10 @@ fn a_signal_while_waiting_withdraws_the_request() {
     std::fs::write(&go, "go").expect("let the holder finish");
     assert_eq!(wait_bounded(&mut holder).code(), Some(0));
     // No queue entry of the interrupted waiter is left to be served first: one attempt wins.
-    let mut next = dlock(&url);
-    next.args(["run", "--name", "queue", "--wait", "0", "--", "true"]);
-    let o = output(next);
+    let o = run_dlock(
+        &url,
+        &["run", "--name", "queue", "--wait", "0", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -425,32 +447,19 @@ fn a_signal_while_waiting_withdraws_the_request() {
 /// `dlock leader` says nobody leads (exit 1).
 #[test]
 fn elect_runs_the_command_while_leading_and_leader_reports_it() {
-    let url = format!("redis://{}?ttl=2s&namespace={}", addr(), namespace());
+    let url = redis_url();
     let dir = scratch();
     let (first_token, second_token, go) = (dir.join("t1"), dir.join("t2"), dir.join("go"));
-    let mut first = dlock(&url)
-        .args([
-            "elect", "--name", "cron", "--value", "node-a", "--", "sh", "-c",
-        ])
-        .arg(format!(
-            "echo \"$DLOCK_TOKEN.\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
-            first_token.display(),
-            go.display()
-        ))
-        .spawn()
-        .expect("spawn the first campaign");
+    let mut first = spawn_until_go(
+        &url,
+        &["elect", "--name", "cron", "--value", "node-a", "--"],
+        "\"$DLOCK_TOKEN.\"",
+        &first_token,
+        &go,
+    );
     wait_for_text(&first_token, ".");
-    let t1: u64 = std::fs::read_to_string(&first_token)
-        .expect("token file")
-        .trim()
-        .trim_end_matches('.')
-        .parse()
-        .expect("a token");
-    let o = output({
-        let mut c = dlock(&url);
-        c.args(["--json", "leader", "cron"]);
-        c
-    });
+    let t1 = token_in(&first_token, "token file");
+    let o = run_dlock(&url, &["--json", "leader", "cron"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(report["leader"]["value"], "node-a", "{report}");
@@ -469,18 +478,9 @@ fn elect_runs_the_command_while_leading_and_leader_reports_it() {
     std::fs::write(&go, "go").expect("let the first leader finish");
     assert_eq!(wait_bounded(&mut first).code(), Some(0));
     assert_eq!(wait_bounded(&mut second).code(), Some(0));
-    let t2: u64 = std::fs::read_to_string(&second_token)
-        .expect("the second leader ran")
-        .trim()
-        .trim_end_matches('.')
-        .parse()
-        .expect("a token");
+    let t2 = token_in(&second_token, "the second leader ran");
     assert!(t2 > t1, "the second term {t2} is not above the first {t1}");
-    let o = output({
-        let mut c = dlock(&url);
-        c.args(["leader", "cron"]);
-        c
-    });
+    let o = run_dlock(&url, &["leader", "cron"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
