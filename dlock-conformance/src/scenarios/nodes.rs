@@ -8,29 +8,11 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, Locker};
 use tokio::time::Instant;
 
+use super::private::{Private, blocking, start_on};
 use super::util::name;
 use super::workload::{Counts, Findings, Plan, Workload};
 use super::{Ctx, Verdict, ensure};
-use crate::servers::{Cluster, HarnessError, ServerKind};
-use crate::{ClientOptions, TestBackend};
-
-/// The private cluster and the backend over it.
-struct Private {
-    kind: ServerKind,
-    cluster: Arc<Cluster>,
-    backend: Arc<dyn TestBackend>,
-}
-
-async fn blocking<T: Send + 'static>(
-    what: &str,
-    f: impl FnOnce() -> Result<T, HarnessError> + Send + 'static,
-) -> Result<T, Verdict> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Verdict::Fail(format!("cannot {what}: {e}"))),
-        Err(e) => Err(Verdict::Fail(format!("{what} panicked: {e}"))),
-    }
-}
+use crate::servers::ServerKind;
 
 /// Starts a private cluster of the backend's topology, or skips with the reason it cannot.
 async fn private(ctx: &Ctx) -> Result<Private, Verdict> {
@@ -51,51 +33,19 @@ async fn private(ctx: &Ctx) -> Result<Private, Verdict> {
             "Redis Cluster without replicas ({kind} × {n}): each name lives on one master, so a node fault is an outage of that master's names, not a minority or majority fault (dlock-redis/tests/cluster.rs faults the masters)"
         )));
     }
-    let cluster = match tokio::task::spawn_blocking(move || Cluster::start(kind, n)).await {
-        Ok(Ok(c)) => Arc::new(c),
-        Ok(Err(e)) if e.may_skip() => return Err(Verdict::Skip(e.to_string())),
-        Ok(Err(e)) => {
-            return Err(Verdict::Fail(format!(
-                "cannot start a private {kind} × {n} cluster: {e}"
-            )));
-        }
-        Err(e) => return Err(Verdict::Fail(format!("cluster start panicked: {e}"))),
-    };
-    if cluster.is_external() {
-        return Err(Verdict::Skip(
-            "the servers are external (DLOCK_* variables): their nodes cannot be killed".into(),
-        ));
-    }
-    let Some(backend) = ctx.backend().on_cluster(Arc::clone(&cluster)) else {
-        return Err(Verdict::Skip(
-            "the backend cannot be rebuilt over a private cluster (TestBackend::on_cluster): node faults would hit the shared servers".into(),
-        ));
-    };
-    Ok(Private {
+    start_on(
+        ctx,
         kind,
-        cluster,
-        backend,
-    })
+        n,
+        false,
+        "killed",
+        ": node faults would hit the shared servers",
+    )
+    .await
 }
 
+/// The node faults' steps on the private cluster.
 impl Private {
-    async fn clients(&self, ctx: &Ctx, n: usize) -> Result<Vec<Arc<dyn Locker>>, Verdict> {
-        let mut out = Vec::new();
-        for _ in 0..n {
-            out.push(self.client(ctx).await?);
-        }
-        Ok(out)
-    }
-
-    async fn client(&self, ctx: &Ctx) -> Result<Arc<dyn Locker>, Verdict> {
-        self.backend
-            .client(ClientOptions::new(ctx.ns(), ctx.ttl()))
-            .await
-            .map_err(|e| {
-                Verdict::Fail(format!("cannot build a client on the private cluster: {e}"))
-            })
-    }
-
     async fn act(&self, what: &'static str, node: usize) -> Result<(), Verdict> {
         // A restart binds the node's old port again; a loopback socket may hold it for a
         // moment: retry a few times.
@@ -195,7 +145,7 @@ pub(crate) async fn minority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
     };
     tokio::time::sleep(phase).await;
     let mut g = mark("healthy", &load, 0);
-    match p.kind {
+    match p.cluster.kind() {
         ServerKind::Redis => {
             // Pauses first, kills last: a killed node's port may be taken by the time it
             // would restart (any loopback socket may get it), and Redlock needs no restart.
@@ -235,7 +185,7 @@ pub(crate) async fn minority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
     }
     tokio::time::sleep(phase * 2).await;
     mark(
-        if p.kind == ServerKind::Redis {
+        if p.cluster.kind() == ServerKind::Redis {
             "2_killed"
         } else {
             "healed"
@@ -257,7 +207,7 @@ pub(crate) async fn minority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
     findings.figures(ctx);
     ctx.figure("violations", findings.violations() as u64);
     findings.verdict("under minority node faults")?;
-    if p.kind == ServerKind::Redis {
+    if p.cluster.kind() == ServerKind::Redis {
         for (label, n) in &phases {
             ensure!(
                 *n > 0,
@@ -324,7 +274,7 @@ pub(crate) async fn majority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
         took <= wait + slack,
         "the failing acquire took {took:?}, more than its wait {wait:?} + {slack:?}"
     );
-    if p.kind == ServerKind::Redis {
+    if p.cluster.kind() == ServerKind::Redis {
         // The live minority: no partial keys once the failed attempt is over.
         let left = p.backend.leftovers(ctx.ns()).await?;
         ensure!(
@@ -332,7 +282,7 @@ pub(crate) async fn majority_nodes_down(ctx: &Ctx) -> Result<(), Verdict> {
             "the failed Redlock acquire left partial keys on the live nodes: {left:?}"
         );
     }
-    if p.kind == ServerKind::Redis {
+    if p.cluster.kind() == ServerKind::Redis {
         // Redlock nodes restart empty (no persistence): nothing more to learn from a restart.
         return Ok(());
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use dlock_core::Locker;
 
 use super::{Ctx, Verdict};
-use crate::servers::{Cluster, HarnessError, READY_TIMEOUT};
+use crate::servers::{Cluster, HarnessError, READY_TIMEOUT, ServerKind};
 use crate::{ClientOptions, TestBackend};
 
 /// The private cluster and the backend over it.
@@ -45,6 +45,21 @@ async fn start(ctx: &Ctx, partitionable: bool) -> Result<Private, Verdict> {
             "in-process backend: there are no server nodes (TestBackend::topology)".into(),
         ));
     };
+    start_on(ctx, kind, n, partitionable, "restarted", "").await
+}
+
+/// Starts a private `kind` × `n` cluster (`partitionable`: with its peer links behind fault
+/// proxies) and rebuilds the backend over it, or skips with the reason it cannot: external
+/// servers, whose nodes "cannot be `{fault}`", or a backend without
+/// [`TestBackend::on_cluster`] (`why_private` follows that reason).
+pub(crate) async fn start_on(
+    ctx: &Ctx,
+    kind: ServerKind,
+    n: usize,
+    partitionable: bool,
+    fault: &str,
+    why_private: &str,
+) -> Result<Private, Verdict> {
     let started = tokio::task::spawn_blocking(move || {
         if partitionable {
             Cluster::start_partitionable(kind, n)
@@ -71,14 +86,14 @@ async fn start(ctx: &Ctx, partitionable: bool) -> Result<Private, Verdict> {
         Err(e) => return Err(Verdict::Fail(format!("cluster start panicked: {e}"))),
     };
     if cluster.is_external() {
-        return Err(Verdict::Skip(
-            "the servers are external (DLOCK_* variables): their nodes cannot be restarted".into(),
-        ));
+        return Err(Verdict::Skip(format!(
+            "the servers are external (DLOCK_* variables): their nodes cannot be {fault}"
+        )));
     }
     let Some(backend) = ctx.backend().on_cluster(Arc::clone(&cluster)) else {
-        return Err(Verdict::Skip(
-            "the backend cannot be rebuilt over a private cluster (TestBackend::on_cluster)".into(),
-        ));
+        return Err(Verdict::Skip(format!(
+            "the backend cannot be rebuilt over a private cluster (TestBackend::on_cluster){why_private}"
+        )));
     };
     Ok(Private { cluster, backend })
 }
