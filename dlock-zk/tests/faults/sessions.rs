@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::support::{
-    Zk, contenders, eventually, expire_session, locker, namespace, node_of, private, watched,
+    Zk, children_become, eventually, expire_session, locker, namespace, node_of, private, watched,
 };
 use dlock_conformance::faults::{Direction, Mode, Proxy};
 use dlock_core::{AcquireOptions, LockName, Locker};
@@ -40,23 +40,13 @@ async fn middle_waiter_expiry_retargets_the_next_waiter() {
         b2.acquire(&n2, AcquireOptions::wait(Duration::from_secs(30)))
             .await
     });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&z, &parent).await.len() == 2
-        })
-        .await
-    );
+    assert!(children_become(&z, &parent, 2, Duration::from_secs(5)).await);
     let (c2, n3) = (Arc::clone(&cl), name.clone());
     let c_wait = tokio::spawn(async move {
         c2.acquire(&n3, AcquireOptions::wait(Duration::from_secs(30)))
             .await
     });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&z, &parent).await.len() == 3
-        })
-        .await
-    );
+    assert!(children_become(&z, &parent, 3, Duration::from_secs(5)).await);
     // C's node exists once the count is 3, but its watch on B may come later: expiring B before
     // then would leave C nothing to be woken by (it finds B gone and waits on A at once).
     let b_node = node_of(&z, &parent, b.session_id().expect("B's session"))

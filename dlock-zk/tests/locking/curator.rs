@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{
-    AcquireOptions, Election, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LockName,
-    RwLocker, Semaphore,
+    AcquireOptions, Election, Error, ErrorKind, FencingToken, Leader, LeaderChanges, RwLocker,
+    Semaphore,
 };
 use dlock_zk::ZkLocker;
 use tokio::task::JoinHandle;
 
 use crate::support::java::{Curator, curator};
-use crate::support::{Zk, contenders, eventually, next_change, node_of};
+use crate::support::{OnLock, Zk, children_become, contenders, eventually, next_change, node_of};
 
 const TTL: Duration = Duration::from_secs(4);
 /// How long a reply of the peer may take (a JVM starting on a loaded machine, a long wait).
@@ -31,20 +31,19 @@ const LONG_MS: u64 = 60_000;
 /// A wait that must end in a grant.
 const LONG: Duration = Duration::from_millis(LONG_MS);
 
-/// The shared server and the compiled peer, or `None` (printed) when either is missing
-/// outside CI.
-fn setup(test: &str) -> Option<(Zk, &'static Curator)> {
+/// The test `test` on the lock `lock` of the shared server: the server, the compiled peer,
+/// and [`Zk::on_lock`]'s locker, lock, parent node and plain session; `None` (printed) when
+/// the server or the peer is missing outside CI.
+async fn setup(test: &str, lock: &str) -> Option<(Zk, &'static Curator, OnLock)> {
     let zk = Zk::new(test)?;
     let curator = curator()?;
-    Some((zk, curator))
+    let on_lock = zk.on_lock(lock, TTL).await;
+    Some((zk, curator, on_lock))
 }
 
 /// Waits until `parent` has exactly `n` children.
 async fn queued(z: &zookeeper_client::Client, parent: &str, n: usize) {
-    let ok = eventually(Duration::from_secs(30), || async move {
-        contenders(z, parent).await.len() == n
-    })
-    .await;
+    let ok = children_become(z, parent, n, Duration::from_secs(30)).await;
     assert!(ok, "{parent} never had {n} children: {:?}", {
         contenders(z, parent).await
     });
@@ -100,13 +99,11 @@ async fn leader_of(z: &zookeeper_client::Client, parent: &str, node: &str) -> Le
 /// value), a dlock campaign waits behind it, and wins once the latch closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() {
-    let Some((zk, curator)) = setup("curator-latch-java-leads") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-latch-java-leads", "latch").await
+    else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
-    let name = LockName::new("latch").unwrap();
-    let path = l.lock_path(&name);
-    let z = zk.raw().await;
+    let b = Arc::new(zk.locker(TTL).await);
     let mut java = curator.spawn(&zk.connect, &["latch", &path]).await;
     assert_eq!(java.ask("start j java-1", REPLY).await, "STARTED j");
     assert_eq!(
@@ -164,13 +161,10 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
 /// observes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
-    let Some((zk, curator)) = setup("curator-latch-dlock-leads") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-latch-dlock-leads", "latch").await
+    else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("latch").unwrap();
-    let path = l.lock_path(&name);
-    let z = zk.raw().await;
     let lead = l
         .campaign(&name, b"dlock-1", AcquireOptions::wait(LONG))
         .await
@@ -240,13 +234,11 @@ async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
 /// waiting dlock reader is granted once Curator releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
-    let Some((zk, curator)) = setup("curator-rw-java-writes") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-rw-java-writes", "rw").await
+    else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
-    let name = LockName::new("rw").unwrap();
-    let path = l.lock_path(&name);
-    let z = zk.raw().await;
+    let b = Arc::new(zk.locker(TTL).await);
     let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
         java.ask(&format!("write w {LONG_MS}"), REPLY).await,
@@ -286,13 +278,10 @@ async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
 /// waiting Curator reader is granted once dlock releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_a_dlock_writer_keeps_curator_readers_and_writers_out() {
-    let Some((zk, curator)) = setup("curator-rw-dlock-writes") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-rw-dlock-writes", "rw").await
+    else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("rw").unwrap();
-    let path = l.lock_path(&name);
-    let z = zk.raw().await;
     let w = l.write(&name, AcquireOptions::wait(LONG)).await.unwrap();
     let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
@@ -323,13 +312,10 @@ async fn rw_a_dlock_writer_keeps_curator_readers_and_writers_out() {
 /// across modes holds across the two).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() {
-    let Some((zk, curator)) = setup("curator-rw-readers") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-rw-readers", "rw").await else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
-    let name = LockName::new("rw").unwrap();
-    let path = l.lock_path(&name);
-    let z = zk.raw().await;
+    let b = Arc::new(zk.locker(TTL).await);
     let mut java = curator.spawn(&zk.connect, &["rw", &path]).await;
     assert_eq!(
         java.ask(&format!("read r1 {LONG_MS}"), REPLY).await,
@@ -387,15 +373,12 @@ async fn rw_curator_and_dlock_readers_share_and_queue_behind_a_waiting_writer() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_curator_and_dlock_share_the_permits() {
     const N: u32 = 3;
-    let Some((zk, curator)) = setup("curator-semaphore") else {
+    let Some((zk, curator, (l, name, path, z))) = setup("curator-semaphore", "pool").await else {
         return;
     };
-    let (l, b) = (zk.locker(TTL).await, Arc::new(zk.locker(TTL).await));
-    let name = LockName::new("pool").unwrap();
-    let path = l.lock_path(&name);
+    let b = Arc::new(zk.locker(TTL).await);
     let leases = format!("{path}/leases");
     let locks = format!("{path}/locks");
-    let z = zk.raw().await;
     let mut java = curator
         .spawn(&zk.connect, &["semaphore", &path, &N.to_string()])
         .await;

@@ -5,13 +5,8 @@
 use std::time::Duration;
 
 use crate::support::{Zk, contenders, next_change, protected};
-use dlock_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockName};
-
-const TTL: Duration = Duration::from_secs(2);
-
-fn wait() -> AcquireOptions {
-    AcquireOptions::wait(Duration::from_secs(10))
-}
+use crate::{TTL, wait};
+use dlock_core::{Election, ErrorKind, Leader, LeaderChanges, LockName};
 
 /// The leader's node is `_c_<uuid>-latch-<seq>` (Curator's `LeaderLatch` with protection)
 /// holding the value, and `leader()` reads its czxid and data.
@@ -20,11 +15,8 @@ async fn nodes_are_latch_nodes_holding_the_value() {
     let Some(zk) = Zk::new("election-layout") else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("layout").unwrap();
-    let parent = l.lock_path(&name);
+    let (l, name, parent, z) = zk.on_lock("layout", TTL).await;
     let leading = l.campaign(&name, b"participant-1", wait()).await.unwrap();
-    let z = zk.raw().await;
     let kids = contenders(&z, &parent).await;
     assert_eq!(kids.len(), 1, "{kids:?}");
     let node = &kids[0];

@@ -1,16 +1,9 @@
 //! `RwLocker` and `Semaphore` on ZooKeeper, beyond the conformance scenarios: Curator's node
 //! names and what the nodes hold.
 
-use std::time::Duration;
-
 use crate::support::{Zk, contenders, protected};
-use dlock_core::{AcquireOptions, LockName, RwLocker, Semaphore};
-
-const TTL: Duration = Duration::from_secs(2);
-
-fn wait() -> AcquireOptions {
-    AcquireOptions::wait(Duration::from_secs(10))
-}
+use crate::{TTL, wait};
+use dlock_core::{RwLocker, Semaphore};
 
 /// Read and write nodes are Curator's `InterProcessReadWriteLock` nodes (`__READ__`,
 /// `__WRIT__`, protected) in the lock's own parent, and a lease's token is its node's czxid.
@@ -19,10 +12,7 @@ async fn rw_nodes_are_curator_read_and_write_nodes() {
     let Some(zk) = Zk::new("rw-layout") else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("layout").unwrap();
-    let parent = l.lock_path(&name);
-    let z = zk.raw().await;
+    let (l, name, parent, z) = zk.on_lock("layout", TTL).await;
 
     let r1 = l.read(&name, wait()).await.unwrap();
     let r2 = l.read(&name, wait()).await.unwrap();
@@ -55,10 +45,7 @@ async fn semaphore_nodes_are_curator_lease_nodes() {
     let Some(zk) = Zk::new("sem-layout") else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("layout").unwrap();
-    let parent = l.lock_path(&name);
-    let z = zk.raw().await;
+    let (l, name, parent, z) = zk.on_lock("layout", TTL).await;
     let a = l.acquire_permit(&name, 2, wait()).await.unwrap();
     let b = l.acquire_permit(&name, 2, wait()).await.unwrap();
     assert!(b.token() > a.token());

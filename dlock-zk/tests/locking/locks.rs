@@ -8,9 +8,8 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker, LossReason};
 use dlock_zk::ZkLocker;
 
+use crate::TTL;
 use crate::support::{Zk, contenders, eventually, expire_session, protected, raw};
-
-const TTL: Duration = Duration::from_secs(2);
 
 fn wait() -> AcquireOptions {
     AcquireOptions::wait(Duration::from_secs(5))
@@ -173,11 +172,8 @@ async fn protected_create_adopts_only_our_session_and_deletes_older_ones() {
     let Some(zk) = Zk::new("protected") else {
         return;
     };
-    let l = zk.locker(TTL).await;
-    let name = LockName::new("p").unwrap();
-    let parent = l.lock_path(&name);
+    let (l, name, parent, z) = zk.on_lock("p", TTL).await;
     let lease = l.acquire(&name, AcquireOptions::forever()).await.unwrap();
-    let z = zk.raw().await;
     let ours = contenders(&z, &parent).await.pop().unwrap();
     let uuid = protected(&ours, "lock-").0;
     let found = l.recover_protected_for_test(&name, uuid).await.unwrap();

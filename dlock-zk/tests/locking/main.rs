@@ -7,6 +7,18 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+use std::time::Duration;
+
+use dlock_core::AcquireOptions;
+
+/// The lockers' TTL (`curator` uses longer ones).
+const TTL: Duration = Duration::from_secs(2);
+
+/// A wait that must end in a grant (`locks` waits 5 s).
+fn wait() -> AcquireOptions {
+    AcquireOptions::wait(Duration::from_secs(10))
+}
+
 mod curator;
 mod election;
 mod family;

@@ -14,11 +14,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{Zk, contenders, eventually, locker, raw};
+use crate::support::{Zk, children_become, contenders, eventually, locker, raw};
+use crate::{TTL, wait};
 use dlock_conformance::servers::local::ZK_JAR;
 use dlock_core::{AcquireOptions, Election, ErrorKind, LockName, Locker, RwLocker, Semaphore};
-
-const TTL: Duration = Duration::from_secs(2);
 
 /// A node named as after a wrap (created by name in a parent whose cversion is small) is, in
 /// serial-number arithmetic, just before the sequences the parent gives now: it is ahead of
@@ -26,10 +25,8 @@ const TTL: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_named_after_a_cversion_wrap_is_ahead_of_ours() {
     let Some(zk) = Zk::new("wrap") else { return };
-    let l = Arc::new(zk.locker(TTL).await);
-    let name = LockName::new("wrapped").unwrap();
-    let parent = l.lock_path(&name);
-    let z = zk.raw().await;
+    let (l, name, parent, z) = zk.on_lock("wrapped", TTL).await;
+    let l = Arc::new(l);
     let open = zookeeper_client::Acls::anyone_all();
     z.mkdir(
         &parent,
@@ -56,10 +53,7 @@ async fn a_node_named_after_a_cversion_wrap_is_ahead_of_ours() {
             .await
     });
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&z, &parent).await.len() == 2
-        })
-        .await,
+        children_become(&z, &parent, 2, Duration::from_secs(5)).await,
         "our contender did not queue"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -281,10 +275,6 @@ fn briefly() -> AcquireOptions {
     AcquireOptions::wait(Duration::from_millis(500))
 }
 
-fn long() -> AcquireOptions {
-    AcquireOptions::wait(Duration::from_secs(10))
-}
-
 /// On a server whose lock parents' cversion is 2^31 - 1, a holder's node gets the sequence
 /// `2147483647`, and so does every later node (or a negative one): the later contender must
 /// wait for the holder — mutex, read-write lock, semaphore permit and election alike — and is
@@ -325,13 +315,10 @@ async fn every_primitive_keeps_creation_order_past_the_end_of_the_sequence() {
     );
     let waiting = tokio::spawn({
         let (b, name) = (Arc::clone(&b), name.clone());
-        async move { b.acquire(&name, long()).await }
+        async move { b.acquire(&name, wait()).await }
     });
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&z, &parent("mutex")).await.len() == 2
-        })
-        .await,
+        children_become(&z, &parent("mutex"), 2, Duration::from_secs(5)).await,
         "the waiter did not queue"
     );
     let seqs = suffixes(&z, &parent("mutex"), "-lock-").await;
@@ -355,7 +342,7 @@ async fn every_primitive_keeps_creation_order_past_the_end_of_the_sequence() {
         .expect_err("a reader was granted beside the writer");
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     z.delete(&writer, None).await.unwrap();
-    let reader = b.read(&name, long()).await.unwrap();
+    let reader = b.read(&name, wait()).await.unwrap();
     assert!(reader.token().get() > czxid);
     reader.release().await.unwrap();
 
@@ -368,7 +355,7 @@ async fn every_primitive_keeps_creation_order_past_the_end_of_the_sequence() {
         .expect_err("a permit beyond N was granted");
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     z.delete(&permit, None).await.unwrap();
-    let second = b.acquire_permit(&name, 1, long()).await.unwrap();
+    let second = b.acquire_permit(&name, 1, wait()).await.unwrap();
     assert!(second.token().get() > czxid);
     second.release().await.unwrap();
 
@@ -378,13 +365,10 @@ async fn every_primitive_keeps_creation_order_past_the_end_of_the_sequence() {
     let (leader, czxid) = outside_holder(&z, &parent("election"), "latch-", b"before").await;
     let campaign = tokio::spawn({
         let (b, name) = (Arc::clone(&b), name.clone());
-        async move { b.campaign(&name, b"after", long()).await }
+        async move { b.campaign(&name, b"after", wait()).await }
     });
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            contenders(&z, &parent("election")).await.len() == 2
-        })
-        .await,
+        children_become(&z, &parent("election"), 2, Duration::from_secs(5)).await,
         "the second campaign did not queue"
     );
     let mut changes = a.observe(&name).await.unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_conformance::faults::Proxy;
 use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions};
-use dlock_core::{Leader, LeaderChanges};
+use dlock_core::{Leader, LeaderChanges, LockName};
 use dlock_zk::ZkLocker;
 
 /// `started`, or `None` (printed) when the binaries are missing outside CI.
@@ -78,7 +78,19 @@ impl Zk {
     pub async fn raw(&self) -> zookeeper_client::Client {
         raw(&self.connect).await
     }
+
+    /// A test on the lock `lock`: a locker with `ttl`, the lock, its parent node
+    /// (`lock_path`), and a plain session for inspecting the tree.
+    pub async fn on_lock(&self, lock: &str, ttl: Duration) -> OnLock {
+        let l = self.locker(ttl).await;
+        let name = LockName::new(lock).expect("a valid lock name");
+        let parent = l.lock_path(&name);
+        (l, name, parent, self.raw().await)
+    }
 }
+
+/// What [`Zk::on_lock`] returns: (locker, lock, parent node, plain session).
+pub type OnLock = (ZkLocker, LockName, String, zookeeper_client::Client);
 
 /// A private cluster of `nodes` servers for destructive tests (started off the runtime).
 pub async fn private(nodes: usize) -> Option<Cluster> {
@@ -130,6 +142,19 @@ pub async fn contenders(raw: &zookeeper_client::Client, parent: &str) -> Vec<Str
         Err(zookeeper_client::Error::NoNode) => Vec::new(),
         Err(e) => panic!("list {parent}: {e}"),
     }
+}
+
+/// Whether `parent` comes to have exactly `n` children within `within`.
+pub async fn children_become(
+    raw: &zookeeper_client::Client,
+    parent: &str,
+    n: usize,
+    within: Duration,
+) -> bool {
+    eventually(within, || async move {
+        contenders(raw, parent).await.len() == n
+    })
+    .await
 }
 
 /// Whether the server at `addr` holds a watch on `path` (four-letter word `wchp`).
