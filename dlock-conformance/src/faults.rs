@@ -85,16 +85,14 @@ impl Tally<'_> {
 /// A TCP proxy in front of one server address, running on a runtime thread of its own so it
 /// works from sync and async tests alike. Dropping it closes every connection.
 pub struct Proxy {
-    addr: SocketAddr,
+    served: Served,
     state: Arc<State>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
-            .field("addr", &self.addr)
+            .field("addr", &self.served.addr)
             .field("upstream", &self.state.upstream)
             .field("up", &*self.state.up.borrow())
             .field("down", &*self.state.down.borrow())
@@ -109,9 +107,6 @@ impl Proxy {
     /// # Errors
     /// When the listener or its runtime thread cannot be created.
     pub fn start(upstream: SocketAddr) -> io::Result<Proxy> {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
         let state = Arc::new(State {
             up: watch::Sender::new(Mode::Pass),
             down: watch::Sender::new(Mode::Pass),
@@ -121,40 +116,15 @@ impl Proxy {
             up_log: std::sync::Mutex::new(VecDeque::with_capacity(UPSTREAM_LOG)),
             upstream,
         });
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let st = Arc::clone(&state);
-        let thread = std::thread::Builder::new()
-            .name(format!("dlock-proxy-{}", addr.port()))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match TcpListener::from_std(std_listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!("proxy listener: {e}");
-                            return;
-                        }
-                    };
-                    tokio::select! {
-                        _ = stopped => {}
-                        () = accept_loop(listener, st) => {}
-                    }
-                });
-                // Dropping the runtime drops every connection task and closes its sockets.
-            })?;
-        Ok(Proxy {
-            addr,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        let served = Served::start("proxy", move |listener, _| accept_loop(listener, st))
+            .map_err(|(_, e)| e)?;
+        Ok(Proxy { served, state })
     }
 
     /// Where clients connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.served.addr
     }
 
     /// The server address the proxy forwards to.
@@ -211,7 +181,70 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
+/// The step of [`Served::start`] that failed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step {
+    Bind,
+    NonBlocking,
+    Address,
+    Runtime,
+    Thread,
+}
+
+/// A listener on `127.0.0.1:<free port>` served on a current-thread runtime of its own thread
+/// (named `dlock-<label>-<port>`), so it works from sync and async code alike. Dropping it
+/// stops the runtime, which drops every connection task and closes its sockets.
+pub(crate) struct Served {
+    pub(crate) addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    /// Binds, then runs `serve(listener, its address)` on the new thread until dropped.
+    pub(crate) fn start<F, Fut>(label: &'static str, serve: F) -> Result<Served, (Step, io::Error)>
+    where
+        F: FnOnce(TcpListener, SocketAddr) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let std_listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| (Step::Bind, e))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| (Step::NonBlocking, e))?;
+        let addr = std_listener.local_addr().map_err(|e| (Step::Address, e))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| (Step::Runtime, e))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("dlock-{label}-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match TcpListener::from_std(std_listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!("{label} listener: {e}");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        _ = stopped => {}
+                        () = serve(listener, addr) => {}
+                    }
+                });
+            })
+            .map_err(|e| (Step::Thread, e))?;
+        Ok(Served {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Served {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

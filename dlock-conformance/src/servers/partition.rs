@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::HarnessError;
-use crate::faults::{Mode, Proxy};
+use crate::faults::{Mode, Proxy, Served, Step};
 
 /// The proxies of one ordered pair (from, to): ZooKeeper quorum and election, or one etcd peer
 /// link.
@@ -109,9 +109,7 @@ pub(crate) type Pids = Arc<Mutex<Vec<Option<u32>>>>;
 /// A listener in front of one etcd member's peer port that forwards each connection through
 /// the proxy of the (dialer, member) link.
 pub(crate) struct Router {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    served: Served,
 }
 
 impl Router {
@@ -123,58 +121,25 @@ impl Router {
         direct: SocketAddr,
         pids: Pids,
     ) -> Result<Router, HarnessError> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| io_err(&format!("bind the router of member {to}"), &e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| io_err("make the router non-blocking", &e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| io_err("read the router's address", &e))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| io_err("build the router's runtime", &e))?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("dlock-router-{}", addr.port()))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let listener = match TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!("router listener: {e}");
-                            return;
-                        }
-                    };
-                    tokio::select! {
-                        _ = stopped => {}
-                        () = route(listener, addr, via, direct, pids) => {}
-                    }
-                });
-            })
-            .map_err(|e| io_err("start the router's thread", &e))?;
-        Ok(Router {
-            addr,
-            stop: Some(stop),
-            thread: Some(thread),
+        let served = Served::start("router", move |listener, addr| {
+            route(listener, addr, via, direct, pids)
         })
+        .map_err(|(step, e)| {
+            let what = match step {
+                Step::Bind => format!("bind the router of member {to}"),
+                Step::NonBlocking => "make the router non-blocking".into(),
+                Step::Address => "read the router's address".into(),
+                Step::Runtime => "build the router's runtime".into(),
+                Step::Thread => "start the router's thread".into(),
+            };
+            io_err(&what, &e)
+        })?;
+        Ok(Router { served })
     }
 
     /// Where the member's peers connect (the member advertises this).
     pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.served.addr
     }
 }
 
