@@ -17,6 +17,14 @@ fn bad(s: &str) -> UrlError {
     }
 }
 
+/// The error of connecting to `url`, which must fail.
+async fn connect_err(url: &str) -> dlock_core::Error {
+    match crate::connect(url).await {
+        Ok(_) => panic!("{url:?} must fail"),
+        Err(e) => e,
+    }
+}
+
 fn hosts(u: &LockerUrl) -> Vec<String> {
     u.hosts().iter().map(ToString::to_string).collect()
 }
@@ -388,10 +396,7 @@ async fn connect_rejects_before_io() {
         "zk://127.0.0.1:1/a//b",
         "bogus://x",
     ] {
-        let err = match crate::connect(s).await {
-            Ok(_) => panic!("{s:?} must fail"),
-            Err(e) => e,
-        };
+        let err = connect_err(s).await;
         assert_eq!(
             err.kind(),
             dlock_core::ErrorKind::InvalidInput,
@@ -399,10 +404,7 @@ async fn connect_rejects_before_io() {
         );
     }
     // A TLS file that does not exist names its parameter.
-    let err = match crate::connect("rediss://127.0.0.1:1?ca=/nonexistent/ca.pem").await {
-        Ok(_) => panic!("must fail"),
-        Err(e) => e,
-    };
+    let err = connect_err("rediss://127.0.0.1:1?ca=/nonexistent/ca.pem").await;
     assert!(err.to_string().contains("`ca`"), "{err}");
 }
 

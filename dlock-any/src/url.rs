@@ -256,13 +256,8 @@ impl LockerUrl {
 }
 
 fn check_ttl(ttl: Duration) -> Result<Duration, UrlError> {
-    dlock_core::backend::validate_ttl(ttl).map_err(|e| {
-        let reason = match e {
-            dlock_core::Error::InvalidOption { reason, .. } => reason,
-            other => other.to_string(),
-        };
-        UrlError::new(UrlPart::Value("ttl".into()), reason)
-    })
+    dlock_core::backend::validate_ttl(ttl)
+        .map_err(|e| UrlError::new(UrlPart::Value("ttl".into()), core_reason(e)))
 }
 
 impl fmt::Debug for LockerUrl {
@@ -549,10 +544,7 @@ fn parse_host_port(item: &str, default_port: u16) -> Result<HostPort, UrlError> 
                 format!("{item:?} has an empty host name"),
             ));
         }
-        if let Some(bad) = host
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
-        {
+        if let Some(bad) = first_bad_char(host) {
             return Err(UrlError::new(
                 UrlPart::Host,
                 format!("{host:?}: character {bad:?} is not allowed in a host name"),
@@ -656,14 +648,20 @@ fn check_zk_root(_: &str) -> Result<(), UrlError> {
     Ok(())
 }
 
-/// The reason of a backend's `InvalidOption` (without the option's name, which the URL part
-/// replaces).
-#[cfg(any(feature = "etcd", feature = "zk"))]
+/// The reason of dlock-core's or a backend's `InvalidOption` (without the option's name, which
+/// the URL part replaces).
 fn core_reason(e: dlock_core::Error) -> String {
     match e {
         dlock_core::Error::InvalidOption { reason, .. } => reason,
         other => other.to_string(),
     }
+}
+
+/// The first character of `s` outside `[A-Za-z0-9._-]`, the characters host names and
+/// namespace segments are made of.
+fn first_bad_char(s: &str) -> Option<char> {
+    s.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
 }
 
 /// The rule of `namespace=`: segments of `[A-Za-z0-9._-]` joined by `/`, no `.`/`..` segment
@@ -682,10 +680,7 @@ fn check_namespace(ns: &str) -> Result<(), UrlError> {
         if seg == "." || seg == ".." {
             return Err(err(format!("{ns:?}: segment {seg:?} is not allowed")));
         }
-        if let Some(bad) = seg
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-        {
+        if let Some(bad) = first_bad_char(seg) {
             return Err(err(format!(
                 "{ns:?}: character {bad:?} is not allowed (segments of [A-Za-z0-9._-] joined by '/')"
             )));

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, Error, ErrorKind, LockName, Locker};
 
 fn cluster(kind: ServerKind, nodes: usize) -> Arc<Cluster> {
     cluster_with(kind, nodes, &ServerOptions::default())
@@ -41,15 +41,40 @@ fn namespace() -> String {
     )
 }
 
+/// `template` with `{nodes}` replaced by the cluster's `host:port,…` and a fresh
+/// `namespace=…` appended to its query.
+fn url(c: &Cluster, template: &str) -> String {
+    format!(
+        "{}&namespace={}",
+        template.replace("{nodes}", &authority(c)),
+        namespace()
+    )
+}
+
+/// A locker from `url`.
+async fn connect(url: &str) -> Arc<dyn Locker> {
+    dlock_any::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+/// The error of an acquire of `x` through a locker from `url` (which builds without I/O),
+/// waiting at most `wait`; `why` says why it must fail.
+async fn acquire_error(url: &str, wait: Duration, why: &str) -> Error {
+    let locker = dlock_any::connect(url).await.expect("builds without I/O");
+    locker
+        .acquire(
+            &LockName::new("x").expect("name"),
+            AcquireOptions::wait(wait),
+        )
+        .await
+        .expect_err(why)
+}
+
 /// Two lockers from `url`: the first acquires, the second finds the lock taken and times out,
 /// then gets it after the release with a larger fencing token.
 async fn exclude_and_release(url: &str) {
-    let a = dlock_any::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    let b = dlock_any::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    let (a, b) = (connect(url).await, connect(url).await);
     let name = LockName::new("any/by-url").expect("name");
     let wait = AcquireOptions::wait(Duration::from_secs(20));
     let lease = a.acquire(&name, wait).await.expect("first acquire");
@@ -72,13 +97,9 @@ async fn exclude_and_release(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_by_url() {
     let c = cluster(ServerKind::Redis, 1);
-    let url = format!(
-        "redis://{}/0?ttl=2s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "redis://{nodes}/0?ttl=2s");
     exclude_and_release(&url).await;
-    let locker = dlock_any::connect(&url).await.expect("connect");
+    let locker = connect(&url).await;
     assert_eq!(locker.ttl(), Duration::from_secs(2));
     // The family handles work by URL too.
     let election = locker.into_election().expect("redis offers elections");
@@ -99,24 +120,16 @@ async fn redis_by_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_by_url() {
     let c = cluster(ServerKind::Redis, 3);
-    let url = format!(
-        "redlock://{}?ttl=2s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "redlock://{nodes}?ttl=2s");
     exclude_and_release(&url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_by_url() {
     let c = cluster(ServerKind::Etcd, 1);
-    let url = format!(
-        "etcd://{}/dlock-any-test?ttl=2s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "etcd://{nodes}/dlock-any-test?ttl=2s");
     exclude_and_release(&url).await;
-    let locker = dlock_any::connect(&url).await.expect("connect");
+    let locker = connect(&url).await;
     locker
         .into_rw_locker()
         .expect("etcd offers read-write locks");
@@ -125,13 +138,9 @@ async fn etcd_by_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_by_url() {
     let c = cluster(ServerKind::Zk, 1);
-    let url = format!(
-        "zk://{}/dlock-any-test?ttl=4s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "zk://{nodes}/dlock-any-test?ttl=4s");
     exclude_and_release(&url).await;
-    let locker = dlock_any::connect(&url).await.expect("connect");
+    let locker = connect(&url).await;
     locker.into_semaphore().expect("zk offers semaphores");
 }
 
@@ -144,16 +153,12 @@ async fn unreachable_servers_are_unavailable() {
     };
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     // Redis connects in the background: the acquire fails.
-    let locker = dlock_any::connect("redis://127.0.0.1:1?ttl=1s")
-        .await
-        .expect("builds without I/O");
-    let err = locker
-        .acquire(
-            &LockName::new("x").expect("name"),
-            AcquireOptions::wait(Duration::from_secs(1)),
-        )
-        .await
-        .expect_err("nothing listens there");
+    let err = acquire_error(
+        "redis://127.0.0.1:1?ttl=1s",
+        Duration::from_secs(1),
+        "nothing listens there",
+    )
+    .await;
     assert!(err.is_retryable(), "{err}");
 }
 
@@ -207,24 +212,14 @@ async fn redis_acl_user_by_url() {
         ],
     );
     assert_eq!(reply, "+OK\r\n");
-    let url = format!(
-        "redis://{user}:p%40ss%20w%3Ard@{}?ttl=2s&namespace={}",
-        authority(&c),
-        namespace()
+    let url = url(
+        &c,
+        &format!("redis://{user}:p%40ss%20w%3Ard@{{nodes}}?ttl=2s"),
     );
     exclude_and_release(&url).await;
     // A wrong password is refused, not retried.
     let wrong = format!("redis://{user}:nope@{}?ttl=2s", authority(&c));
-    let locker = dlock_any::connect(&wrong)
-        .await
-        .expect("builds without I/O");
-    let err = locker
-        .acquire(
-            &LockName::new("x").expect("name"),
-            AcquireOptions::wait(Duration::from_secs(5)),
-        )
-        .await
-        .expect_err("wrong password");
+    let err = acquire_error(&wrong, Duration::from_secs(5), "wrong password").await;
     assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
 }
 
@@ -232,11 +227,9 @@ async fn redis_acl_user_by_url() {
 /// servers: excludes and releases.
 async fn over_tls(kind: ServerKind, nodes: usize, scheme: &str, path: &str, ttl: &str) {
     let c = cluster_with(kind, nodes, &ServerOptions::default().with_tls(true));
-    let url = format!(
-        "{scheme}://{}{path}?ttl={ttl}&namespace={}&{}",
-        authority(&c),
-        namespace(),
-        tls_query(&c)
+    let url = url(
+        &c,
+        &format!("{scheme}://{{nodes}}{path}?ttl={ttl}&{}", tls_query(&c)),
     );
     exclude_and_release(&url).await;
 }
@@ -264,11 +257,7 @@ async fn redis_cluster_by_url() {
         &dlock_conformance::servers::redis_cluster::options(),
     );
     dlock_conformance::servers::redis_cluster::form(&c).expect("form the Redis Cluster");
-    let url = format!(
-        "redis+cluster://{}?ttl=2s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "redis+cluster://{nodes}?ttl=2s");
     exclude_and_release(&url).await;
 }
 
@@ -276,11 +265,7 @@ async fn redis_cluster_by_url() {
 async fn zk_digest_by_url() {
     let c = cluster(ServerKind::Zk, 1);
     // Digest credentials authenticate the session; the nodes keep the default open ACL.
-    let url = format!(
-        "zk://alice:s%3Acret@{}/dlock-any-digest?ttl=4s&namespace={}",
-        authority(&c),
-        namespace()
-    );
+    let url = url(&c, "zk://alice:s%3Acret@{nodes}/dlock-any-digest?ttl=4s");
     exclude_and_release(&url).await;
 }
 
