@@ -122,15 +122,25 @@ impl LeaseCell {
         true
     }
 
-    /// Marks the lease lost. Returns true when this call ended it.
-    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+    /// Ends the lease's state, recording when it was declared lost if `lost`. Returns true when
+    /// this call ended it (false when it had already ended).
+    fn end(&self, lost: bool) -> bool {
         let mut st = self.state();
         if st.ended {
             return false;
         }
         st.ended = true;
-        st.lost_declared = Some(Instant::now());
-        drop(st);
+        if lost {
+            st.lost_declared = Some(Instant::now());
+        }
+        true
+    }
+
+    /// Marks the lease lost. Returns true when this call ended it.
+    pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
+        if !self.end(true) {
+            return false;
+        }
         // Closing the locker ends its leases on purpose: not a loss to count or warn about.
         if reason == LossReason::Closed {
             tracing::debug!(lock = %self.name, token = %self.token, "lease ended: the locker was closed");
@@ -152,12 +162,9 @@ impl LeaseCell {
 
     /// Marks the lease released. Returns false when it had already ended.
     pub(crate) fn mark_released(&self) -> bool {
-        let mut st = self.state();
-        if st.ended {
+        if !self.end(false) {
             return false;
         }
-        st.ended = true;
-        drop(st);
         self.status.send_replace(Status::Released);
         true
     }

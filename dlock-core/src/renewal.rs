@@ -242,15 +242,18 @@ impl<B: RenewBackend> RenewalDriver<B> {
             counted.then(|| Arc::clone(&self.shared.counters)),
         );
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let control = |entry| {
+            Arc::new(DriverLease {
+                shared: Arc::clone(&self.shared),
+                id,
+                entry,
+            })
+        };
         if self.is_closed() {
             // Granted to a request in flight when the locker closed: never renewed, its entry
             // deleted now.
             cell.mark_lost(LossReason::Closed);
-            let ctl = Arc::new(DriverLease {
-                shared: Arc::clone(&self.shared),
-                id,
-                entry,
-            });
+            let ctl = control(entry);
             ctl.release_detached(Arc::clone(&cell), Handle::try_current().ok());
             return Lease::from_parts(cell, ctl);
         }
@@ -279,12 +282,7 @@ impl<B: RenewBackend> RenewalDriver<B> {
         if planned.is_none_or(|p| due < p) {
             self.shared.wake.notify_one();
         }
-        let ctl = Arc::new(DriverLease {
-            shared: Arc::clone(&self.shared),
-            id,
-            entry,
-        });
-        Lease::from_parts(cell, ctl)
+        Lease::from_parts(cell, control(entry))
     }
 
     /// How many leases the driver renews now.

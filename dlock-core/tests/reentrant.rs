@@ -14,6 +14,15 @@ fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid")
 }
 
+/// A memory locker with `ttl` on `server`.
+fn memory_locker(server: &Arc<MemoryServer>, ttl: Duration) -> MemoryLocker {
+    MemoryLocker::builder()
+        .ttl(ttl)
+        .server(Arc::clone(server))
+        .build()
+        .expect("locker")
+}
+
 fn held_at_server(server: &MemoryServer, name: &LockName) -> bool {
     server
         .entries(name.as_str())
@@ -59,13 +68,10 @@ async fn a_nested_acquire_racing_the_last_release_never_holds_a_released_lock() 
     const NESTERS: usize = 3;
     const TRIES: usize = 100_000;
     let server = MemoryServer::new();
-    let locker = Arc::new(Reentrant::new(AcquireOnly(
-        MemoryLocker::builder()
-            .ttl(Duration::from_secs(10))
-            .server(Arc::clone(&server))
-            .build()
-            .expect("locker"),
-    )));
+    let locker = Arc::new(Reentrant::new(AcquireOnly(memory_locker(
+        &server,
+        Duration::from_secs(10),
+    ))));
     let lock = name("race");
     let nesters: Vec<_> = (0..NESTERS)
         .map(|_| {
@@ -128,11 +134,7 @@ async fn a_nested_acquire_racing_the_last_release_never_holds_a_released_lock() 
 #[tokio::test(start_paused = true)]
 async fn a_lease_released_through_its_releaser_is_not_reported_held() {
     let server = MemoryServer::new();
-    let plain = MemoryLocker::builder()
-        .ttl(Duration::from_secs(2))
-        .server(Arc::clone(&server))
-        .build()
-        .expect("locker");
+    let plain = memory_locker(&server, Duration::from_secs(2));
     let lock = name("releaser");
     let lease = plain
         .acquire(&lock, AcquireOptions::forever())
@@ -149,13 +151,7 @@ async fn a_lease_released_through_its_releaser_is_not_reported_held() {
     assert_eq!(lease.lost().await, LossReason::Released);
     drop(lease);
 
-    let reentrant = Reentrant::new(
-        MemoryLocker::builder()
-            .ttl(Duration::from_secs(2))
-            .server(Arc::clone(&server))
-            .build()
-            .expect("locker"),
-    );
+    let reentrant = Reentrant::new(memory_locker(&server, Duration::from_secs(2)));
     let outer = reentrant
         .acquire(&lock, AcquireOptions::forever())
         .await
