@@ -17,7 +17,10 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{ClusterRef, backend_err, leftovers_on, lock_key, publish_calls};
+use super::{
+    ClusterRef, audit_conn, backend_err, blocking, leftovers_on, lock_key, node_down,
+    publish_calls, scenario,
+};
 
 /// Cluster mode (see the harness' [`redis_cluster::options`](dlock_conformance::servers::redis_cluster::options)).
 pub fn cluster_options() -> ServerOptions {
@@ -52,17 +55,11 @@ impl ClusterBackend {
             Some(via) => via.iter().map(|a| format!("redis://{a}")).collect(),
             None => real.iter().map(|a| format!("redis://{a}")).collect(),
         };
-        let mut b = RedisLocker::builder()
-            .cluster(seeds)
-            .ttl(opts.ttl)
-            .namespace(&opts.namespace);
+        let mut b = scenario(RedisLocker::builder().cluster(seeds), opts);
         if let Some(via) = &opts.via {
             for (node, proxy) in real.iter().zip(via) {
                 b = b.cluster_address_map(node.to_string(), proxy.to_string());
             }
-        }
-        if let Some(t) = opts.request_timeout {
-            b = b.request_timeout(t);
         }
         b.build().await
     }
@@ -125,14 +122,11 @@ impl TestBackend for ClusterBackend {
         );
         let mut found = Vec::new();
         for (i, url) in self.node_urls() {
-            if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
+            if node_down(self.cluster.get(), i) {
                 continue;
             }
-            let client = redis::Client::open(url.as_str()).map_err(|e| backend_err(&e))?;
-            let mut conn = match client.get_multiplexed_async_connection().await {
-                Ok(c) => c,
-                Err(e) if e.is_connection_refusal() => continue,
-                Err(e) => return Err(backend_err(&e)),
+            let Some(mut conn) = audit_conn(redis::Client::open(url.as_str())).await? else {
+                continue;
             };
             dlock_conformance::history::deleting_now();
             let held: Result<Option<(String, String)>, _> = take
@@ -159,7 +153,7 @@ impl TestBackend for ClusterBackend {
     async fn server_expiry(&self, namespace: &str, name: &LockName) -> Result<ServerExpiry, Error> {
         let key = lock_key(namespace, name);
         for (i, url) in self.node_urls() {
-            if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
+            if node_down(self.cluster.get(), i) {
                 continue;
             }
             let client = redis::Client::open(url.as_str()).map_err(|e| backend_err(&e))?;
@@ -227,11 +221,8 @@ impl TestBackend for ClusterBackend {
             cluster.reconfigure(&cluster_options())?;
             form(&cluster)
         };
-        let done = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
-            _ => run(),
-        };
-        done.unwrap_or_else(|e| panic!("cannot make the private cluster a Redis Cluster: {e}"));
+        blocking(run)
+            .unwrap_or_else(|e| panic!("cannot make the private cluster a Redis Cluster: {e}"));
         Some(Arc::new(ClusterBackend::new(
             &self.name,
             ClusterRef::Shared(cluster),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use dlock_conformance::servers::{Cluster, ServerKind, ServerOptions};
 use dlock_conformance::{ClientOptions, Declared, ServerExpiry, Slack, TestBackend};
 use dlock_core::{Error, FencingStrength, FencingToken, LockName, Locker};
-use dlock_redis::{RedisLocker, RedlockLocker};
+use dlock_redis::{RedisLocker, RedisLockerBuilder, RedlockLocker};
 
 /// The Redis Cluster topology and its conformance backend.
 pub mod cluster;
@@ -355,14 +355,7 @@ impl RedisBackend {
             .into_iter()
             .next()
             .unwrap_or_default();
-        let mut b = RedisLocker::builder()
-            .url(url)
-            .ttl(opts.ttl)
-            .namespace(&opts.namespace)
-            .fair(self.kind == Kind::Single);
-        if let Some(t) = opts.request_timeout {
-            b = b.request_timeout(t);
-        }
+        let mut b = scenario(RedisLocker::builder().url(url), opts).fair(self.kind == Kind::Single);
         if let Some(ca) = self.ca_pem() {
             b = b.tls_root_certificates(ca);
         }
@@ -427,15 +420,10 @@ impl TestBackend for RedisBackend {
         let key = lock_key(namespace, name);
         let mut conns = Vec::new();
         for (i, url) in self.audit_urls().iter().enumerate() {
-            if !self.cluster.get().node(i).is_running() && !self.cluster.get().is_external() {
+            if node_down(self.cluster.get(), i) {
                 continue;
             }
-            let client = self.admin(url).map_err(|e| backend_err(&e))?;
-            match client.get_multiplexed_async_connection().await {
-                Ok(c) => conns.push(c),
-                Err(e) if e.is_connection_refusal() => continue,
-                Err(e) => return Err(backend_err(&e)),
-            }
+            conns.extend(audit_conn(self.admin(url)).await?);
         }
         // Who holds: the owner value on the most nodes.
         let mut owners: std::collections::BTreeMap<String, usize> =
@@ -488,8 +476,7 @@ impl TestBackend for RedisBackend {
         let urls = self.audit_urls();
         let mut remaining = Vec::with_capacity(urls.len());
         for (i, url) in urls.iter().enumerate() {
-            let node = self.cluster.get().node(i);
-            if !node.is_running() && !self.cluster.get().is_external() {
+            if node_down(self.cluster.get(), i) {
                 continue;
             }
             let client = self.admin(url).map_err(|e| backend_err(&e))?;
@@ -561,6 +548,44 @@ impl TestBackend for RedisBackend {
             .with_options(self.options.clone());
         b.user = self.user.clone();
         Some(Arc::new(b))
+    }
+}
+
+/// An audit's connection through `client`; `None` when the node refuses connections (it is
+/// down: the audits skip it).
+pub async fn audit_conn(
+    client: Result<redis::Client, redis::RedisError>,
+) -> Result<Option<redis::aio::MultiplexedConnection>, Error> {
+    let client = client.map_err(|e| backend_err(&e))?;
+    match client.get_multiplexed_async_connection().await {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if e.is_connection_refusal() => Ok(None),
+        Err(e) => Err(backend_err(&e)),
+    }
+}
+
+/// `b` with a scenario's TTL, namespace and, when it sets one, request timeout: what every
+/// backend's lockers take from [`ClientOptions`].
+pub fn scenario(b: RedisLockerBuilder, opts: &ClientOptions) -> RedisLockerBuilder {
+    let b = b.ttl(opts.ttl).namespace(&opts.namespace);
+    match opts.request_timeout {
+        Some(t) => b.request_timeout(t),
+        None => b,
+    }
+}
+
+/// Whether the audits skip node `i` of `cluster`: it is down (killed by the scenario), and
+/// the cluster is not an external one (whose nodes the harness does not track).
+pub fn node_down(cluster: &Cluster, i: usize) -> bool {
+    !cluster.node(i).is_running() && !cluster.is_external()
+}
+
+/// Runs `f`, blocking work of the harness (starting servers), from wherever a backend is
+/// called: through `block_in_place` on a multi-thread runtime's worker, directly elsewhere.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

@@ -40,7 +40,7 @@ use dlock_conformance::{ClientOptions, ServerExpiry, TestBackend};
 use dlock_core::{Error, FencingToken, LockName, Locker};
 use dlock_redis::{RedisLocker, RedisLockerBuilder};
 
-use super::{ClusterRef, Kind, RedisBackend};
+use super::{ClusterRef, Kind, RedisBackend, blocking, scenario};
 
 /// The name the sentinels monitor the master under.
 pub const MASTER: &str = "m";
@@ -158,7 +158,11 @@ impl Drop for Deployment {
     }
 }
 
-fn free_port() -> Result<u16, HarnessError> {
+/// A free loopback port (free when asked: the caller binds it soon after).
+///
+/// # Errors
+/// [`HarnessError::Io`] when no port is free.
+pub fn free_port() -> Result<u16, HarnessError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -632,16 +636,10 @@ impl SentinelBackend {
                 ));
             }
         };
-        let mut b = self
-            .deployment
-            .locker(&master)
-            .ttl(opts.ttl)
-            .namespace(&opts.namespace)
-            .fair(true);
-        if let Some(t) = opts.request_timeout {
-            b = b.request_timeout(t);
-        }
-        b.build().await
+        scenario(self.deployment.locker(&master), opts)
+            .fair(true)
+            .build()
+            .await
     }
 }
 
@@ -720,13 +718,8 @@ impl TestBackend for SentinelBackend {
     /// when it cannot be started.
     fn on_cluster(&self, cluster: Arc<Cluster>) -> Option<Arc<dyn TestBackend>> {
         super::reconfigure(&cluster, &data_options());
-        let start = || Deployment::start(cluster, Timing::STEADY);
-        let started = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(start),
-            _ => start(),
-        };
-        let deployment =
-            started.unwrap_or_else(|e| panic!("cannot start a private sentinel deployment: {e}"));
+        let deployment = blocking(|| Deployment::start(cluster, Timing::STEADY))
+            .unwrap_or_else(|e| panic!("cannot start a private sentinel deployment: {e}"));
         Some(Arc::new(SentinelBackend::new(&self.name, deployment)))
     }
 }
