@@ -5,17 +5,16 @@
 //! tests print why and pass, unless `CI` is set: then they fail.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, ErrorKind, Lease, LockName, Locker};
 use dlock_redis::RedisLocker;
 use tokio::time::Instant;
 
 mod support;
 
-use support::sentinel::{Deployment, MASTER, Timing, data_options};
+use support::sentinel::{Deployment, MASTER, Timing, data_options, free_port};
 
 /// 1 master, 1 replica, 3 sentinels monitoring the master as `m` (quorum 2): the shared
 /// [`Deployment`] with the failover timing (down after 1 s).
@@ -35,13 +34,6 @@ struct Setup {
 /// takes about 15 s.
 static ONE_AT_A_TIME: std::sync::LazyLock<tokio::sync::Mutex<()>> =
     std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 async fn conn(port: u16) -> redis::aio::MultiplexedConnection {
     redis::Client::open(format!("redis://127.0.0.1:{port}"))
@@ -73,6 +65,36 @@ where
         assert!(began.elapsed() < within, "{what}: not within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `l`'s acquire of `name` within `wait_s` seconds; panics saying `what` was expected.
+async fn granted(l: &RedisLocker, name: &LockName, wait_s: u64, what: &str) -> Lease {
+    l.acquire(name, AcquireOptions::wait(Duration::from_secs(wait_s)))
+        .await
+        .expect(what)
+}
+
+/// `l`'s acquire of `name` within `wait_s` seconds, in a task of its own.
+fn acquiring(
+    l: &RedisLocker,
+    name: &LockName,
+    wait_s: u64,
+) -> tokio::task::JoinHandle<Result<Lease, dlock_core::Error>> {
+    let (l, name) = (l.clone(), name.clone());
+    tokio::spawn(async move {
+        l.acquire(&name, AcquireOptions::wait(Duration::from_secs(wait_s)))
+            .await
+    })
+}
+
+/// Asserts that `lease`, granted after a failover or a lost lease, has a token above `before`.
+#[track_caller]
+fn assert_above(lease: &Lease, before: u64) {
+    assert!(
+        lease.token().0 > before,
+        "token {} is not above {before}, the token before",
+        lease.token().0
+    );
 }
 
 async fn info(port: u16, section: &str) -> String {
@@ -134,18 +156,8 @@ impl Setup {
         })
     }
 
-    fn sentinel_addrs(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect()
-    }
-
     fn locker(&self, ns: &str, ttl: Duration) -> dlock_redis::RedisLockerBuilder {
-        RedisLocker::builder()
-            .sentinels(self.sentinel_addrs(), MASTER)
-            .ttl(ttl)
-            .namespace(ns)
+        self.deployment.locker(MASTER).ttl(ttl).namespace(ns)
     }
 
     /// A locker under `ns` finding the master through the sentinels.
@@ -245,10 +257,7 @@ async fn sentinels_name_the_master() {
     let ns = "dlock-test/sentinel/find";
     let l = setup.build(ns, Duration::from_secs(2)).await;
     let name = LockName::new("found").expect("valid name");
-    let lease = l
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("granted on the master the sentinels name");
+    let lease = granted(&l, &name, 10, "granted on the master the sentinels name").await;
     let mut master = conn(setup.data[0]).await;
     let held: Option<String> = redis::cmd("GET")
         .arg(format!("{ns}/dlock:{{found}}"))
@@ -260,9 +269,9 @@ async fn sentinels_name_the_master() {
     // A sentinel that is down is skipped: the first address refuses connections.
     let l = RedisLocker::builder()
         .sentinels(
-            [format!("127.0.0.1:{}", free_port())]
+            [format!("127.0.0.1:{}", free_port().expect("a free port"))]
                 .into_iter()
-                .chain(setup.sentinel_addrs()),
+                .chain(setup.deployment.sentinel_addrs()),
             MASTER,
         )
         .ttl(Duration::from_secs(2))
@@ -279,7 +288,7 @@ async fn sentinels_name_the_master() {
         .expect("release");
     // An unknown master name: no grant, an Unavailable error naming why.
     let unknown = RedisLocker::builder()
-        .sentinels(setup.sentinel_addrs(), "no-such-master")
+        .sentinels(setup.deployment.sentinel_addrs(), "no-such-master")
         .ttl(Duration::from_secs(2))
         .build()
         .await
@@ -487,10 +496,7 @@ async fn an_acknowledged_grant_survives_a_failover() {
         .await
         .expect("builds");
     let name = LockName::new("acked").expect("valid name");
-    let lease = l
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("granted and acknowledged");
+    let lease = granted(&l, &name, 10, "granted and acknowledged").await;
     let token = lease.token().0;
     setup.failover().await;
     let demoted = Instant::now();
@@ -522,11 +528,8 @@ async fn an_acknowledged_grant_survives_a_failover() {
         "another client was granted the held lock"
     );
     lease.release().await.expect("release on the new master");
-    let next = other
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("free after the release");
-    assert!(next.token().0 > token);
+    let next = granted(&other, &name, 10, "free after the release").await;
+    assert_above(&next, token);
     next.release().await.expect("release");
     println!(
         "acknowledged lease across a failover: {:?}",
@@ -548,10 +551,7 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
     let ns = "dlock-test/sentinel/killed";
     let name = LockName::new("killed").expect("valid name");
     let holder = setup.build(ns, Duration::from_secs(2)).await;
-    let lease = holder
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("granted on the first master");
+    let lease = granted(&holder, &name, 10, "granted on the first master").await;
     let token = lease.token().0;
     let lost = lease.lost();
     setup.first_master(false).await;
@@ -579,15 +579,14 @@ async fn a_killed_master_is_replaced_and_grants_resume_once_it_is_back_as_a_repl
     setup.first_master(true).await;
     setup.new_master_counts_a_replica().await;
     let back = Instant::now();
-    let next = other
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(20)))
-        .await
-        .expect("granted on the new master once it has a replica");
-    assert!(
-        next.token().0 > token,
-        "token {} after the failover is not above {token}",
-        next.token().0
-    );
+    let next = granted(
+        &other,
+        &name,
+        20,
+        "granted on the new master once it has a replica",
+    )
+    .await;
+    assert_above(&next, token);
     next.release().await.expect("release");
     println!(
         "master killed: lost after {:?}, replica promoted after {:?}, old master back as its replica {:?} later; {:?} in all",
@@ -611,17 +610,10 @@ async fn a_waiting_acquire_is_granted_across_a_failover() {
     let name = LockName::new("waited").expect("valid name");
     let ttl = Duration::from_secs(2);
     let holder = setup.build(ns, ttl).await;
-    let held = holder
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("granted on the first master");
+    let held = granted(&holder, &name, 10, "granted on the first master").await;
     let token = held.token().0;
     let waiter = setup.build(ns, ttl).await;
-    let (w, n) = (waiter.clone(), name.clone());
-    let waiting = tokio::spawn(async move {
-        w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
-            .await
-    });
+    let waiting = acquiring(&waiter, &name, 90);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "the waiter did not wait");
     setup.failover().await;
@@ -629,11 +621,7 @@ async fn a_waiting_acquire_is_granted_across_a_failover() {
         .await
         .expect("join")
         .expect("the waiting acquire is granted within its wait across the failover");
-    assert!(
-        lease.token().0 > token,
-        "token {} after {token}",
-        lease.token().0
-    );
+    assert_above(&lease, token);
     lease.release().await.expect("release");
     drop(held);
 }
@@ -649,18 +637,11 @@ async fn an_acquire_waits_across_a_killed_master() {
     let ns = "dlock-test/sentinel/wait-killed";
     let name = LockName::new("waited").expect("valid name");
     let l = setup.build(ns, Duration::from_secs(2)).await;
-    let first = l
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("granted on the first master");
+    let first = granted(&l, &name, 10, "granted on the first master").await;
     let token = first.token().0;
     first.release().await.expect("release");
     setup.first_master(false).await;
-    let (w, n) = (l.clone(), name.clone());
-    let waiting = tokio::spawn(async move {
-        w.acquire(&n, AcquireOptions::wait(Duration::from_secs(90)))
-            .await
-    });
+    let waiting = acquiring(&l, &name, 90);
     setup.replica_named().await;
     assert!(
         !waiting.is_finished(),
@@ -672,10 +653,6 @@ async fn an_acquire_waits_across_a_killed_master() {
         .await
         .expect("join")
         .expect("granted within its wait once the new master takes writes");
-    assert!(
-        lease.token().0 > token,
-        "token {} after {token}",
-        lease.token().0
-    );
+    assert_above(&lease, token);
     lease.release().await.expect("release");
 }
