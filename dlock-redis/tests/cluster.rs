@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dlock_conformance::servers::Cluster;
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::{AcquireOptions, Lease, LockName, Locker};
 use dlock_redis::RedisLocker;
 use support::cluster::start;
 use support::commandstat_calls;
@@ -37,6 +37,27 @@ async fn locker(urls: Vec<String>, ns: &str, ttl: Duration) -> RedisLocker {
         .build()
         .await
         .expect("a cluster locker")
+}
+
+/// `l`'s acquire of `name` within 5 s; panics saying `what` was expected.
+async fn hold(l: &RedisLocker, name: &LockName, what: &str) -> Lease {
+    l.acquire(name, AcquireOptions::wait(Duration::from_secs(5)))
+        .await
+        .expect(what)
+}
+
+/// `l`'s acquire of `name` within 10 s, in a task of its own that also returns when it ended.
+fn timed_acquire(
+    l: &RedisLocker,
+    name: &LockName,
+) -> tokio::task::JoinHandle<(Result<Lease, dlock_core::Error>, Instant)> {
+    let (l, name) = (l.clone(), name.clone());
+    tokio::spawn(async move {
+        let r = l
+            .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
+            .await;
+        (r, Instant::now())
+    })
 }
 
 fn key(ns: &str, name: &str) -> String {
@@ -228,20 +249,8 @@ async fn a_waiter_subscribed_on_another_master_is_woken() {
     let pattern = format!("{ns}/dlock:notify:*");
     let mut latencies = Vec::new();
     for round in 0..7 {
-        let lease = holder
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("holder");
-        let w = {
-            let name = name.clone();
-            let waiter = waiter.clone();
-            tokio::spawn(async move {
-                let r = waiter
-                    .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-                    .await;
-                (r, Instant::now())
-            })
-        };
+        let lease = hold(&holder, &name, "holder").await;
+        let w = timed_acquire(&waiter, &name);
         // Queued, and subscribed on `other` only.
         let began = Instant::now();
         loop {
@@ -337,10 +346,7 @@ async fn a_moved_slot_is_followed() {
     let k = key(ns, "resharded");
     let a = locker(cluster.endpoints(), ns, ttl).await;
     let b = locker(cluster.endpoints(), ns, ttl).await;
-    let lease = a
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("acquire");
+    let lease = hold(&a, &name, "acquire").await;
     let first = lease.token();
     let from = owner_of(&cluster, &k).await;
     let to = (from + 1) % 3;
@@ -359,15 +365,7 @@ async fn a_moved_slot_is_followed() {
     );
     // A waiter queued on the new master is handed the lock by the release there.
     let c = locker(cluster.endpoints(), ns, Duration::from_secs(20)).await;
-    let waiter = {
-        let name = name.clone();
-        tokio::spawn(async move {
-            let r = c
-                .acquire(&name, AcquireOptions::wait(Duration::from_secs(10)))
-                .await;
-            (r, Instant::now())
-        })
-    };
+    let waiter = timed_acquire(&c, &name);
     let began = Instant::now();
     loop {
         let queued: i64 = node_cmd(&cluster, to, redis::cmd("LLEN").arg(format!("{k}:q"))).await;
@@ -392,10 +390,7 @@ async fn a_moved_slot_is_followed() {
     assert!(next.token() > first, "{} after {}", next.token(), first);
     let second = next.token();
     next.release().await.expect("release");
-    let again = b
-        .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("acquire after the move");
+    let again = hold(&b, &name, "acquire after the move").await;
     assert!(again.token() > second, "{} after {second}", again.token());
     again.release().await.expect("release");
 }
@@ -407,7 +402,7 @@ async fn one_lease_per_master(
     l: &RedisLocker,
     ns: &str,
     prefix: &str,
-) -> BTreeMap<usize, (String, dlock_core::Lease)> {
+) -> BTreeMap<usize, (String, Lease)> {
     let mut by_node = BTreeMap::new();
     for i in 0..100 {
         let name = format!("{prefix}{i}");
@@ -415,13 +410,7 @@ async fn one_lease_per_master(
         if by_node.contains_key(&owner) {
             continue;
         }
-        let lease = l
-            .acquire(
-                &LockName::new(&name).expect("a valid name"),
-                AcquireOptions::wait(Duration::from_secs(5)),
-            )
-            .await
-            .expect("acquire");
+        let lease = hold(l, &LockName::new(&name).expect("a valid name"), "acquire").await;
         by_node.insert(owner, (name, lease));
         if by_node.len() == 3 {
             break;
@@ -468,13 +457,12 @@ async fn a_killed_master_loses_only_its_leases_by_their_deadlines() {
         if owner_of(&cluster, &key(ns, &name)).await == victim {
             continue;
         }
-        let lease = again
-            .acquire(
-                &LockName::new(&name).expect("a valid name"),
-                AcquireOptions::wait(Duration::from_secs(5)),
-            )
-            .await
-            .expect("a name on a live master");
+        let lease = hold(
+            &again,
+            &LockName::new(&name).expect("a valid name"),
+            "a name on a live master",
+        )
+        .await;
         lease.release().await.expect("release");
         granted += 1;
         if granted == 3 {
