@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{conn, private, replicate};
+use super::{builder, conn, name, private, replicate};
 
 /// `WAIT` blocks the connection it is sent on until it returns. While the only replica is
 /// stalled (SIGSTOP: still connected, acknowledging nothing), several grants at once wait for
@@ -18,19 +18,17 @@ async fn a_stalled_replica_does_not_starve_renewals() {
     let cluster = private(2);
     replicate(&cluster).await;
     let ttl = Duration::from_secs(2);
-    let l = RedisLocker::builder()
-        .url(&cluster.endpoints()[0])
-        .ttl(ttl)
-        .namespace("dlock-test/failover/wait-starves")
-        .wait_for_replicas(1, Duration::from_millis(900))
-        .build()
-        .await
-        .expect("builds");
+    let l = builder(
+        &cluster.endpoints()[0],
+        "dlock-test/failover/wait-starves",
+        ttl,
+    )
+    .wait_for_replicas(1, Duration::from_millis(900))
+    .build()
+    .await
+    .expect("builds");
     let held = l
-        .acquire(
-            &LockName::new("held").expect("valid name"),
-            AcquireOptions::wait(Duration::from_secs(2)),
-        )
+        .acquire(&name("held"), AcquireOptions::wait(Duration::from_secs(2)))
         .await
         .expect("a replica acknowledges");
     tokio::task::block_in_place(|| cluster.node(1).pause()).expect("stall the replica");
@@ -80,26 +78,20 @@ async fn grants_wait_for_replica_acknowledgement() {
     let urls = cluster.endpoints();
     replicate(&cluster).await;
     let ns = "dlock-test/failover/wait";
-    let l = RedisLocker::builder()
-        .url(&urls[0])
-        .ttl(Duration::from_secs(2))
-        .namespace(ns)
+    let l = builder(&urls[0], ns, Duration::from_secs(2))
         .wait_for_replicas(1, Duration::from_millis(300))
         .build()
         .await
         .expect("builds");
     let lease = l
-        .acquire(
-            &LockName::new("acked").expect("valid name"),
-            AcquireOptions::wait(Duration::from_secs(2)),
-        )
+        .acquire(&name("acked"), AcquireOptions::wait(Duration::from_secs(2)))
         .await
         .expect("a replica acknowledges");
     lease.release().await.expect("release");
     tokio::task::block_in_place(|| cluster.node(1).kill()).expect("kill the replica");
     let e = l
         .acquire(
-            &LockName::new("unacked").expect("valid name"),
+            &name("unacked"),
             AcquireOptions::wait(Duration::from_secs(2)),
         )
         .await

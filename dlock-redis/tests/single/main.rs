@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, Error, Lease, LockName, Locker};
-use dlock_redis::RedisLocker;
+use dlock_redis::{RedisLocker, RedisLockerBuilder};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
@@ -57,15 +57,14 @@ async fn conn(url: &str) -> MultiplexedConnection {
         .expect("connect")
 }
 
+/// A fair-mode locker's builder on `url`, under `ns`, with `ttl`.
+fn builder(url: &str, ns: &str, ttl: Duration) -> RedisLockerBuilder {
+    RedisLocker::builder().url(url).ttl(ttl).namespace(ns)
+}
+
 /// A fair-mode locker on `url`.
 async fn locker(url: &str, ns: &str, ttl: Duration) -> RedisLocker {
-    RedisLocker::builder()
-        .url(url)
-        .ttl(ttl)
-        .namespace(ns)
-        .build()
-        .await
-        .expect("builds")
+    builder(url, ns, ttl).build().await.expect("builds")
 }
 
 /// Makes the node at `url` a replica of `master`, or a master again (`None`).

@@ -4,10 +4,25 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{AcquireOptions, ErrorKind, Locker};
+use dlock_core::{AcquireOptions, Error, ErrorKind, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{name, url};
+use super::{builder, name, url};
+
+/// Asserts that `validate` and `build` of the same options (`what`) both refuse them as
+/// `InvalidInput`; returns how long `build` took.
+async fn refused<T: std::fmt::Debug>(
+    what: &str,
+    validate: Result<(), Error>,
+    build: impl Future<Output = Result<T, Error>>,
+) -> Duration {
+    let e = validate.expect_err(what);
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "validate, {what}: {e}");
+    let began = Instant::now();
+    let e = build.await.expect_err(what);
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "build, {what}: {e}");
+    began.elapsed()
+}
 
 /// Every option a builder refuses, refused by `validate` (no runtime, no I/O) and by `build`
 /// before any I/O (nothing listens at the addresses): one URL, Sentinel, Cluster, TLS and
@@ -109,12 +124,8 @@ async fn bad_options_fail_before_any_io() {
         ),
     ];
     for (what, builder) in redis {
-        let e = builder.validate().expect_err(what);
-        assert_eq!(e.kind(), ErrorKind::InvalidInput, "validate, {what}: {e}");
-        let began = Instant::now();
-        let e = builder.build().await.expect_err(what);
-        assert_eq!(e.kind(), ErrorKind::InvalidInput, "build, {what}: {e}");
-        assert!(began.elapsed() < Duration::from_millis(100), "{what}: I/O?");
+        let took = refused(what, builder.validate(), builder.build()).await;
+        assert!(took < Duration::from_millis(100), "{what}: I/O?");
     }
     let r = RedlockLocker::builder;
     let nodes = [
@@ -136,10 +147,7 @@ async fn bad_options_fail_before_any_io() {
         ),
     ];
     for (what, builder) in redlock {
-        let e = builder.validate().expect_err(what);
-        assert_eq!(e.kind(), ErrorKind::InvalidInput, "validate, {what}: {e}");
-        let e = builder.build().await.expect_err(what);
-        assert_eq!(e.kind(), ErrorKind::InvalidInput, "build, {what}: {e}");
+        refused(what, builder.validate(), builder.build()).await;
     }
     // Good options build without I/O although nothing listens there; IPv6 and host names are
     // sentinel addresses; a cluster locker's Debug names its seeds but not the password.
@@ -183,10 +191,7 @@ async fn a_locker_from_an_existing_client() {
         .build()
         .await
         .expect("locker from a client");
-    let theirs = RedisLocker::builder()
-        .url(url())
-        .namespace(&ns)
-        .ttl(Duration::from_secs(2))
+    let theirs = builder(&url(), &ns, Duration::from_secs(2))
         .build()
         .await
         .expect("locker from the URL");

@@ -188,15 +188,16 @@ async fn fence(url: &str, key: &str) -> Option<String> {
         .expect("GET")
 }
 
-/// Many failed polls of `waiter` while `holder` holds the lock leave every node's fence as the
-/// grant left it.
+/// Many failed polls of `waiter` while `holder` holds the lock `held` (both under `ns`) leave
+/// every node's fence as the grant left it.
 async fn polls_leave_the_fence_alone(
     holder: &dyn Locker,
     waiter: &dyn Locker,
     urls: &[String],
-    fence_key: &str,
+    ns: &str,
 ) {
     let lock = name("held");
+    let fence_key = &format!("{ns}/dlock:{{held}}:fence");
     let lease = holder
         .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
         .await
@@ -238,8 +239,7 @@ async fn spin_mode_polls_do_not_write() {
             .expect("builds")
     };
     let (holder, waiter) = (build().await, build().await);
-    let key = format!("{ns}/dlock:{{held}}:fence");
-    polls_leave_the_fence_alone(&holder, &waiter, std::slice::from_ref(&url), &key).await;
+    polls_leave_the_fence_alone(&holder, &waiter, std::slice::from_ref(&url), ns).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,6 +262,5 @@ async fn redlock_polls_do_not_write() {
             .expect("builds")
     };
     let (holder, waiter) = (build().await, build().await);
-    let key = format!("{ns}/dlock:{{held}}:fence");
-    polls_leave_the_fence_alone(&holder, &waiter, &urls, &key).await;
+    polls_leave_the_fence_alone(&holder, &waiter, &urls, ns).await;
 }

@@ -8,7 +8,7 @@ use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, Error, LockName, Locker};
 use dlock_redis::RedlockLocker;
 
-use super::{conn, private, runtime};
+use super::{conn, name, private, runtime};
 
 async fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
     RedlockLocker::builder()
@@ -31,7 +31,7 @@ fn majority_down_fails_within_the_wait_naming_every_cause() {
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/majority-down";
         let l = locker(&cluster, ns).await;
-        let name = LockName::new("job").expect("valid name");
+        let name = name("job");
         let wait = Duration::from_secs(1);
         let began = Instant::now();
         let got = l.acquire(&name, AcquireOptions::wait(wait)).await;
@@ -78,7 +78,7 @@ fn restarted_empty_nodes_do_not_let_two_holders_in() {
         let ns = "dlock-test/redlock-faults/restart";
         let a = locker(&cluster, ns).await;
         let b = locker(&cluster, ns).await;
-        let name = LockName::new("job").expect("valid name");
+        let name = name("job");
         // Raise the counters on every node first, so a forgotten counter is visibly lower.
         let mut last = 0;
         for _ in 0..3 {
@@ -133,7 +133,7 @@ fn a_paused_minority_node_does_not_block_acquire() {
     cluster.node(4).pause().expect("pause a node");
     runtime().block_on(async {
         let l = locker(&cluster, "dlock-test/redlock-faults/paused").await;
-        let name = LockName::new("job").expect("valid name");
+        let name = name("job");
         let began = Instant::now();
         let lease = l
             .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
@@ -159,14 +159,8 @@ fn an_undecided_lease_does_not_fail_the_others() {
         let ns = "dlock-test/redlock-faults/per-lease";
         let l = locker(&cluster, ns).await;
         let wait = AcquireOptions::wait(Duration::from_secs(2));
-        let kept = l
-            .acquire(&LockName::new("kept").expect("valid name"), wait)
-            .await
-            .expect("acquire");
-        let open = l
-            .acquire(&LockName::new("open").expect("valid name"), wait)
-            .await
-            .expect("acquire");
+        let kept = l.acquire(&name("kept"), wait).await.expect("acquire");
+        let open = l.acquire(&name("open"), wait).await.expect("acquire");
         // `open` stays held on node 0 only, refused by node 1, node 2 is down: never decided.
         on_node(
             &cluster.endpoints()[1],
@@ -189,7 +183,7 @@ fn steady_state_grants_need_no_fence_write_back() {
     let cluster = private(3);
     runtime().block_on(async {
         let l = locker(&cluster, "dlock-test/redlock-faults/steady").await;
-        let name = LockName::new("job").expect("valid name");
+        let name = name("job");
         let before = l.stats().requests;
         let rounds = 20;
         let mut last = 0;
@@ -240,7 +234,7 @@ fn tokens_keep_increasing_when_a_lagging_node_and_an_emptied_node_form_the_quoru
     runtime().block_on(async {
         let ns = "dlock-test/redlock-faults/lagging";
         let l = locker(&cluster, ns).await;
-        let name = LockName::new("job").expect("valid name");
+        let name = name("job");
         let key = format!("{ns}/dlock:{{job}}");
         let urls = cluster.endpoints();
         let mut last = grant_token(&l, &name).await;
