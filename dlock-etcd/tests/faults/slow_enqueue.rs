@@ -66,9 +66,7 @@ async fn range_keys(direct: &EtcdLocker, name: &LockName) -> Vec<(String, i64)> 
 
 #[test]
 fn late_enqueue_replies_are_retried_and_reuse_our_key() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("late-enqueue");
+    support::on_single("late-enqueue", |cluster, ns| async move {
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
         let a = proxied(&proxy, &ns, Duration::from_secs(2)).await;
         support::warm_up(&a).await;
@@ -91,9 +89,7 @@ fn late_enqueue_replies_are_retried_and_reuse_our_key() {
 /// late (the lease it granted is never used; it expires).
 #[test]
 fn late_session_grant_reply_is_retried_within_the_wait() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("late-session-grant");
+    support::on_single("late-session-grant", |cluster, ns| async move {
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
         let a = proxied(&proxy, &ns, Duration::from_secs(2)).await;
         let lease = acquire_through_late_replies(&proxy, &a, &support::name("late-session")).await;
@@ -104,9 +100,7 @@ fn late_session_grant_reply_is_retried_within_the_wait() {
 
 #[test]
 fn wait_ending_while_enqueue_replies_are_late_leaves_nothing() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("late-enqueue-wait-ends");
+    support::on_single("late-enqueue-wait-ends", |cluster, ns| async move {
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
         // A TTL long enough that the session outlives the delay: only the acquire's own
         // cleanup (or the keep-alive round's reconciling) can remove its key.

@@ -20,9 +20,7 @@ async fn next(changes: &mut Box<dyn dlock_core::LeaderChanges>) -> dlock_core::L
 
 #[test]
 fn etcdctl_elect_leads_then_dlock_campaigns_and_observes() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("elect-etcdctl-first");
+    support::on_single("elect-etcdctl-first", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("leader");
         let election = locker.etcd_mutex_name(&name);
@@ -71,9 +69,7 @@ fn etcdctl_elect_leads_then_dlock_campaigns_and_observes() {
 
 #[test]
 fn dlock_leads_then_etcdctl_observes_and_campaigns() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("elect-dlock-first");
+    support::on_single("elect-dlock-first", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("leader");
         let election = locker.etcd_mutex_name(&name);

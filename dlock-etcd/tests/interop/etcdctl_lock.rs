@@ -81,9 +81,7 @@ async fn dlock_first(
 
 #[test]
 fn etcdctl_holds_then_dlock_waits() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("interop-etcdctl-first");
+    support::on_single("interop-etcdctl-first", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("jobs/nightly");
         assert_eq!(
@@ -97,9 +95,7 @@ fn etcdctl_holds_then_dlock_waits() {
 
 #[test]
 fn dlock_holds_then_etcdctl_waits() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("interop-dlock-first");
+    support::on_single("interop-dlock-first", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let name = support::name("jobs/nightly");
         let lease = support::hold(&locker, &name).await;

@@ -22,9 +22,7 @@ fn wait() -> AcquireOptions {
 #[test]
 fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
     use dlock_conformance::faults::{Direction, Mode, Proxy};
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("sem-refused-window");
+    support::on_single("sem-refused-window", |cluster, ns| async move {
         let holder = support::locker(&cluster, &ns).await;
         let correct = support::locker(&cluster, &ns).await;
         // The wrong-count client's requests reach etcd 1 s late: its refused key (if it is
@@ -76,9 +74,7 @@ fn a_refused_permit_count_is_never_seen_by_correct_acquires() {
 /// guarded by the earliest key.
 #[test]
 fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("sem-foreign-count");
+    support::on_single("sem-foreign-count", |cluster, ns| async move {
         let a = support::locker(&cluster, &ns).await;
         let name = support::name("pool");
         let held = a.acquire_permit(&name, 3, wait()).await.expect("a permit");
@@ -109,9 +105,7 @@ fn a_later_key_with_another_count_does_not_refuse_the_earliest_count() {
 /// the earliest.
 #[test]
 fn a_permit_waiter_gets_in_when_any_holder_releases() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("sem-any-order");
+    support::on_single("sem-any-order", |cluster, ns| async move {
         let lockers = [
             support::locker(&cluster, &ns).await,
             support::locker(&cluster, &ns).await,
@@ -149,9 +143,7 @@ fn a_permit_waiter_gets_in_when_any_holder_releases() {
 /// `<sub-range><request number hex>/<session lease hex>`.
 #[test]
 fn keys_follow_the_documented_layout() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("family-layout");
+    support::on_single("family-layout", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let rw = support::name("a/b");
         let sem = support::name("c");
@@ -193,9 +185,7 @@ fn keys_follow_the_documented_layout() {
 /// permits, of one name at once, and its own writer waits for its readers.
 #[test]
 fn one_locker_holds_several_reads_and_permits() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("family-one-locker");
+    support::on_single("family-one-locker", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let rw = support::name("doc");
         let quick = AcquireOptions::wait(Duration::from_secs(2));
@@ -237,9 +227,7 @@ fn one_locker_holds_several_reads_and_permits() {
 /// it is deleted.
 #[test]
 fn a_recipes_rwmutex_writer_key_blocks_dlock_readers_and_writers() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("family-recipes");
+    support::on_single("family-recipes", |cluster, ns| async move {
         let (r, w) = (
             support::locker(&cluster, &ns).await,
             support::locker(&cluster, &ns).await,

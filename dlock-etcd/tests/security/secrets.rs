@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::backend::AuthUsers;
 use dlock_conformance::kit::{Secrets, captured};
 use dlock_conformance::servers::Cluster;
-use dlock_core::{AcquireOptions, ErrorKind, Locker};
+use dlock_core::{AcquireOptions, Error, ErrorKind, Locker};
 use dlock_etcd::EtcdLocker;
 use dlock_etcd::etcd_client::{ConnectOptions, Identity, TlsOptions};
 
@@ -36,6 +36,21 @@ fn auth_server() -> Cluster {
     })
 }
 
+/// The secrets to look for: [`PASSWORD`] and the PEM key `key`.
+fn password_and_key(key: &[u8]) -> Secrets {
+    Secrets::new()
+        .password("password", PASSWORD)
+        .pem_key("key", key)
+}
+
+/// A locker of [`USER`] logged in to `server` with `password`, under `ns`.
+async fn logged_in(server: &Cluster, ns: &str, password: &str) -> Result<EtcdLocker, Error> {
+    support::builder(server.endpoints(), ns)
+        .user(USER, password)
+        .build()
+        .await
+}
+
 /// A client identity of a test CA, made with openssl: (certificate, key) PEM.
 fn identity_files() -> (Vec<u8>, Vec<u8>) {
     let tls = support::tls_etcd();
@@ -48,9 +63,7 @@ fn identity_files() -> (Vec<u8>, Vec<u8>) {
 #[test]
 fn the_detector_finds_each_form() {
     let (cert, key) = identity_files();
-    let secrets = Secrets::new()
-        .password("password", PASSWORD)
-        .pem_key("key", &key);
+    let secrets = password_and_key(&key);
     let options = format!("{:?}", ConnectOptions::new().with_user(USER, PASSWORD));
     assert!(secrets.leaks(&options).contains(&"password"), "{options}");
     let identity = format!("{:?}", Identity::from_pem(&cert, &key));
@@ -68,9 +81,7 @@ fn the_detector_finds_each_form() {
 #[test]
 fn builder_debug_hides_the_password_and_the_key() {
     let (cert, key) = identity_files();
-    let secrets = Secrets::new()
-        .password("password", PASSWORD)
-        .pem_key("key", &key);
+    let secrets = password_and_key(&key);
     let b = EtcdLocker::builder()
         .endpoints(["https://127.0.0.1:2379"])
         .user(USER, PASSWORD)
@@ -107,9 +118,7 @@ fn errors_do_not_show_passwords() {
         .password("root password", ROOT_PASSWORD);
     support::runtime().block_on(async {
         let ns = support::namespace("secrets");
-        let err = support::builder(server.endpoints(), &ns)
-            .user(USER, wrong)
-            .build()
+        let err = logged_in(&server, &ns, wrong)
             .await
             .expect_err("a wrong password");
         assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
@@ -117,9 +126,7 @@ fn errors_do_not_show_passwords() {
         secrets.assert_error_hidden("a wrong-password error", &err);
 
         // Outside the role's prefix: refused by permission, after a successful login.
-        let outside = support::builder(server.endpoints(), "elsewhere/secrets")
-            .user(USER, PASSWORD)
-            .build()
+        let outside = logged_in(&server, "elsewhere/secrets", PASSWORD)
             .await
             .expect("the right password logs in");
         let err = outside
@@ -155,16 +162,10 @@ fn traces_do_not_show_the_password_or_the_key() {
         cert,
         key,
     } = support::tls_etcd();
-    let secrets = Secrets::new()
-        .password("password", PASSWORD)
-        .pem_key("key", &key);
+    let secrets = password_and_key(&key);
     support::runtime().block_on(async {
         let ns = support::namespace("secrets-trace");
-        let locker = support::builder(server.endpoints(), &ns)
-            .user(USER, PASSWORD)
-            .build()
-            .await
-            .expect("log in");
+        let locker = logged_in(&server, &ns, PASSWORD).await.expect("log in");
         let lease = locker
             .acquire(&name("a"), AcquireOptions::wait(Duration::from_secs(5)))
             .await

@@ -53,9 +53,7 @@ fn with_identity(tls: &support::TlsEtcd, ns: &str) -> dlock_etcd::EtcdLockerBuil
 /// trusted.
 #[test]
 fn tls_options_reach_etcd() {
-    let tls = support::tls_etcd();
-    support::runtime().block_on(async {
-        let ns = support::namespace("tls");
+    support::in_namespace(support::tls_etcd(), "tls", |tls, ns| async move {
         let name = support::name("secure");
         let locker = support::builder(tls.cluster.endpoints(), &ns)
             .tls(
@@ -113,9 +111,7 @@ async fn assert_refused_at_once(
 /// localhost only): refused at once, not retryable.
 #[test]
 fn a_wrong_ca_or_host_name_fails_at_once_and_is_not_retryable() {
-    let tls = support::tls_etcd();
-    support::runtime().block_on(async {
-        let ns = support::namespace("tls-wrong");
+    support::in_namespace(support::tls_etcd(), "tls-wrong", |tls, ns| async move {
         let name = support::name("secure");
         let built = with_identity(&tls, &ns)
             .tls_root_certificates(other_ca().0.clone())
@@ -194,9 +190,7 @@ async fn unusable_pem_is_rejected_before_io() {
 /// is a non-retryable `AccessDenied` at the first request, naming the option.
 #[test]
 fn client_identity_is_presented_and_its_absence_refused_at_once() {
-    let tls = support::tls_etcd();
-    support::runtime().block_on(async {
-        let ns = support::namespace("tls-identity");
+    support::in_namespace(support::tls_etcd(), "tls-identity", |tls, ns| async move {
         let name = support::name("secure");
         let locker = with_identity(&tls, &ns)
             .tls_root_certificates(tls.ca.clone())

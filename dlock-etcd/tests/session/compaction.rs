@@ -4,23 +4,14 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::AcquireOptions;
 use dlock_etcd::etcd_client::CompactionOptions;
 
 #[test]
 fn compaction_while_waiting_leaves_no_stale_key_or_stuck_waiter() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("compaction");
-        let holder = support::locker(&cluster, &ns).await;
-        let waiter = support::locker(&cluster, &ns).await;
+    support::on_single("compaction", |cluster, ns| async move {
         let name = support::name("c");
-        let lease = support::hold(&holder, &name).await;
-        let waiting = support::spawn_acquire(
-            &waiter,
-            &name,
-            AcquireOptions::wait(Duration::from_secs(20)),
-        );
+        let (holder, lease, _waiter, waiting) =
+            support::held_and_waiting(&cluster, &ns, &name, Duration::from_secs(20)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiting.is_finished());
 

@@ -61,9 +61,7 @@ fn ttl_reports_the_server_granted_ttl() {
 /// 1.2 s).
 #[test]
 fn deadlines_count_the_rounded_up_ttl() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("rounded-ttl");
+    support::on_single("rounded-ttl", |cluster, ns| async move {
         let asked = Duration::from_millis(1200);
         let locker = support::builder(cluster.endpoints(), &ns)
             .ttl(asked)

@@ -13,9 +13,7 @@ const TTL: Duration = Duration::from_secs(2);
 
 #[test]
 fn a_locker_from_an_existing_client() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("from-client");
+    support::on_single("from-client", |cluster, ns| async move {
         let client = etcd_client::Client::connect(cluster.endpoints(), None)
             .await
             .expect("the application's client");

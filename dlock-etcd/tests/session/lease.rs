@@ -10,9 +10,7 @@ use dlock_core::{Locker, LossReason};
 
 #[test]
 fn revoked_session_loses_every_lock_then_a_new_session_serves_later_acquires() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("session-loss");
+    support::on_single("session-loss", |cluster, ns| async move {
         let locker = support::locker(&cluster, &ns).await;
         let (a, b) = (support::name("a"), support::name("b"));
         let la = support::hold(&locker, &a).await;

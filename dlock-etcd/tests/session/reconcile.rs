@@ -36,9 +36,7 @@ async fn gone(c: &mut Client, key: &str) -> bool {
 
 #[test]
 fn orphan_queue_key_of_the_session_is_deleted() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("orphan");
+    support::on_single("orphan", |cluster, ns| async move {
         let a = support::locker(&cluster, &ns).await;
         let b = support::locker(&cluster, &ns).await;
         let name = support::name("orders/42");
@@ -63,9 +61,7 @@ fn orphan_queue_key_of_the_session_is_deleted() {
 
 #[test]
 fn holder_key_deleted_by_hand_loses_the_lease() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("deleted-by-hand");
+    support::on_single("deleted-by-hand", |cluster, ns| async move {
         let a = support::locker(&cluster, &ns).await;
         let name = support::name("h");
         let other = support::name("other");
@@ -97,9 +93,7 @@ fn holder_key_deleted_by_hand_loses_the_lease() {
 /// `etcd::renewal` saw "the lock was not free after the renewed lease was released".
 #[test]
 fn try_acquire_during_an_orphan_delete_asks_etcd() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("orphan-try");
+    support::on_single("orphan-try", |cluster, ns| async move {
         let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
         let a = support::builder(vec![format!("http://{}", proxy.addr())], &ns)
             .build()

@@ -7,24 +7,14 @@ use crate::support;
 
 use std::time::Duration;
 
-use dlock_core::AcquireOptions;
 use dlock_etcd::etcd_client::{GetOptions, SortOrder, SortTarget};
 
 #[test]
 fn waiter_with_revoked_lease_is_never_granted_on_its_removed_key() {
-    let cluster = support::single();
-    support::runtime().block_on(async {
-        let ns = support::namespace("revoked-waiter");
-        let holder = support::locker(&cluster, &ns).await;
-        let waiter = support::locker(&cluster, &ns).await;
+    support::on_single("revoked-waiter", |cluster, ns| async move {
         let name = support::name("w");
-        let held = support::hold(&holder, &name).await;
-
-        let queued = support::spawn_acquire(
-            &waiter,
-            &name,
-            AcquireOptions::wait(Duration::from_secs(10)),
-        );
+        let (holder, held, waiter, queued) =
+            support::held_and_waiting(&cluster, &ns, &name, Duration::from_secs(10)).await;
         // Wait until the waiter's key is in the queue behind the holder's.
         let mut c = holder.client().clone();
         let range = format!("{}/", holder.etcd_mutex_name(&name));

@@ -4,6 +4,11 @@
 
 #![allow(dead_code)]
 
+// `mod.rs` includes it too: a binary with both (`security`) has it twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "keys.rs"]
+mod keys;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -297,20 +302,9 @@ impl TestBackend for EtcdBackend {
     /// leases are deleted by etcd itself.
     async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
         let mut c = self.raw().await?;
-        let resp = c
-            .get(
-                format!("{namespace}/"),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
+        keys::list(&mut c, namespace)
             .await
-            .map_err(|e| etcd_error("list the namespace", e))?;
-        let mut keys: Vec<String> = resp
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect();
-        keys.sort();
-        Ok(keys)
+            .map_err(|e| etcd_error("list the namespace", e))
     }
 
     /// Revokes the holder's lease (the key with the lowest create revision), as an operator

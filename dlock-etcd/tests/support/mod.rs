@@ -2,6 +2,10 @@
 
 #![allow(dead_code)]
 
+// `backend.rs` includes it too: a binary with both (`security`) has it twice.
+#[allow(clippy::duplicate_mod)]
+mod keys;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -20,6 +24,26 @@ pub fn single() -> Arc<Cluster> {
         }
         panic!("etcd unavailable: {e}")
     })
+}
+
+/// Runs `test` on a [`runtime`] of its own with the [`single`] etcd and a fresh
+/// [`namespace`] for `name`.
+pub fn on_single<F, Fut>(name: &str, test: F) -> Fut::Output
+where
+    F: FnOnce(Arc<Cluster>, String) -> Fut,
+    Fut: std::future::Future,
+{
+    in_namespace(single(), name, test)
+}
+
+/// Runs `test` on a [`runtime`] of its own with `server` (dropped when `test` ends) and a
+/// fresh [`namespace`] for `name`.
+pub fn in_namespace<S, F, Fut>(server: S, name: &str, test: F) -> Fut::Output
+where
+    F: FnOnce(S, String) -> Fut,
+    Fut: std::future::Future,
+{
+    runtime().block_on(test(server, namespace(name)))
 }
 
 /// A namespace unique to this process and call.
@@ -72,6 +96,26 @@ pub fn spawn_acquire(
     tokio::spawn(async move { l.acquire(&n, opts).await })
 }
 
+/// Two lockers on `cluster` under `ns`: a holder of `name` (its lease), and a waiter whose
+/// acquire of `name`, waiting `wait`, runs in a task ([`spawn_acquire`]).
+pub async fn held_and_waiting(
+    cluster: &Cluster,
+    ns: &str,
+    name: &LockName,
+    wait: Duration,
+) -> (
+    EtcdLocker,
+    Lease,
+    EtcdLocker,
+    tokio::task::JoinHandle<Result<Lease, dlock_core::Error>>,
+) {
+    let holder = locker(cluster, ns).await;
+    let waiter = locker(cluster, ns).await;
+    let lease = hold(&holder, name).await;
+    let waiting = spawn_acquire(&waiter, name, AcquireOptions::wait(wait));
+    (holder, lease, waiter, waiting)
+}
+
 /// Acquires and releases a name of its own, so that `locker` has a live session.
 pub async fn warm_up(locker: &EtcdLocker) {
     hold(locker, &name("warm-up"))
@@ -83,26 +127,9 @@ pub async fn warm_up(locker: &EtcdLocker) {
 
 /// Every key under `ns/`, sorted.
 pub async fn keys_under(locker: &EtcdLocker, ns: &str) -> Vec<String> {
-    let resp = locker
-        .client()
-        .clone()
-        .get(
-            format!("{ns}/"),
-            Some(
-                dlock_etcd::etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_keys_only(),
-            ),
-        )
+    keys::list(&mut locker.client().clone(), ns)
         .await
-        .expect("list the namespace");
-    let mut keys: Vec<String> = resp
-        .kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect();
-    keys.sort();
-    keys
+        .expect("list the namespace")
 }
 
 /// Polls until nothing is left under `ns/` (a dropped acquire deletes its key in the
