@@ -17,7 +17,9 @@ use dlock_zk::ZkLocker;
 use tokio::task::JoinHandle;
 
 use crate::support::java::{Curator, curator};
-use crate::support::{OnLock, Zk, children_become, contenders, eventually, next_change, node_of};
+use crate::support::{
+    OnLock, Zk, children_become, contenders, eventually, leader, next_change, node_of,
+};
 
 const TTL: Duration = Duration::from_secs(4);
 /// How long a reply of the peer may take (a JVM starting on a loaded machine, a long wait).
@@ -89,10 +91,7 @@ async fn granted<T>(task: JoinHandle<Result<T, Error>>, what: &str) -> T {
 /// The term and value dlock must report for the node `node` of `parent`: its czxid and data.
 async fn leader_of(z: &zookeeper_client::Client, parent: &str, node: &str) -> Leader {
     let (value, stat) = z.get_data(&format!("{parent}/{node}")).await.unwrap();
-    Leader {
-        term: FencingToken(u64::try_from(stat.czxid).unwrap()),
-        value,
-    }
+    leader(FencingToken(u64::try_from(stat.czxid).unwrap()), &value)
 }
 
 /// A Curator `LeaderLatch` leads: dlock reads and observes it (its participant id is the
@@ -145,10 +144,7 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
     assert_eq!(java.ask("close j", REPLY).await, "CLOSED j");
     let lead = granted(waiting, "the latch closed").await;
     assert!(lead.term() > java_leader.term);
-    let dlock_leader = Leader {
-        term: lead.term(),
-        value: b"dlock-b".to_vec(),
-    };
+    let dlock_leader = leader(lead.term(), b"dlock-b");
     assert_eq!(next(&mut changes).await, dlock_leader);
     assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader));
     lead.resign().await.unwrap();
@@ -170,10 +166,7 @@ async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
         .await
         .unwrap();
     let mut changes = l.observe(&name).await.unwrap();
-    let dlock_leader = Leader {
-        term: lead.term(),
-        value: b"dlock-1".to_vec(),
-    };
+    let dlock_leader = leader(lead.term(), b"dlock-1");
     assert_eq!(next(&mut changes).await, dlock_leader);
 
     let mut java = curator.spawn(&zk.connect, &["latch", &path]).await;
@@ -197,10 +190,7 @@ async fn latch_a_dlock_leader_keeps_a_curator_latch_out_until_it_resigns() {
     // leader's node keeps the value it campaigned with (writing it would use up the data watch
     // of the Curator latch behind it, which then never notices the resignation).
     lead.proclaim(b"dlock-2").await.unwrap();
-    let dlock_leader = Leader {
-        term: lead.term(),
-        value: b"dlock-2".to_vec(),
-    };
+    let dlock_leader = leader(lead.term(), b"dlock-2");
     assert_eq!(next(&mut changes).await, dlock_leader);
     assert_eq!(l.leader(&name).await.unwrap(), Some(dlock_leader.clone()));
     assert_eq!(java.ask("leader j", REPLY).await, "LEADER_ID j dlock-1");

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Zk, contenders, next_change, protected};
+use crate::support::{Zk, contenders, leader, next_change, protected};
 use crate::{TTL, wait};
 use dlock_core::{Election, ErrorKind, Leader, LeaderChanges, LockName};
 
@@ -26,10 +26,7 @@ async fn nodes_are_latch_nodes_holding_the_value() {
     assert_eq!(leading.term().get(), u64::try_from(stat.czxid).unwrap());
     assert_eq!(
         l.leader(&name).await.unwrap(),
-        Some(Leader {
-            term: leading.term(),
-            value: b"participant-1".to_vec()
-        })
+        Some(leader(leading.term(), b"participant-1"))
     );
     leading.proclaim(b"participant-1b").await.unwrap();
     assert_eq!(
@@ -76,10 +73,6 @@ async fn an_observer_that_reads_late_still_sees_every_proclamation() {
         seen.push(next(&mut changes).await);
     }
     let tb = lb.term();
-    let leader = |term, value: &[u8]| Leader {
-        term,
-        value: value.to_vec(),
-    };
     assert_eq!(
         seen,
         vec![
@@ -125,13 +118,7 @@ async fn an_observation_fails_when_its_connection_drops() {
     proxy.set(Mode::Pass);
     la.proclaim(b"a2").await.unwrap();
     let mut fresh = o.observe(&name).await.unwrap();
-    assert_eq!(
-        next(&mut fresh).await,
-        Leader {
-            term: la.term(),
-            value: b"a2".to_vec()
-        }
-    );
+    assert_eq!(next(&mut fresh).await, leader(la.term(), b"a2"));
     la.resign().await.unwrap();
 }
 
@@ -206,20 +193,14 @@ async fn an_observer_sees_a_campaign_made_right_after_its_listing() {
         .await
         .unwrap();
     let (czxid_b, node_b) = rx.await.unwrap().unwrap();
-    assert_eq!(
-        next(&mut changes).await,
-        Leader {
-            term: la.term(),
-            value: b"a1".to_vec()
-        }
-    );
+    assert_eq!(next(&mut changes).await, leader(la.term(), b"a1"));
     la.resign().await.unwrap();
     assert_eq!(
         next(&mut changes).await,
-        Leader {
-            term: dlock_core::FencingToken(u64::try_from(czxid_b).unwrap()),
-            value: b"b1".to_vec()
-        },
+        leader(
+            dlock_core::FencingToken(u64::try_from(czxid_b).unwrap()),
+            b"b1"
+        ),
         "the campaign made right after the listing ({node_b}) leads now"
     );
     zk.raw().await.delete(&node_b, None).await.unwrap();

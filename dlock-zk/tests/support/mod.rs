@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dlock_conformance::faults::Proxy;
 use dlock_conformance::servers::{Cluster, HarnessError, ServerKind, ServerOptions};
-use dlock_core::{Leader, LeaderChanges, LockName};
+use dlock_core::{FencingToken, Leader, LeaderChanges, LockName};
 use dlock_zk::ZkLocker;
 
 /// `started`, or `None` (printed) when the binaries are missing outside CI.
@@ -186,6 +186,14 @@ pub fn protected<'a>(node: &'a str, marker: &str) -> (&'a str, &'a str) {
     assert_eq!(uuid.len(), 36, "{node}");
     assert_eq!(seq.len(), 10, "{node}");
     (uuid, seq)
+}
+
+/// The leader `value` with the term `term`.
+pub fn leader(term: FencingToken, value: &[u8]) -> Leader {
+    Leader {
+        term,
+        value: value.to_vec(),
+    }
 }
 
 /// The next leader change, within `within`.
