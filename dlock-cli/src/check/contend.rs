@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FencingStrength, LockName, Locker};
+use dlock_core::{AcquireOptions, FencingStrength, Lease, LockName, Locker};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -46,10 +46,7 @@ pub(crate) async fn exclusion(ctx: &Ctx) -> Result<Row, String> {
         );
         tasks.spawn(async move {
             for _ in 0..SECTIONS {
-                let lease = client
-                    .acquire(&name, AcquireOptions::wait(wait))
-                    .await
-                    .map_err(err("acquire"))?;
+                let lease = acquire_waiting(&*client, &name, wait).await?;
                 if seen.inside.fetch_add(1, Ordering::SeqCst) > 0 {
                     seen.overlaps.fetch_add(1, Ordering::SeqCst);
                 }
@@ -109,6 +106,18 @@ async fn join_all<T: 'static>(mut tasks: JoinSet<Result<T, String>>) -> Result<V
     Ok(out)
 }
 
+/// `acquire` waiting at most `wait`, as a failure reason.
+async fn acquire_waiting(
+    client: &dyn Locker,
+    name: &LockName,
+    wait: Duration,
+) -> Result<Lease, String> {
+    client
+        .acquire(name, AcquireOptions::wait(wait))
+        .await
+        .map_err(err("acquire"))
+}
+
 /// The queue length `inspect` reports.
 async fn waiting(locker: &dyn Locker, name: &LockName) -> Result<Option<usize>, String> {
     Ok(locker.inspect(name).await.map_err(err("inspect"))?.waiting)
@@ -163,10 +172,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
             ctx.wait(),
         );
         tasks.spawn(async move {
-            let lease = client
-                .acquire(&lock, AcquireOptions::wait(wait))
-                .await
-                .map_err(err("acquire"))?;
+            let lease = acquire_waiting(&*client, &lock, wait).await?;
             order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
             tokio::time::sleep(SECTION).await;
             release(lease).await
@@ -241,10 +247,7 @@ async fn cancel_while_held(
         let (client, name, wait) = (Arc::clone(client), name.clone(), ctx.wait());
         let mut set = JoinSet::new();
         set.spawn(async move {
-            let lease = client
-                .acquire(&name, AcquireOptions::wait(wait))
-                .await
-                .map_err(err("acquire"))?;
+            let lease = acquire_waiting(&*client, &name, wait).await?;
             let at = Instant::now();
             release(lease).await?;
             Ok::<Instant, String>(at)

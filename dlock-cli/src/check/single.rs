@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Error, ErrorKind, LockName, Locker};
+use dlock_core::{AcquireOptions, Error, ErrorKind, Lease, LockName, Locker};
 use tokio::time::Instant;
 
 use super::ctx::{Ctx, err, grant, release};
@@ -227,6 +227,12 @@ where
     Ok(out)
 }
 
+/// A contender was granted a held lock: the lease goes back, the row fails.
+async fn granted_while_held(row: Row, lease: Lease) -> Row {
+    let _ = lease.release().await;
+    row.failed("a contender was granted a held lock")
+}
+
 /// `try_acquire_held`: a contender's `try_acquire` of a held name answers `None`, at once.
 pub(crate) async fn try_acquire_held(ctx: &Ctx) -> Result<Row, String> {
     let name = ctx.name("try-acquire-held")?;
@@ -240,10 +246,7 @@ pub(crate) async fn try_acquire_held(ctx: &Ctx) -> Result<Row, String> {
     let row = Row::pass("try_acquire_held").ms("took_ms", took);
     match answer.map_err(err("try_acquire"))? {
         None => Ok(row),
-        Some(lease) => {
-            let _ = lease.release().await;
-            Ok(row.failed("a contender was granted a held lock"))
-        }
+        Some(lease) => Ok(granted_while_held(row, lease).await),
     }
 }
 
@@ -267,10 +270,7 @@ pub(crate) async fn wait_timeout(ctx: &Ctx) -> Result<Row, String> {
         Err(Error::Timeout { .. }) if took >= SHORT_WAIT => Ok(row),
         Err(Error::Timeout { .. }) => Ok(row.failed("timed out before the wait elapsed")),
         Err(e) => Ok(row.failed(format!("acquire: {e} (expected a timeout)"))),
-        Ok(lease) => {
-            let _ = lease.release().await;
-            Ok(row.failed("a contender was granted a held lock"))
-        }
+        Ok(lease) => Ok(granted_while_held(row, lease).await),
     }
 }
 
