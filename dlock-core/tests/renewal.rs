@@ -474,9 +474,8 @@ async fn a_short_grant_after_an_outage_is_renewed_in_time() {
 /// in flight, is renewed at once rather than after that round's reply.
 #[tokio::test(start_paused = true)]
 async fn a_short_grant_during_a_slow_round_is_renewed_in_time() {
-    let fake = Fake::new(Script::Ok);
+    let (fake, d) = fake_driver(Script::Ok);
     fake.slow(1, Duration::from_millis(1100));
-    let d = driver(&fake);
     let a = grant(&d, 1, Instant::now(), 1);
     // The first round (for `a`) is sent at 1 s and answered at 2.1 s.
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -676,9 +675,8 @@ async fn a_burst_of_late_grants_is_renewed_in_a_few_rounds() {
 #[tokio::test(start_paused = true)]
 async fn rounds_of_an_in_order_backend_run_to_the_deadline() {
     for in_order in [true, false] {
-        let fake = Fake::new(Script::Slow(TTL * 45 / 100));
+        let (fake, d) = fake_driver(Script::Slow(TTL * 45 / 100));
         fake.in_order.store(in_order, Ordering::SeqCst);
-        let d = driver(&fake);
         let lease = grant(&d, 1, Instant::now(), 1);
         tokio::time::sleep(TTL * 4).await;
         assert_eq!(
@@ -741,10 +739,9 @@ async fn an_internal_lease_counts_neither_its_grant_nor_its_loss() {
 /// `cargo xtask bench`).
 #[tokio::test(start_paused = true)]
 async fn a_lease_in_flight_at_the_regular_round_joins_the_next_one() {
-    let fake = Fake::new(Script::Ok);
+    let (fake, d) = fake_driver(Script::Ok);
     // Every round that carries `b` takes 50 ms.
     fake.slow(2, Duration::from_millis(50));
-    let d = driver(&fake);
     let t0 = Instant::now();
     let a = grant(&d, 1, t0, 1);
     // `b`'s first renewal is due 10 ms before the regular round: it is in flight then.
