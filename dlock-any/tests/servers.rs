@@ -96,9 +96,7 @@ async fn exclude_and_release(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_by_url() {
-    let c = cluster(ServerKind::Redis, 1);
-    let url = url(&c, "redis://{nodes}/0?ttl=2s");
-    exclude_and_release(&url).await;
+    let url = excluded_by_url(ServerKind::Redis, 1, "redis://{nodes}/0?ttl=2s").await;
     let locker = connect(&url).await;
     assert_eq!(locker.ttl(), Duration::from_secs(2));
     // The family handles work by URL too.
@@ -119,16 +117,12 @@ async fn redis_by_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_by_url() {
-    let c = cluster(ServerKind::Redis, 3);
-    let url = url(&c, "redlock://{nodes}?ttl=2s");
-    exclude_and_release(&url).await;
+    excluded_by_url(ServerKind::Redis, 3, "redlock://{nodes}?ttl=2s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_by_url() {
-    let c = cluster(ServerKind::Etcd, 1);
-    let url = url(&c, "etcd://{nodes}/dlock-any-test?ttl=2s");
-    exclude_and_release(&url).await;
+    let url = excluded_by_url(ServerKind::Etcd, 1, "etcd://{nodes}/dlock-any-test?ttl=2s").await;
     let locker = connect(&url).await;
     locker
         .into_rw_locker()
@@ -137,9 +131,7 @@ async fn etcd_by_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_by_url() {
-    let c = cluster(ServerKind::Zk, 1);
-    let url = url(&c, "zk://{nodes}/dlock-any-test?ttl=4s");
-    exclude_and_release(&url).await;
+    let url = excluded_by_url(ServerKind::Zk, 1, "zk://{nodes}/dlock-any-test?ttl=4s").await;
     let locker = connect(&url).await;
     locker.into_semaphore().expect("zk offers semaphores");
 }
@@ -223,6 +215,14 @@ async fn redis_acl_user_by_url() {
     assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
 }
 
+/// [`exclude_and_release`] on a shared `kind` cluster of `nodes`, through `template` with the
+/// cluster's nodes (see [`url`]); that URL.
+async fn excluded_by_url(kind: ServerKind, nodes: usize, template: &str) -> String {
+    let url = url(&cluster(kind, nodes), template);
+    exclude_and_release(&url).await;
+    url
+}
+
 /// `scheme://NODES[path]?ttl=…&namespace=…&<the CA and client identity>` against TLS-only
 /// servers: excludes and releases.
 async fn over_tls(kind: ServerKind, nodes: usize, scheme: &str, path: &str, ttl: &str) {
@@ -263,10 +263,13 @@ async fn redis_cluster_by_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_digest_by_url() {
-    let c = cluster(ServerKind::Zk, 1);
     // Digest credentials authenticate the session; the nodes keep the default open ACL.
-    let url = url(&c, "zk://alice:s%3Acret@{nodes}/dlock-any-digest?ttl=4s");
-    exclude_and_release(&url).await;
+    excluded_by_url(
+        ServerKind::Zk,
+        1,
+        "zk://alice:s%3Acret@{nodes}/dlock-any-digest?ttl=4s",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
