@@ -682,7 +682,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn s(v: &[&str]) -> Vec<String> {
+    /// Owned strings of `v` (arguments, output lines); the soak's tests use it too.
+    pub(super) fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
     }
 
@@ -1069,10 +1070,7 @@ mod soak {
     #[cfg(test)]
     mod tests {
         use super::*;
-
-        fn lines(v: &[&str]) -> Vec<String> {
-            v.iter().map(|x| x.to_string()).collect()
-        }
+        use crate::conform::tests::s as lines;
 
         /// A skip passes only outside CI; a run without a result line never passes.
         #[test]
