@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::memory::MemoryBackend;
-use dlock_conformance::scenarios::{Fencing, run_control};
-use dlock_conformance::{ClientOptions, Row, Scenario, Status, TestBackend};
+use dlock_conformance::{ClientOptions, Row, Scenario, TestBackend};
 use dlock_core::memory::Defect;
 use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, LockState, Locker,
-    RwLocker, Semaphore, Stats,
+    AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, RwLocker, Semaphore,
+    Stats,
 };
+use support::{assert_caught, in_process, passes, run_printed};
+
+mod support;
 
 /// How many leases hold a name under `namespace` at the memory server (its `held:` entries).
 async fn held(server: &MemoryBackend, namespace: &str) -> Result<usize, Error> {
@@ -44,50 +46,59 @@ async fn lie_above(
     ))
 }
 
-/// The mutex of a lying wrapper is its inner locker's.
-macro_rules! inner_locker {
-    ($wrapper:ty) => {
-        #[async_trait]
-        impl Locker for $wrapper {
-            async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
-                self.inner.acquire(name, opts).await
-            }
-            async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
-                self.inner.try_acquire(name).await
-            }
-            async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
-                self.inner.inspect(name).await
-            }
-            fn ttl(&self) -> Duration {
-                self.inner.ttl()
-            }
-            fn capabilities(&self) -> Capabilities {
-                self.inner.capabilities()
-            }
-            fn stats(&self) -> Stats {
-                self.inner.stats()
-            }
-            async fn close(&self) -> Result<(), Error> {
-                self.inner.close().await
-            }
-        }
-    };
-}
-
-inner_locker!(LyingSemaphore);
-inner_locker!(LyingRw);
-
-/// A semaphore over [`Defect::SemaphoreOverflow`] (one permit more than it has) that answers
-/// the overflowing grant `Unavailable`.
-struct LyingSemaphore {
-    inner: Arc<dyn Semaphore>,
+/// A semaphore or read-write lock (`T`) of the memory backend whose overflowing grant is kept
+/// and answered `Unavailable` (see [`lie_above`]); its mutex is its inner locker's.
+struct Liar<T: ?Sized> {
+    inner: Arc<T>,
     backend: Arc<MemoryBackend>,
     namespace: String,
     kept: Mutex<Vec<Lease>>,
 }
 
+impl<T: ?Sized> Liar<T> {
+    fn new(inner: Arc<T>, backend: &Arc<MemoryBackend>, namespace: String) -> Self {
+        Liar {
+            inner,
+            backend: Arc::clone(backend),
+            namespace,
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn lie_above(&self, most: usize, lease: Lease) -> Result<Lease, Error> {
+        lie_above(&self.backend, &self.namespace, most, lease, &self.kept).await
+    }
+}
+
 #[async_trait]
-impl Semaphore for LyingSemaphore {
+impl<T: Locker + ?Sized> Locker for Liar<T> {
+    async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
+        self.inner.acquire(name, opts).await
+    }
+    async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
+        self.inner.try_acquire(name).await
+    }
+    async fn inspect(&self, name: &LockName) -> Result<LockState, Error> {
+        self.inner.inspect(name).await
+    }
+    fn ttl(&self) -> Duration {
+        self.inner.ttl()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+    async fn close(&self) -> Result<(), Error> {
+        self.inner.close().await
+    }
+}
+
+/// A semaphore over [`Defect::SemaphoreOverflow`] (one permit more than it has) that answers
+/// the overflowing grant `Unavailable`.
+#[async_trait]
+impl Semaphore for Liar<dyn Semaphore> {
     async fn acquire_permit(
         &self,
         name: &LockName,
@@ -95,49 +106,30 @@ impl Semaphore for LyingSemaphore {
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
         let lease = self.inner.acquire_permit(name, permits, opts).await?;
-        lie_above(
-            &self.backend,
-            &self.namespace,
-            permits as usize,
-            lease,
-            &self.kept,
-        )
-        .await
+        self.lie_above(permits as usize, lease).await
     }
 }
 
 /// A read-write lock over [`Defect::WriterWithReaders`] (a writer granted while readers hold)
 /// that answers such a writer's grant `Unavailable`.
-struct LyingRw {
-    inner: Arc<dyn RwLocker>,
-    backend: Arc<MemoryBackend>,
-    namespace: String,
-    kept: Mutex<Vec<Lease>>,
-}
-
 #[async_trait]
-impl RwLocker for LyingRw {
+impl RwLocker for Liar<dyn RwLocker> {
     async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         self.inner.read(name, opts).await
     }
 
     async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         let lease = self.inner.write(name, opts).await?;
-        lie_above(&self.backend, &self.namespace, 1, lease, &self.kept).await
+        self.lie_above(1, lease).await
     }
 }
 
 /// The memory backend with `defect`, whose semaphore and read-write clients lie as above.
 struct Lying(Arc<MemoryBackend>);
 
-#[async_trait]
-impl TestBackend for Lying {
+in_process!(forward(0) Lying {
     fn name(&self) -> &str {
         self.0.name()
-    }
-
-    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
-        Vec::new()
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
@@ -147,75 +139,32 @@ impl TestBackend for Lying {
     async fn rw(&self, opts: ClientOptions) -> Result<Option<Arc<dyn RwLocker>>, Error> {
         let namespace = opts.namespace.clone();
         Ok(self.0.rw(opts).await?.map(|inner| -> Arc<dyn RwLocker> {
-            Arc::new(LyingRw {
-                inner,
-                backend: Arc::clone(&self.0),
-                namespace,
-                kept: Mutex::new(Vec::new()),
-            })
+            Arc::new(Liar::new(inner, &self.0, namespace))
         }))
     }
 
     async fn semaphore(&self, opts: ClientOptions) -> Result<Option<Arc<dyn Semaphore>>, Error> {
         let namespace = opts.namespace.clone();
-        Ok(self
-            .0
-            .semaphore(opts)
-            .await?
-            .map(|inner| -> Arc<dyn Semaphore> {
-                Arc::new(LyingSemaphore {
-                    inner,
-                    backend: Arc::clone(&self.0),
-                    namespace,
-                    kept: Mutex::new(Vec::new()),
-                })
-            }))
+        Ok(self.0.semaphore(opts).await?.map(|inner| -> Arc<dyn Semaphore> {
+            Arc::new(Liar::new(inner, &self.0, namespace))
+        }))
     }
-
-    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
-        self.0.leftovers(namespace).await
-    }
-
-    async fn break_holder(
-        &self,
-        namespace: &str,
-        name: &LockName,
-    ) -> Result<Option<Vec<FencingToken>>, Error> {
-        self.0.break_holder(namespace, name).await
-    }
-
-    fn child_env(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
-}
+});
 
 /// Runs `scenario` on the lying memory backend with `defect`: the row must fail for the
 /// server-side judgement of the extra request (not for a later check).
 fn caught(defect: Defect, scenario: Scenario, what: &str) -> Row {
     let backend = Arc::new(Lying(Arc::new(MemoryBackend::with_defect(defect))));
-    let row = run_control(backend, "extra_request_controls", scenario, Fencing::On);
-    println!("{}", row.summary());
-    assert_eq!(row.status, Status::Fail, "{}", row.summary());
-    for needle in [
-        what,
-        "answered Unavailable",
-        "the server still keeps entries of it",
-        "held:",
-    ] {
-        assert!(row.reason.contains(needle), "{needle:?}: {}", row.summary());
-    }
-    row
-}
-
-/// Runs `scenario` on the correct memory backend: the row must pass.
-fn passes(scenario: Scenario) -> Row {
-    let row = run_control(
-        Arc::new(MemoryBackend::new()),
-        "memory",
-        scenario,
-        Fencing::On,
+    let row = run_printed(backend, "extra_request_controls", scenario);
+    assert_caught(
+        &row,
+        &[
+            what,
+            "answered Unavailable",
+            "the server still keeps entries of it",
+            "held:",
+        ],
     );
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
     row
 }
 

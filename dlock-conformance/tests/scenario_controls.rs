@@ -3,9 +3,12 @@
 use std::sync::Arc;
 
 use dlock_conformance::memory::MemoryBackend;
-use dlock_conformance::scenarios::{Fencing, run_control};
+use dlock_conformance::scenarios::Fencing;
 use dlock_conformance::{Row, Scenario, Status, TestBackend};
 use dlock_core::memory::Defect;
+use support::{assert_caught, passes, run_printed};
+
+mod support;
 
 fn broken(defect: Defect) -> Arc<dyn TestBackend> {
     Arc::new(MemoryBackend::with_defect(defect))
@@ -14,22 +17,8 @@ fn broken(defect: Defect) -> Arc<dyn TestBackend> {
 /// Runs `scenario` on a memory locker with `defect`: the row must fail, for `why`.
 fn caught(defect: Defect, scenario: Scenario, why: &str) -> Row {
     let label = format!("memory_{defect:?}").to_lowercase();
-    let row = run_control(broken(defect), &label, scenario, Fencing::On);
-    println!("{}", row.summary());
-    assert_eq!(row.status, Status::Fail, "{}", row.summary());
-    assert!(row.reason.contains(why), "{}", row.summary());
-    row
-}
-
-/// Runs `scenario` on the correct memory locker: the row must pass.
-fn passes(scenario: Scenario) -> Row {
-    let row = run_control(
-        Arc::new(MemoryBackend::new()),
-        "memory",
-        scenario,
-        Fencing::On,
-    );
-    assert_eq!(row.status, Status::Pass, "{}", row.summary());
+    let row = run_printed(broken(defect), &label, scenario);
+    assert_caught(&row, &[why]);
     row
 }
 

@@ -9,9 +9,10 @@ use dlock_conformance::memory::MemoryBackend;
 use dlock_conformance::scenarios::Verdict;
 use dlock_conformance::soak::{Minimums, SoakPlan, run_plan, soak_outcome};
 use dlock_conformance::{ClientOptions, TestBackend};
-use dlock_core::{
-    AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, LockState, Locker, Stats,
-};
+use dlock_core::{AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, Stats};
+use support::in_process;
+
+mod support;
 
 /// A memory locker whose acquires all fail with `Unavailable` (its server is never reached);
 /// everything else is the memory locker's.
@@ -51,36 +52,15 @@ impl Locker for NeverGrants {
 /// The memory backend with [`NeverGrants`] clients.
 struct NeverGrantsBackend(MemoryBackend);
 
-#[async_trait]
-impl TestBackend for NeverGrantsBackend {
+in_process!(forward(0) NeverGrantsBackend {
     fn name(&self) -> &str {
         "memory-nevergrants"
-    }
-
-    fn node_addrs(&self) -> Vec<std::net::SocketAddr> {
-        Vec::new()
     }
 
     async fn client(&self, opts: ClientOptions) -> Result<Arc<dyn Locker>, Error> {
         Ok(Arc::new(NeverGrants(self.0.client(opts).await?)))
     }
-
-    async fn leftovers(&self, namespace: &str) -> Result<Vec<String>, Error> {
-        self.0.leftovers(namespace).await
-    }
-
-    async fn break_holder(
-        &self,
-        namespace: &str,
-        name: &LockName,
-    ) -> Result<Option<Vec<FencingToken>>, Error> {
-        self.0.break_holder(namespace, name).await
-    }
-
-    fn child_env(&self) -> Vec<(String, String)> {
-        Vec::new()
-    }
-}
+});
 
 fn why(v: Verdict) -> String {
     match v {
