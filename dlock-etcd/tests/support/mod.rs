@@ -86,6 +86,14 @@ pub async fn hold(locker: &EtcdLocker, name: &LockName) -> Lease {
         .expect("acquire")
 }
 
+/// Asserts that a request was kept out: it ended in a timeout (`what` says what a grant
+/// would have meant).
+#[track_caller]
+pub fn kept_out<T: std::fmt::Debug>(got: Result<T, dlock_core::Error>, what: &str) {
+    let e = got.expect_err(what);
+    assert_eq!(e.kind(), dlock_core::ErrorKind::Timeout, "{e}");
+}
+
 /// `locker`'s acquire of `name`, waiting as `opts` say, in a task of its own.
 pub fn spawn_acquire(
     locker: &EtcdLocker,

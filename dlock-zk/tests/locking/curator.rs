@@ -10,15 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{
-    AcquireOptions, Election, Error, ErrorKind, FencingToken, Leader, LeaderChanges, RwLocker,
-    Semaphore,
+    AcquireOptions, Election, Error, FencingToken, Leader, LeaderChanges, RwLocker, Semaphore,
 };
 use dlock_zk::ZkLocker;
 use tokio::task::JoinHandle;
 
 use crate::support::java::{Curator, curator};
 use crate::support::{
-    OnLock, Zk, children_become, contenders, eventually, leader, next_change, node_of,
+    OnLock, Zk, children_become, contenders, eventually, kept_out, leader, next_change, node_of,
 };
 
 const TTL: Duration = Duration::from_secs(4);
@@ -121,11 +120,11 @@ async fn latch_a_curator_leader_keeps_dlock_campaigns_waiting_until_it_closes() 
     assert_eq!(next(&mut changes).await, java_leader);
 
     // A dlock campaign cannot win while the latch leads...
-    let e = l
-        .campaign(&name, b"dlock-a", AcquireOptions::wait(SHORT))
-        .await
-        .expect_err("dlock led while the Curator latch did");
-    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    kept_out(
+        l.campaign(&name, b"dlock-a", AcquireOptions::wait(SHORT))
+            .await,
+        "dlock led while the Curator latch did",
+    );
 
     // ...and one that waits wins once the latch closes, not before.
     let n = name.clone();
@@ -240,16 +239,14 @@ async fn rw_a_curator_writer_keeps_dlock_readers_and_writers_out() {
         "Curator's write node: {kids:?}"
     );
 
-    let e = l
-        .read(&name, AcquireOptions::wait(SHORT))
-        .await
-        .expect_err("dlock read while Curator wrote");
-    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-    let e = l
-        .write(&name, AcquireOptions::wait(SHORT))
-        .await
-        .expect_err("dlock wrote while Curator wrote");
-    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    kept_out(
+        l.read(&name, AcquireOptions::wait(SHORT)).await,
+        "dlock read while Curator wrote",
+    );
+    kept_out(
+        l.write(&name, AcquireOptions::wait(SHORT)).await,
+        "dlock wrote while Curator wrote",
+    );
 
     let n = name.clone();
     let waiting = waiter(&z, &path, 2, &b, |b| async move {
@@ -393,11 +390,11 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
         "TIMEOUT c",
         "Curator took a 4th permit"
     );
-    let e = l
-        .acquire_permit(&name, N, AcquireOptions::wait(SHORT))
-        .await
-        .expect_err("dlock took a 4th permit");
-    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    kept_out(
+        l.acquire_permit(&name, N, AcquireOptions::wait(SHORT))
+            .await,
+        "dlock took a 4th permit",
+    );
     queued(&z, &leases, 3).await;
     queued(&z, &locks, 0).await;
 
@@ -424,11 +421,11 @@ async fn semaphore_curator_and_dlock_share_the_permits() {
     java.send(&format!("acquire d {LONG_MS}"));
     queued(&z, &leases, 4).await;
     // It holds the guard meanwhile: a dlock request waits for it in `locks`.
-    let e = l
-        .acquire_permit(&name, N, AcquireOptions::wait(SHORT))
-        .await
-        .expect_err("dlock passed Curator's guard");
-    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    kept_out(
+        l.acquire_permit(&name, N, AcquireOptions::wait(SHORT))
+            .await,
+        "dlock passed Curator's guard",
+    );
     assert_eq!(contenders(&z, &locks).await.len(), 1);
     assert_eq!(java.printed(), None, "Curator took a 4th permit");
     p1.release().await.unwrap();

@@ -188,6 +188,14 @@ pub fn protected<'a>(node: &'a str, marker: &str) -> (&'a str, &'a str) {
     (uuid, seq)
 }
 
+/// Asserts that a request was kept out: it ended in a timeout (`what` says what a grant
+/// would have meant).
+#[track_caller]
+pub fn kept_out<T: std::fmt::Debug>(got: Result<T, dlock_core::Error>, what: &str) {
+    let e = got.expect_err(what);
+    assert_eq!(e.kind(), dlock_core::ErrorKind::Timeout, "{e}");
+}
+
 /// The leader `value` with the term `term`.
 pub fn leader(term: FencingToken, value: &[u8]) -> Leader {
     Leader {
