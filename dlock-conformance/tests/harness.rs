@@ -9,15 +9,24 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-fn start_or_skip(kind: ServerKind, n: usize) -> Option<Cluster> {
-    match Cluster::start(kind, n) {
+/// The cluster `started` made, or `None` (the reason printed) when its server binaries are
+/// missing; any other failure panics, naming `what` did not start.
+fn or_skip(
+    started: Result<Cluster, HarnessError>,
+    what: std::fmt::Arguments<'_>,
+) -> Option<Cluster> {
+    match started {
         Ok(c) => Some(c),
         Err(e) if e.may_skip() => {
             println!("skip: {e}");
             None
         }
-        Err(e) => panic!("{kind}×{n} did not start: {e}"),
+        Err(e) => panic!("{what} did not start: {e}"),
     }
+}
+
+fn start_or_skip(kind: ServerKind, n: usize) -> Option<Cluster> {
+    or_skip(Cluster::start(kind, n), format_args!("{kind}×{n}"))
 }
 
 fn topology(kind: ServerKind, n: usize) {
@@ -58,34 +67,25 @@ fn topology(kind: ServerKind, n: usize) {
     }
 }
 
-#[test]
-fn redis_1() {
-    topology(ServerKind::Redis, 1);
+/// One test per topology: every node answers, and teardown leaves no process or data dir.
+macro_rules! topologies {
+    ($($test:ident: $kind:ident, $n:literal;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                topology(ServerKind::$kind, $n);
+            }
+        )*
+    };
 }
 
-#[test]
-fn redis_5() {
-    topology(ServerKind::Redis, 5);
-}
-
-#[test]
-fn etcd_1() {
-    topology(ServerKind::Etcd, 1);
-}
-
-#[test]
-fn etcd_3() {
-    topology(ServerKind::Etcd, 3);
-}
-
-#[test]
-fn zk_1() {
-    topology(ServerKind::Zk, 1);
-}
-
-#[test]
-fn zk_3() {
-    topology(ServerKind::Zk, 3);
+topologies! {
+    redis_1: Redis, 1;
+    redis_5: Redis, 5;
+    etcd_1: Etcd, 1;
+    etcd_3: Etcd, 3;
+    zk_1: Zk, 1;
+    zk_3: Zk, 3;
 }
 
 #[test]
@@ -151,14 +151,10 @@ fn missing_binary_is_typed() {
 }
 
 fn start_with_or_skip(kind: ServerKind, n: usize, options: &ServerOptions) -> Option<Cluster> {
-    match Cluster::start_with(kind, n, options) {
-        Ok(c) => Some(c),
-        Err(e) if e.may_skip() => {
-            println!("skip: {e}");
-            None
-        }
-        Err(e) => panic!("{kind}×{n} ({options:?}) did not start: {e}"),
-    }
+    or_skip(
+        Cluster::start_with(kind, n, options),
+        format_args!("{kind}×{n} ({options:?})"),
+    )
 }
 
 /// A TLS-only Redis: no plain answer on its port, TLS answers with the generated CA, the
@@ -492,14 +488,10 @@ fn failures_name_server_port_and_step() {
 }
 
 fn start_partitionable_or_skip(kind: ServerKind, n: usize) -> Option<Cluster> {
-    match Cluster::start_partitionable(kind, n) {
-        Ok(c) => Some(c),
-        Err(e) if e.may_skip() => {
-            println!("skip: {e}");
-            None
-        }
-        Err(e) => panic!("partitionable {kind}×{n} did not start: {e}"),
-    }
+    or_skip(
+        Cluster::start_partitionable(kind, n),
+        format_args!("partitionable {kind}×{n}"),
+    )
 }
 
 /// Polls `f` every 50 ms until it holds or `within` passes.
