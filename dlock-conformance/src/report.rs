@@ -1,5 +1,7 @@
 //! One result row per (backend, scenario), printed and written as JSON for `cargo xtask conform`.
 
+mod skips;
+
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -81,16 +83,7 @@ pub const ALLOWLIST: &str = include_str!("../skips.allow");
 /// be allowlisted as `part: <reason>`).
 pub const SKIPPED_PARTS: &str = "skipped_parts";
 
-/// One permitted skip: `backend | scenario | reason` in the allowlist file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedSkip {
-    /// The backend's report name.
-    pub backend: String,
-    /// The scenario's name.
-    pub scenario: String,
-    /// The exact skip reason; `part: <reason>` for a part of a scenario that cannot run.
-    pub reason: String,
-}
+pub use skips::AllowedSkip;
 
 /// Parses allowlist text: one `backend | scenario | reason` per line; blank lines and lines
 /// starting with `#` are ignored.
@@ -98,30 +91,7 @@ pub struct AllowedSkip {
 /// # Errors
 /// The first malformed line, with its number.
 pub fn parse_allowlist(text: &str) -> Result<Vec<AllowedSkip>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut parts = line.splitn(3, '|').map(str::trim);
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(b), Some(s), Some(r)) if !b.is_empty() && !s.is_empty() && !r.is_empty() => {
-                out.push(AllowedSkip {
-                    backend: b.into(),
-                    scenario: s.into(),
-                    reason: r.into(),
-                });
-            }
-            _ => {
-                return Err(format!(
-                    "skips.allow line {}: want `backend | scenario | reason`, got {line:?}",
-                    i + 1
-                ));
-            }
-        }
-    }
-    Ok(out)
+    skips::parse(text, "skips.allow")
 }
 
 impl Row {

@@ -9,45 +9,20 @@ use serde_json::Value;
 /// Where the allowlist lives, relative to the workspace root.
 pub const FILE: &str = "dlock-conformance/skips.allow";
 
+/// The allowlist's format, shared with the suite's own check of a row
+/// (`dlock_conformance::report`).
+#[path = "../../dlock-conformance/src/report/skips.rs"]
+mod skips;
+
 /// One permitted skip: `backend | scenario | reason` (`part: <reason>` for a skipped part).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allowed {
-    /// The backend's report name.
-    pub backend: String,
-    /// The scenario's name.
-    pub scenario: String,
-    /// The exact reason.
-    pub reason: String,
-}
+pub use skips::AllowedSkip as Allowed;
 
 /// Parses the allowlist text (blank lines and `#` comments ignored).
 ///
 /// # Errors
 /// The first malformed line.
 pub fn parse(text: &str) -> Result<Vec<Allowed>, String> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let mut parts = line.splitn(3, '|').map(str::trim);
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(b), Some(s), Some(r)) if !b.is_empty() && !s.is_empty() && !r.is_empty() => out
-                .push(Allowed {
-                    backend: b.into(),
-                    scenario: s.into(),
-                    reason: r.into(),
-                }),
-            _ => {
-                return Err(format!(
-                    "{FILE} line {}: want `backend | scenario | reason`, got {line:?}",
-                    i + 1
-                ));
-            }
-        }
-    }
-    Ok(out)
+    skips::parse(text, FILE)
 }
 
 /// Reads and parses the allowlist under `root`.
