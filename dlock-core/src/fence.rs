@@ -38,6 +38,7 @@
 use std::sync::Mutex;
 
 use crate::FencingToken;
+use crate::sync::lock;
 
 /// An operation was rejected because a newer token has already been accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -101,7 +102,7 @@ impl<T> FenceGuard<T> {
         token: FencingToken,
         op: impl FnOnce(&mut T) -> R,
     ) -> Result<R, FenceRejected> {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = lock(&self.inner);
         if let Some(highest) = guard.0
             && token < highest
         {
@@ -116,13 +117,13 @@ impl<T> FenceGuard<T> {
 
     /// Reads the value.
     pub fn read<R>(&self, op: impl FnOnce(&T) -> R) -> R {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = lock(&self.inner);
         op(&guard.1)
     }
 
     /// The highest token accepted so far.
     pub fn highest(&self) -> Option<FencingToken> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).0
+        lock(&self.inner).0
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::sync::lock;
 use crate::{Counters, Error, FencingToken, LockName, LossReason};
 
 /// The state of one lease shared by the [`Lease`] handle and the renewal driver.
@@ -71,8 +72,7 @@ impl LeaseCell {
     }
 
     fn state(&self) -> MutexGuard<'_, CellState> {
-        // A panic while holding this lock cannot leave the state inconsistent (plain fields).
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     pub(crate) fn deadline(&self) -> Instant {

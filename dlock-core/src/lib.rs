@@ -19,6 +19,7 @@ mod renewal;
 mod rw;
 mod semaphore;
 mod stats;
+mod sync;
 mod token;
 mod with_lock;
 

@@ -1,13 +1,14 @@
 //! Re-entrancy over any [`Locker`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::runtime::Handle;
 
 use crate::lease::{LeaseCell, LeaseControl};
+use crate::sync::lock;
 use crate::{
     AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, Releaser, Stats,
 };
@@ -58,10 +59,6 @@ struct HoldState {
     count: u32,
     /// The inner lease, until the last hold releases it.
     lease: Option<Lease>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<L: Locker> Reentrant<L> {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::lease::{LeaseCell, LeaseControl};
 use crate::options::{drift, loss_margin};
+use crate::sync::lock;
 use crate::{Background, Counters, Error, FencingToken, Lease, LockName, LossReason};
 
 /// The outcome of renewing one lease.
@@ -115,11 +116,6 @@ struct TaskSlot {
     /// Tasks spawned so far; identifies the current one.
     generation: u64,
     running: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every mutex here guards plain data that a panic cannot leave half-updated.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<B: RenewBackend> Shared<B> {

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
 use crate::options::validate_ttl;
+use crate::sync::lock;
 use crate::{
     AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, HolderState,
     Leader, Lease, LockBackend, LockName, LockState, LossReason, Primitives, RenewBackend, Renewal,
@@ -97,7 +98,7 @@ impl MemoryServer {
     }
 
     fn names(&self) -> MutexGuard<'_, HashMap<String, NameState>> {
-        self.names.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.names)
     }
 
     /// Test hook (`testing` feature): expire the current holder of `name` now, as if its TTL ran out. The holder
