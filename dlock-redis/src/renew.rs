@@ -186,6 +186,20 @@ impl SingleBackend {
     }
 }
 
+/// The verdict of one renewal script reply (`1`: still ours, extended) on a lease holding
+/// `slot`: the single-node and the cluster rounds both read their replies with it.
+fn verdict(reply: i64, slot: Slot) -> Renewal {
+    match (reply, slot) {
+        (1, _) => Renewal::Extended,
+        (_, Slot::Lock) => Renewal::Lost(LossReason::Gone(
+            "the lock key is gone or holds another owner".into(),
+        )),
+        (_, Slot::Holder) => Renewal::Lost(LossReason::Gone(
+            "the holder's entry is gone or expired".into(),
+        )),
+    }
+}
+
 fn wrong_length(node: &str) -> Error {
     Error::backend(
         format!("unexpected reply to renew from {node}: wrong length"),
@@ -340,15 +354,7 @@ impl SingleBackend {
                     continue;
                 }
                 for (&i, r) in call.iter().zip(reply) {
-                    out[i] = match (r, entries[i].slot) {
-                        (1, _) => Renewal::Extended,
-                        (_, Slot::Lock) => Renewal::Lost(LossReason::Gone(
-                            "the lock key is gone or holds another owner".into(),
-                        )),
-                        (_, Slot::Holder) => Renewal::Lost(LossReason::Gone(
-                            "the holder's entry is gone or expired".into(),
-                        )),
-                    };
+                    out[i] = verdict(r, entries[i].slot);
                 }
             }
         }
@@ -414,23 +420,9 @@ impl RenewBackend for SingleBackend {
         let member_replies = scripts::flatten_renewals(member_chunks, members.len())
             .ok_or_else(|| wrong_length(&self.node.display))?;
         let mut out = vec![Renewal::Retry; entries.len()];
-        for (i, r) in locks.into_iter().zip(lock_replies) {
-            out[i] = if r == 1 {
-                Renewal::Extended
-            } else {
-                Renewal::Lost(LossReason::Gone(
-                    "the lock key is gone or holds another owner".into(),
-                ))
-            };
-        }
-        for (i, r) in members.into_iter().zip(member_replies) {
-            out[i] = if r == 1 {
-                Renewal::Extended
-            } else {
-                Renewal::Lost(LossReason::Gone(
-                    "the holder's entry is gone or expired".into(),
-                ))
-            };
+        let replies = locks.into_iter().zip(lock_replies);
+        for (i, r) in replies.chain(members.into_iter().zip(member_replies)) {
+            out[i] = verdict(r, entries[i].slot);
         }
         Ok(out)
     }
