@@ -35,6 +35,17 @@ fn name(s: &str) -> LockName {
     LockName::new(s).expect("valid name")
 }
 
+/// `l`'s acquire of `x`, refused for `why` as `AccessDenied`, not retryable: the error.
+async fn denied(l: &RedisLocker, why: &str) -> dlock_core::Error {
+    let err = l
+        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
+        .await
+        .expect_err(why);
+    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    err
+}
+
 /// The shared node and an ACL user [`USER`] with the README's rules under `ns` (password
 /// [`PASSWORD`]); returns the node's address and the user, held until the guard drops.
 async fn acl_user(ns: &str) -> (std::net::SocketAddr, tokio::sync::MutexGuard<'static, ()>) {
@@ -176,12 +187,7 @@ async fn lockers_and_errors_hide_passwords() {
         .await
         .expect("builds");
     s.assert_hidden("a RedisLocker's Debug", &format!("{wrong:?}"));
-    let err = wrong
-        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect_err("a wrong password");
-    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
-    assert!(!err.is_retryable(), "{err}");
+    let err = denied(&wrong, "a wrong password").await;
     s.assert_error_hidden("a wrong-password error", &err);
 
     // The right password, a namespace the user's key pattern does not cover.
@@ -192,12 +198,7 @@ async fn lockers_and_errors_hide_passwords() {
         .build()
         .await
         .expect("builds");
-    let err = outside
-        .acquire(&name("x"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect_err("no permission");
-    assert_eq!(err.kind(), ErrorKind::AccessDenied, "{err}");
-    assert!(!err.is_retryable(), "{err}");
+    let err = denied(&outside, "no permission").await;
     s.assert_hidden(
         "a permission error",
         &format!("{err}\n{err:?}\n{outside:?}"),
