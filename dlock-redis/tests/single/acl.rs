@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, ErrorKind, Lease, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
 
 use super::support::acl::{FAMILY_RULES, RULES, WAIT_RULES, acl_rules};
-use super::{acquiring, conn, name, queued, shared};
+use super::{acquiring, conn, granted, name, queued, shared};
 
 /// Creates (or resets) the ACL user `user` with password `pw` and `rules` for the keys under
 /// `ns` on the node at `url`.
@@ -63,10 +63,13 @@ async fn auth_through_the_url() {
         Duration::from_secs(1),
     )
     .await;
-    let lease = good
-        .acquire(&name("auth"), AcquireOptions::wait(Duration::from_secs(1)))
-        .await
-        .expect("acquire with AUTH");
+    let lease = granted(
+        &good,
+        &name("auth"),
+        Duration::from_secs(1),
+        "acquire with AUTH",
+    )
+    .await;
     lease.release().await.expect("release");
     let bad = super::locker(
         &format!("redis://{addr}"),
@@ -103,10 +106,7 @@ async fn the_documented_acl_rules_suffice() {
     let ns = "dlock-test/acl/minimal";
     let (_, a, b) = two_lockers("dlock-minimal", ns, RULES).await;
     let lock = name("m");
-    let held = a
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("acquire");
+    let held = granted(&a, &lock, Duration::from_secs(2), "acquire").await;
     let waiting = acquiring(&b, &lock, AcquireOptions::wait(Duration::from_secs(10)));
     renewed_then_handed_over(held, waiting).await;
 }
@@ -119,10 +119,7 @@ async fn a_refused_release_never_reserves_without_notifying() {
     let rules: Vec<&str> = RULES.iter().copied().filter(|r| *r != "+publish").collect();
     let (url, a, b) = two_lockers("dlock-nopublish", ns, &rules).await;
     let lock = name("p");
-    let held = a
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("acquire");
+    let held = granted(&a, &lock, Duration::from_secs(2), "acquire").await;
     let waiting = acquiring(&b, &lock, AcquireOptions::wait(Duration::from_secs(2)));
     let mut conn = conn(&url).await;
     queued(&mut conn, &format!("{ns}/dlock:{{p}}:q"), 1).await;
@@ -173,17 +170,21 @@ async fn the_documented_acl_rules_suffice_for_wait_for_replicas() {
     let ns = "dlock-test/acl/wait";
     let rules: Vec<&str> = RULES.iter().chain(WAIT_RULES).copied().collect();
     acl_user(&urls[0], "dlock-wait", ns, &rules).await;
-    let l = RedisLocker::builder()
-        .url(format!("redis://dlock-wait:pw@{master}"))
-        .ttl(Duration::from_secs(2))
-        .namespace(ns)
-        .wait_for_replicas(1, Duration::from_millis(500))
-        .build()
-        .await
-        .expect("builds");
-    let lease = l
-        .acquire(&name("w"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("granted and acknowledged under the ACL");
+    let l = super::builder(
+        &format!("redis://dlock-wait:pw@{master}"),
+        ns,
+        Duration::from_secs(2),
+    )
+    .wait_for_replicas(1, Duration::from_millis(500))
+    .build()
+    .await
+    .expect("builds");
+    let lease = granted(
+        &l,
+        &name("w"),
+        Duration::from_secs(2),
+        "granted and acknowledged under the ACL",
+    )
+    .await;
     lease.release().await.expect("release");
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, ErrorKind, LockName, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{builder, conn, name, private, replicate};
+use super::{builder, conn, granted, name, private, replicate};
 
 /// `WAIT` blocks the connection it is sent on until it returns. While the only replica is
 /// stalled (SIGSTOP: still connected, acknowledging nothing), several grants at once wait for
@@ -27,10 +27,13 @@ async fn a_stalled_replica_does_not_starve_renewals() {
     .build()
     .await
     .expect("builds");
-    let held = l
-        .acquire(&name("held"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("a replica acknowledges");
+    let held = granted(
+        &l,
+        &name("held"),
+        Duration::from_secs(2),
+        "a replica acknowledges",
+    )
+    .await;
     tokio::task::block_in_place(|| cluster.node(1).pause()).expect("stall the replica");
     let stalled = std::time::Instant::now();
     let grants: Vec<_> = (0..6)
@@ -83,10 +86,13 @@ async fn grants_wait_for_replica_acknowledgement() {
         .build()
         .await
         .expect("builds");
-    let lease = l
-        .acquire(&name("acked"), AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("a replica acknowledges");
+    let lease = granted(
+        &l,
+        &name("acked"),
+        Duration::from_secs(2),
+        "a replica acknowledges",
+    )
+    .await;
     lease.release().await.expect("release");
     tokio::task::block_in_place(|| cluster.node(1).kill()).expect("kill the replica");
     let e = l

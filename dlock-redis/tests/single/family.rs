@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, Election, ErrorKind, Locker, LossReason, RwLocker, Semaphore};
+use dlock_core::{AcquireOptions, Election, ErrorKind, LossReason, RwLocker, Semaphore};
 use tokio::time::Instant;
 
-use super::{conn, locker, name, url};
+use super::{conn, granted, locker, name, url};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -35,10 +35,7 @@ async fn a_holder_deleted_from_outside_is_lost_at_its_next_renewal() {
             .expect("permit"),
     ];
     // A mutex lease on the same locker, renewed in the same rounds, stays held.
-    let mutex = l
-        .acquire(&name("m"), AcquireOptions::wait(WAIT))
-        .await
-        .expect("mutex");
+    let mutex = granted(&l, &name("m"), WAIT, "mutex").await;
     let mut c = conn(&url()).await;
     for lock in ["r", "w", "p"] {
         let deleted: i64 = redis::cmd("DEL")

@@ -176,6 +176,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// `locker`'s acquire of `lock` within `wait`; panics saying `what` was expected.
+async fn granted<L: Locker + ?Sized>(
+    locker: &L,
+    lock: &LockName,
+    wait: Duration,
+    what: &str,
+) -> Lease {
+    locker
+        .acquire(lock, AcquireOptions::wait(wait))
+        .await
+        .expect(what)
+}
+
 /// `locker`'s acquire of `lock` with `options`, in a task of its own.
 fn acquiring<L: Locker + Clone + 'static>(
     locker: &L,

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{AcquireOptions, Error, ErrorKind, Locker};
+use dlock_core::{Error, ErrorKind, Locker};
 use dlock_redis::RedisLocker;
 
-use super::{builder, name, url};
+use super::{builder, granted, name, url};
 
 /// Asserts that `validate` and `build` of the same options (`what`) both refuse them as
 /// `InvalidInput`; returns how long `build` took.
@@ -196,10 +196,7 @@ async fn a_locker_from_an_existing_client() {
         .await
         .expect("locker from the URL");
     let lock = name("shared");
-    let held = mine
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("granted");
+    let held = granted(&mine, &lock, Duration::from_secs(5), "granted").await;
     assert!(
         theirs
             .try_acquire(&lock)

@@ -11,7 +11,7 @@ use dlock_core::{AcquireOptions, Error, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 use tokio::time::Instant;
 
-use super::{acquiring, conn, locker, name, queued, shared, url};
+use super::{acquiring, conn, granted, locker, name, queued, shared, url};
 
 /// A fair waiter whose holder crashed (key left to expire, no release message) gets the lock
 /// through its timer at the holder's expiry, not a poll.
@@ -27,10 +27,7 @@ async fn head_waiter_takes_over_an_expired_holder() {
         .expect("acquire");
     lease.stop_renewal_for_test();
     let began = Instant::now();
-    let got = waiter
-        .acquire(&name("e"), AcquireOptions::wait(ttl * 3))
-        .await
-        .expect("the waiter takes over");
+    let got = granted(&waiter, &name("e"), ttl * 3, "the waiter takes over").await;
     let took = began.elapsed();
     assert!(took < ttl + Duration::from_millis(300), "took {took:?}");
     assert!(lease.is_lost());
@@ -51,10 +48,7 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
     let lock = name("handoff");
     let queue = format!("{ns}/dlock:{{handoff}}:q");
     for round in 0..20 {
-        let held = holder
-            .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("holder acquires");
+        let held = granted(&holder, &lock, Duration::from_secs(5), "holder acquires").await;
         let waiting = acquiring(&waiter, &lock, AcquireOptions::wait(Duration::from_secs(5)));
         queued(&mut conn, &queue, 1).await;
         held.release().await.expect("release");
@@ -92,10 +86,7 @@ async fn a_crashed_head_stalls_the_queue_for_seconds_not_ttls() {
     let proxy = Proxy::start(cluster.addrs()[0]).expect("proxy");
     let doomed = locker(&format!("redis://{}", proxy.addr()), ns, ttl).await;
     let next = locker(&url, ns, ttl).await;
-    let held = holder
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("holder acquires");
+    let held = granted(&holder, &lock, Duration::from_secs(5), "holder acquires").await;
     let crashed = acquiring(&doomed, &lock, AcquireOptions::forever());
     queued(&mut conn, &queue, 1).await;
     proxy.set(Mode::Blackhole);
@@ -130,10 +121,7 @@ async fn a_short_ttl_waiter_never_shortens_the_queue() {
     let holder = locker(&url, ns, long).await;
     let patient = locker(&url, ns, long).await;
     let hasty = locker(&url, ns, Duration::from_millis(200)).await;
-    let held = holder
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("holder acquires");
+    let held = granted(&holder, &lock, Duration::from_secs(5), "holder acquires").await;
     let waiting = acquiring(
         &patient,
         &lock,
@@ -198,10 +186,7 @@ async fn polls_leave_the_fence_alone(
 ) {
     let lock = name("held");
     let fence_key = &format!("{ns}/dlock:{{held}}:fence");
-    let lease = holder
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(5)))
-        .await
-        .expect("holder acquires");
+    let lease = granted(holder, &lock, Duration::from_secs(5), "holder acquires").await;
     let mut before = Vec::new();
     for url in urls {
         before.push(fence(url, fence_key).await);

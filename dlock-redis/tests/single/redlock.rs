@@ -8,7 +8,7 @@ use dlock_conformance::servers::Cluster;
 use dlock_core::{AcquireOptions, Error, LockName, Locker};
 use dlock_redis::RedlockLocker;
 
-use super::{conn, name, private, runtime};
+use super::{conn, granted, name, private, runtime};
 
 async fn locker(cluster: &Cluster, ns: &str) -> RedlockLocker {
     RedlockLocker::builder()
@@ -82,18 +82,12 @@ fn restarted_empty_nodes_do_not_let_two_holders_in() {
         // Raise the counters on every node first, so a forgotten counter is visibly lower.
         let mut last = 0;
         for _ in 0..3 {
-            let l = a
-                .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
-                .await
-                .expect("acquire");
+            let l = granted(&a, &name, Duration::from_secs(2), "acquire").await;
             assert!(l.token().get() > last);
             last = l.token().get();
             l.release().await.expect("release");
         }
-        let held = a
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
-            .await
-            .expect("acquire");
+        let held = granted(&a, &name, Duration::from_secs(2), "acquire").await;
         let held_token = held.token().get();
         for i in [0, 1] {
             tokio::task::block_in_place(|| cluster.node(i).restart()).expect("restart a node");
@@ -113,10 +107,13 @@ fn restarted_empty_nodes_do_not_let_two_holders_in() {
         tokio::time::sleep(Duration::from_millis(2500)).await;
         held.check().expect("A still holds the lock");
         held.release().await.expect("release");
-        let next = b
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
-            .await
-            .expect("B acquires after A released");
+        let next = granted(
+            &b,
+            &name,
+            Duration::from_secs(2),
+            "B acquires after A released",
+        )
+        .await;
         assert!(
             next.token().get() > held_token,
             "token {} after {held_token}",
@@ -135,10 +132,7 @@ fn a_paused_minority_node_does_not_block_acquire() {
         let l = locker(&cluster, "dlock-test/redlock-faults/paused").await;
         let name = name("job");
         let began = Instant::now();
-        let lease = l
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
-            .await
-            .expect("acquire with 4 of 5");
+        let lease = granted(&l, &name, Duration::from_secs(2), "acquire with 4 of 5").await;
         assert!(
             began.elapsed() < Duration::from_secs(1),
             "took {:?}",
@@ -188,10 +182,7 @@ fn steady_state_grants_need_no_fence_write_back() {
         let rounds = 20;
         let mut last = 0;
         for _ in 0..rounds {
-            let lease = l
-                .acquire(&name, AcquireOptions::wait(Duration::from_secs(2)))
-                .await
-                .expect("acquire");
+            let lease = granted(&l, &name, Duration::from_secs(2), "acquire").await;
             assert!(lease.token().get() > last);
             last = lease.token().get();
             lease.release().await.expect("release");
@@ -215,10 +206,7 @@ async fn on_node(url: &str, cmd: &redis::Cmd) {
 
 /// One grant and its release; the grant's token.
 async fn grant_token(l: &RedlockLocker, name: &LockName) -> u64 {
-    let lease = l
-        .acquire(name, AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("acquire");
+    let lease = granted(l, name, Duration::from_secs(2), "acquire").await;
     let token = lease.token().get();
     lease.release().await.expect("release");
     token
@@ -252,10 +240,7 @@ fn tokens_keep_increasing_when_a_lagging_node_and_an_emptied_node_form_the_quoru
         tokio::task::block_in_place(|| cluster.node(0).restart()).expect("restart node 0");
         // Node 1 (which holds the latest counter) refuses now: the quorum is nodes 0 and 2.
         on_node(&urls[1], redis::cmd("SET").arg(&key).arg("someone-else")).await;
-        let lease = l
-            .acquire(&name, AcquireOptions::wait(Duration::from_secs(5)))
-            .await
-            .expect("nodes 0 and 2 grant");
+        let lease = granted(&l, &name, Duration::from_secs(5), "nodes 0 and 2 grant").await;
         let token = lease.token().get();
         lease.release().await.expect("release");
         assert!(

@@ -4,18 +4,15 @@
 
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, LockName, Locker};
+use dlock_core::LockName;
 use tokio::time::Instant;
 
-use super::{conn, locker, name, private, replicaof, url};
+use super::{conn, granted, locker, name, private, replicaof, url};
 
 /// The token of a fresh grant on `url` (released at once).
 async fn token_on(url: &str, ns: &str, lock: &LockName) -> u64 {
     let l = locker(url, ns, Duration::from_secs(2)).await;
-    let lease = l
-        .acquire(lock, AcquireOptions::wait(Duration::from_secs(10)))
-        .await
-        .expect("acquire");
+    let lease = granted(&l, lock, Duration::from_secs(10), "acquire").await;
     let t = lease.token().get();
     lease.release().await.expect("release");
     t

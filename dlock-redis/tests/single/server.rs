@@ -9,7 +9,7 @@ use dlock_core::{AcquireOptions, Error, ErrorKind, Locker, RwLocker, Semaphore};
 use dlock_redis::RedisLocker;
 use tokio::time::Instant;
 
-use super::{acquiring, conn, locker, name, private, replicaof, url};
+use super::{acquiring, conn, granted, locker, name, private, replicaof, url};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_down_is_unavailable_within_the_wait() {
@@ -142,10 +142,7 @@ async fn until_subscribed(ns: &str, want: usize, what: &str) {
 async fn wait_queued(waiter: &RedisLocker, ns: &str) {
     let holder = locker(&url(), ns, Duration::from_secs(5)).await;
     let lock = name("n");
-    let held = holder
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("acquire");
+    let held = granted(&holder, &lock, Duration::from_secs(2), "acquire").await;
     let e = waiter
         .acquire(&lock, AcquireOptions::wait(Duration::from_millis(300)))
         .await
@@ -196,10 +193,7 @@ async fn a_silent_notification_connection_is_probed_and_replaced() {
     let holder = locker(&url(), ns, ttl).await;
     let waiter = locker(&format!("redis://{}", proxy.addr()), ns, ttl).await;
     let lock = name("n");
-    let held = holder
-        .acquire(&lock, AcquireOptions::wait(Duration::from_secs(2)))
-        .await
-        .expect("holder acquires");
+    let held = granted(&holder, &lock, Duration::from_secs(2), "holder acquires").await;
     // One wait starts the waiter's notification connection.
     let got = waiter
         .acquire(&lock, AcquireOptions::wait(Duration::from_millis(300)))
