@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, FencingStrength, Lease, LockName, Locker};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::ctx::{Ctx, err, grant, release};
+use super::ctx::{Ctx, err, grant, lock, release};
 use super::report::{Row, ms};
 
 /// Sections each client runs in `exclusion`.
@@ -50,10 +50,7 @@ pub(crate) async fn exclusion(ctx: &Ctx) -> Result<Row, String> {
                 if seen.inside.fetch_add(1, Ordering::SeqCst) > 0 {
                     seen.overlaps.fetch_add(1, Ordering::SeqCst);
                 }
-                seen.tokens
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(lease.token().get());
+                lock(&seen.tokens).push(lease.token().get());
                 tokio::time::sleep(SECTION).await;
                 if lease.check().is_err() {
                     seen.lost.fetch_add(1, Ordering::SeqCst);
@@ -65,11 +62,7 @@ pub(crate) async fn exclusion(ctx: &Ctx) -> Result<Row, String> {
         });
     }
     join_all(tasks).await?;
-    let tokens = seen
-        .tokens
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let tokens = lock(&seen.tokens).clone();
     let overlaps = seen.overlaps.load(Ordering::SeqCst);
     let lost = seen.lost.load(Ordering::SeqCst);
     let row = Row::pass("exclusion")
@@ -165,15 +158,15 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
     let mut tasks = JoinSet::new();
     let k = ctx.clients.len();
     for i in 0..k {
-        let (client, lock, order, wait) = (
+        let (client, lock_name, order, wait) = (
             Arc::clone(ctx.client(i)),
             name.clone(),
             Arc::clone(&order),
             ctx.wait(),
         );
         tasks.spawn(async move {
-            let lease = acquire_waiting(&*client, &lock, wait).await?;
-            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+            let lease = acquire_waiting(&*client, &lock_name, wait).await?;
+            lock(&order).push(i);
             tokio::time::sleep(SECTION).await;
             release(lease).await
         });
@@ -187,7 +180,7 @@ pub(crate) async fn fifo(ctx: &Ctx) -> Result<Row, String> {
     }
     release(holder).await?;
     join_all(tasks).await?;
-    let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let order = lock(&order).clone();
     let shown = order
         .iter()
         .map(ToString::to_string)

@@ -58,7 +58,7 @@ impl Ctx {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// The name `<prefix>/<suffix>`, remembered for the final audit.
@@ -104,6 +104,12 @@ impl Ctx {
     pub(crate) fn prompt(&self) -> Duration {
         self.ttl / 2 + self.rtt() * 2
     }
+}
+
+/// Locks `m`, also when a panic poisoned it: the checks' mutexes guard plain data that a panic
+/// cannot leave half-updated.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Maps a library error to a check's failure reason: `what: error`.
