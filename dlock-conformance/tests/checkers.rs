@@ -14,7 +14,7 @@ use dlock_core::{
     AcquireOptions, Capabilities, Error, FencingToken, Lease, LockName, LockState, Locker,
     MemoryLocker, MemoryServer, Stats,
 };
-use support::{assert_caught, in_process, run_printed};
+use support::{assert_caught, in_process, reason, run_printed};
 
 mod support;
 
@@ -465,16 +465,22 @@ fn majority_down_fails_a_backend_that_ignores_the_dead_nodes() {
 
 // ---- the soak's checkers ----
 
+/// The soak of `secs` seconds (seed 11) on `backend`; a failure as its reason.
+fn soak(backend: impl TestBackend, secs: u64, fencing: Fencing) -> Result<String, String> {
+    dlock_conformance::soak::run(
+        Arc::new(backend),
+        "checkers",
+        Duration::from_secs(secs),
+        11,
+        fencing,
+    )
+    .map_err(reason)
+}
+
 #[test]
 fn the_soak_passes_the_honest_memory_backend() {
-    let out = dlock_conformance::soak::run(
-        Arc::new(MemoryBackend::new()),
-        "checkers",
-        Duration::from_secs(8),
-        11,
-        Fencing::On,
-    )
-    .expect("the honest memory backend passes the soak");
+    let out = soak(MemoryBackend::new(), 8, Fencing::On)
+        .expect("the honest memory backend passes the soak");
     for zero in [
         "break_errors=0",
         "promise_violations=0",
@@ -492,17 +498,8 @@ fn the_soak_passes_the_honest_memory_backend() {
 
 #[test]
 fn the_soak_with_an_unfenced_resource_reports_the_violation() {
-    let err = dlock_conformance::soak::run(
-        Arc::new(MemoryBackend::new()),
-        "checkers",
-        Duration::from_secs(8),
-        11,
-        Fencing::Off,
-    )
-    .expect_err("stale writes reach an unfenced resource");
-    let why = match err {
-        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
-    };
+    let why = soak(MemoryBackend::new(), 8, Fencing::Off)
+        .expect_err("stale writes reach an unfenced resource");
     assert!(why.contains("fenced-safety violation"), "{why}");
 }
 
@@ -522,9 +519,7 @@ fn stalling_soak_with(backend: MemoryBackend, fencing: Fencing) -> Result<String
     plan.nemeses = false;
     let out = dlock_conformance::soak::run_plan(Arc::new(backend), "checkers", &plan);
     println!("{out:?}");
-    out.map_err(|v| match v {
-        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
-    })
+    out.map_err(reason)
 }
 
 fn caught_by(defect: Defect, needles: &[&str]) {
@@ -618,17 +613,12 @@ fn a_lower_token_for_a_later_grant_fails_the_fenced_model() {
 /// `BREAKS_PER_ERROR`.
 #[test]
 fn failing_breaks_fail_the_soak_above_the_bound() {
-    let err = dlock_conformance::soak::run(
-        Arc::new(Wrapped::new(MemoryBackend::new(), Twist::BreakErrs)),
-        "checkers",
-        Duration::from_secs(6),
-        11,
+    let why = soak(
+        Wrapped::new(MemoryBackend::new(), Twist::BreakErrs),
+        6,
         Fencing::On,
     )
     .expect_err("every break failed");
-    let why = match err {
-        scenarios::Verdict::Fail(why) | scenarios::Verdict::Skip(why) => why,
-    };
     assert!(why.contains("break errors:"), "{why}");
     assert!(why.contains("at most one in 20, rounded up"), "{why}");
 }

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dlock_conformance::memory::MemoryBackend;
-use dlock_conformance::scenarios::Verdict;
 use dlock_conformance::soak::{Minimums, SoakPlan, run_plan, soak_outcome};
 use dlock_conformance::{ClientOptions, TestBackend};
 use dlock_core::{AcquireOptions, Capabilities, Error, Lease, LockName, LockState, Locker, Stats};
-use support::in_process;
+use support::{in_process, reason};
 
 mod support;
 
@@ -62,17 +61,11 @@ in_process!(forward(0) NeverGrantsBackend {
     }
 });
 
-fn why(v: Verdict) -> String {
-    match v {
-        Verdict::Fail(w) | Verdict::Skip(w) => w,
-    }
-}
-
 /// A short soak with every nemesis, judged against `minimums`.
 fn soak(backend: Arc<dyn TestBackend>, minimums: Minimums) -> Result<String, String> {
     let mut plan = SoakPlan::new(Duration::from_secs(4), 7);
     plan.minimums = minimums;
-    let out = run_plan(backend, "soak_controls", &plan).map_err(why);
+    let out = run_plan(backend, "soak_controls", &plan).map_err(reason);
     println!("{out:?}");
     out
 }

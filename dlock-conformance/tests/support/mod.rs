@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use dlock_conformance::memory::MemoryBackend;
-use dlock_conformance::scenarios::{Fencing, run_control};
+use dlock_conformance::scenarios::{Fencing, Verdict, run_control};
 use dlock_conformance::{Row, Scenario, Status, TestBackend};
 
 /// The row of a broken backend must fail, and its reason name every one of `needles`.
@@ -33,6 +33,13 @@ pub fn run_printed(backend: Arc<dyn TestBackend>, label: &str, scenario: Scenari
     let row = run_control(backend, label, scenario, Fencing::On);
     println!("{}", row.summary());
     row
+}
+
+/// The reason a soak or scenario gave for failing (or skipping).
+pub fn reason(v: Verdict) -> String {
+    match v {
+        Verdict::Fail(why) | Verdict::Skip(why) => why,
+    }
 }
 
 /// Runs `scenario` on the correct memory backend: the row must pass.
