@@ -17,20 +17,15 @@ pub fn test_executables(
     verb: &str,
     what: &str,
 ) -> Result<Vec<(String, PathBuf)>, String> {
-    let out = crate::cargo()
-        .current_dir(root)
-        .args(["test", "-q", "--no-run", "--message-format=json"])
-        .args(selection)
-        .output()
-        .map_err(|e| format!("cannot run cargo to {verb} {what}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cannot build {what} ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(executables(&out.stdout))
+    let out = crate::captured(
+        crate::cargo()
+            .current_dir(root)
+            .args(["test", "-q", "--no-run", "--message-format=json"])
+            .args(selection),
+        &format!("cannot run cargo to {verb} {what}"),
+        &format!("cannot build {what}"),
+    )?;
+    Ok(executables(&out))
 }
 
 /// The messages of cargo's stdout, one JSON object a line (any other line is skipped).

@@ -145,17 +145,11 @@ fn msrv_check(root: &Path, msrv: &str) -> Result<(), String> {
         .map_err(|e| format!("gate `MSRV` needs rustup to install Rust {msrv}: {e}"))?;
     if !has_toolchain(&String::from_utf8_lossy(&list.stdout), msrv) {
         eprintln!("\n==> installing Rust {msrv} (the MSRV) with rustup, profile minimal");
-        let out = Command::new("rustup")
-            .args(["toolchain", "install", msrv, "--profile", "minimal"])
-            .output()
-            .map_err(|e| format!("cannot run rustup: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "gate `MSRV`: rustup could not install Rust {msrv} ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        crate::captured(
+            Command::new("rustup").args(["toolchain", "install", msrv, "--profile", "minimal"]),
+            "cannot run rustup",
+            &format!("gate `MSRV`: rustup could not install Rust {msrv}"),
+        )?;
     }
     // `rustup run` rather than `cargo +MSRV`: $CARGO is the toolchain's own cargo, not the
     // rustup proxy that understands `+`. It also overrides rust-toolchain.toml.
@@ -171,19 +165,14 @@ fn msrv_check(root: &Path, msrv: &str) -> Result<(), String> {
 
 /// `cargo metadata --no-deps`: the workspace's packages.
 fn packages(root: &Path) -> Result<Vec<Value>, String> {
-    let out = crate::cargo()
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(root)
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cargo metadata failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let meta: Value = serde_json::from_slice(&out.stdout)
+    let out = crate::captured(
+        crate::cargo()
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .current_dir(root),
+        "cannot run cargo metadata",
+        "cargo metadata failed",
+    )?;
+    let meta: Value = serde_json::from_slice(&out)
         .map_err(|e| format!("cargo metadata's output does not parse: {e}"))?;
     Ok(meta["packages"].as_array().cloned().unwrap_or_default())
 }

@@ -56,19 +56,14 @@ impl Listing {
     fn add_listed(&mut self, root: &Path, selection: &[&str]) -> Result<(), String> {
         let what = format!("the tests of {}", selection.join(" "));
         for (exe, _) in crate::cargo_json::test_executables(root, selection, "build", &what)? {
-            let listed = Command::new(&exe)
-                .current_dir(root)
-                .args(["--list", "--format", "terse"])
-                .output()
-                .map_err(|e| format!("cannot run {exe} --list: {e}"))?;
-            if !listed.status.success() {
-                return Err(format!(
-                    "{exe} --list failed ({}):\n{}",
-                    listed.status,
-                    String::from_utf8_lossy(&listed.stderr)
-                ));
-            }
-            for (module, tests) in parse(&String::from_utf8_lossy(&listed.stdout)) {
+            let listed = crate::captured(
+                Command::new(&exe)
+                    .current_dir(root)
+                    .args(["--list", "--format", "terse"]),
+                &format!("cannot run {exe} --list"),
+                &format!("{exe} --list failed"),
+            )?;
+            for (module, tests) in parse(&String::from_utf8_lossy(&listed)) {
                 if !BACKENDS.iter().any(|b| b.module == module) {
                     return Err(format!(
                         "{exe} enrols `{module}`, which xtask's BACKENDS does not list: it \

@@ -111,6 +111,20 @@ fn step(name: &str, cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Runs `cmd` to its end and returns its stdout. A command that cannot start fails as
+/// `<cannot>: <error>`; one that exits unsuccessfully as `<failed> (<status>):` and its stderr.
+fn captured(cmd: &mut Command, cannot: &str, failed: &str) -> Result<Vec<u8>, String> {
+    let out = cmd.output().map_err(|e| format!("{cannot}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{failed} ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(out.stdout)
+}
+
 fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
