@@ -8,7 +8,7 @@ use dlock_core::{AcquireOptions, Election, Leader, Leadership};
 use tokio::time::Instant;
 
 use super::takeover::{Link, take_over, waiter_budget};
-use super::util::name;
+use super::util::{join_all, name};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 
@@ -88,10 +88,7 @@ pub(crate) async fn election_single_leader(ctx: &Ctx) -> Result<(), Verdict> {
             Ok::<(), dlock_core::Error>(())
         }));
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Verdict::Fail(format!("a campaigner panicked: {e}")))??;
-    }
+    join_all(tasks, "a campaigner").await?;
     let mut terms = std::mem::take(&mut *terms.lock().unwrap_or_else(|p| p.into_inner()));
     ensure!(
         terms.len() == CAMPAIGNERS * TERMS_EACH,

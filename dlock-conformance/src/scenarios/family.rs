@@ -10,7 +10,7 @@ use dlock_core::{AcquireOptions, ErrorKind, Lease, RwLocker, Semaphore};
 use tokio::time::Instant;
 
 use super::takeover::{Link, take_over, waiter_budget};
-use super::util::name;
+use super::util::{join_all, name};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 
@@ -135,10 +135,7 @@ pub(crate) async fn rw_exclusion(ctx: &Ctx) -> Result<(), Verdict> {
             Ok::<(), dlock_core::Error>(())
         }));
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Verdict::Fail(format!("a client panicked: {e}")))??;
-    }
+    join_all(tasks, "a client").await?;
     let holds = std::mem::take(&mut *holds.lock().unwrap_or_else(|p| p.into_inner()));
     ensure!(
         holds.len() == CLIENTS * LEASES_EACH,
@@ -240,10 +237,7 @@ pub(crate) async fn rw_writer_not_starved(ctx: &Ctx) -> Result<(), Verdict> {
     if let Some(lease) = write {
         lease.release().await?;
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Verdict::Fail(format!("a reader panicked: {e}")))??;
-    }
+    join_all(tasks, "a reader").await?;
     ctx.figure_ms("writer_wait_ms", waited);
     ctx.figure("reads", reads_during as u64);
     ensure!(
@@ -335,10 +329,7 @@ pub(crate) async fn semaphore_bound(ctx: &Ctx) -> Result<(), Verdict> {
             Ok::<(), dlock_core::Error>(())
         }));
     }
-    for t in tasks {
-        t.await
-            .map_err(|e| Verdict::Fail(format!("a client panicked: {e}")))??;
-    }
+    join_all(tasks, "a client").await?;
     let most = most.load(Ordering::SeqCst);
     ctx.figure("held_together_max", most as u64);
     ensure!(

@@ -30,6 +30,19 @@ pub(crate) fn via_proxies(
     Ok((proxies, opts.via(via)))
 }
 
+/// Awaits every one of `tasks`: a panic fails as `<who> panicked` (`who`: "a client"), and
+/// the first task's error fails the scenario.
+pub(crate) async fn join_all(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), dlock_core::Error>>>,
+    who: &str,
+) -> Result<(), Verdict> {
+    for t in tasks {
+        t.await
+            .map_err(|e| Verdict::Fail(format!("{who} panicked: {e}")))??;
+    }
+    Ok(())
+}
+
 /// A client whose every node link goes through its own proxy; `None` for an in-process
 /// backend.
 pub(crate) async fn proxied(
