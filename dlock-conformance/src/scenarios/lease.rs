@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, FencingStrength, LockName, LossReason};
 use tokio::time::Instant;
 
-use super::util::{break_holder, name, via_proxies, within};
+use super::util::{break_holder, name, spawn_timed, via_proxies, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::Mode;
@@ -179,15 +179,10 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
     };
     // The instant `lost()` resolved, as the task awaiting it saw it: its own scheduling delay
     // counts (a user's task sees the same).
-    let lost_at = tokio::spawn(async move {
-        let reason = lost.await;
-        (Instant::now(), reason)
-    });
+    let lost_at = spawn_timed(lost);
     let l2 = lock.clone();
-    let stolen_at = tokio::spawn(async move {
-        let got = contender.acquire(&l2, AcquireOptions::wait(ttl * 4)).await;
-        (Instant::now(), got)
-    });
+    let stolen_at =
+        spawn_timed(async move { contender.acquire(&l2, AcquireOptions::wait(ttl * 4)).await });
     let lost = within(ttl * 5, lost_at).await;
     let declared = lease.lost_declared_at_for_test();
     let margin = dlock_core::backend::loss_margin(lease.renewal_ttl_for_test().unwrap_or(ttl));

@@ -7,7 +7,7 @@ use dlock_core::{AcquireOptions, LossReason};
 use tokio::time::Instant;
 
 use super::private::{Private, blocking, private_partitionable};
-use super::util::{name, within};
+use super::util::{name, spawn_timed, within};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::Proxy;
@@ -284,15 +284,10 @@ async fn attempt_cut(
     p.cluster
         .cut(follower, leader)
         .map_err(|e| Verdict::Fail(format!("cannot cut the holder's server: {e}")))?;
-    let lost_at = tokio::spawn(async move {
-        let reason = lost.await;
-        (Instant::now(), reason)
-    });
+    let lost_at = spawn_timed(lost);
     let l2 = lock.clone();
-    let stolen_at = tokio::spawn(async move {
-        let got = contender.acquire(&l2, AcquireOptions::wait(ttl * 6)).await;
-        (Instant::now(), got)
-    });
+    let stolen_at =
+        spawn_timed(async move { contender.acquire(&l2, AcquireOptions::wait(ttl * 6)).await });
     let stolen = within(ttl * 8, stolen_at).await;
     // Whether the holder's server still took itself for a member of the leader's cluster when
     // the contender's acquire returned (ZooKeeper: `Mode: follower`; a stale follower is the

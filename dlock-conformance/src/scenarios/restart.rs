@@ -6,7 +6,7 @@ use dlock_core::{AcquireOptions, FencingStrength, FencingToken, Lease};
 use tokio::time::Instant;
 
 use super::private::private;
-use super::util::{name, within};
+use super::util::{name, spawn_timed, within};
 use super::{Ctx, Verdict, ensure};
 
 /// Scheduling allowance on top of a deadline when checking that `lost()` fired in time.
@@ -65,9 +65,8 @@ pub(crate) async fn server_restart(ctx: &Ctx) -> Result<(), Verdict> {
     let mut tasks = Vec::with_capacity(HELD);
     for (c, lock) in contenders.into_iter().zip(&names) {
         let lock = lock.clone();
-        tasks.push(tokio::spawn(async move {
-            let got = c.acquire(&lock, AcquireOptions::wait(ttl * 8)).await;
-            (Instant::now(), got)
+        tasks.push(spawn_timed(async move {
+            c.acquire(&lock, AcquireOptions::wait(ttl * 8)).await
         }));
     }
     let fresh = p.client(ctx).await?;

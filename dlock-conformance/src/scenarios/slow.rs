@@ -7,7 +7,7 @@ use std::time::Duration;
 use dlock_core::{AcquireOptions, LockName, Locker};
 use tokio::time::Instant;
 
-use super::util::{name, proxied, within};
+use super::util::{name, proxied, spawn_timed, within};
 use super::{Ctx, Verdict, ensure};
 use crate::faults::{Direction, Mode, Proxy};
 use crate::{ClientOptions, ServerExpiry};
@@ -153,10 +153,7 @@ pub(crate) async fn slow_grant(ctx: &Ctx) -> Result<(), Verdict> {
     // A contender waits for the lock; it must not get it before the deadline.
     let l = lock.clone();
     let c = Arc::clone(&contender);
-    let contend = tokio::spawn(async move {
-        let got = c.acquire(&l, AcquireOptions::wait(ttl * 6)).await;
-        (Instant::now(), got)
-    });
+    let contend = spawn_timed(async move { c.acquire(&l, AcquireOptions::wait(ttl * 6)).await });
     let lost = within(ttl * 2, lease.lost()).await;
     ensure!(
         lost.is_some(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use dlock_core::{Error, Lease};
 use tokio::time::Instant;
 
-use super::util::via_proxies;
+use super::util::{spawn_timed, via_proxies};
 use super::{Ctx, Verdict, ensure};
 use crate::ClientOptions;
 use crate::faults::{Mode, Proxy};
@@ -61,14 +61,8 @@ where
     let caps = ctx.capabilities().await?;
     let old = held.token().get();
     let lost = held.lost();
-    let lost_at = tokio::spawn(async move {
-        let reason = lost.await;
-        (Instant::now(), reason)
-    });
-    let waiting = tokio::spawn(async move {
-        let got = waiter.await;
-        (Instant::now(), got)
-    });
+    let lost_at = spawn_timed(lost);
+    let waiting = spawn_timed(waiter);
     tokio::time::sleep(Duration::from_millis(100)).await;
     ensure!(
         !waiting.is_finished(),

@@ -30,6 +30,19 @@ pub(crate) fn via_proxies(
     Ok((proxies, opts.via(via)))
 }
 
+/// Spawns `fut` and returns, with its output, the instant it finished as its own task saw it
+/// (that task's scheduling delay counts, as a user's task would see it).
+pub(crate) fn spawn_timed<F>(fut: F) -> tokio::task::JoinHandle<(Instant, F::Output)>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(async move {
+        let out = fut.await;
+        (Instant::now(), out)
+    })
+}
+
 /// Awaits every one of `tasks`: a panic fails as `<who> panicked` (`who`: "a client"), and
 /// the first task's error fails the scenario.
 pub(crate) async fn join_all(
