@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask test | conform | bench | servers`.
+//! Project automation: `cargo xtask test | conform | bench | model | servers`.
 //!
 //! Every command here only orchestrates cargo and the server binaries; the logic under test lives
 //! in the crates.
@@ -20,7 +20,8 @@ usage: cargo xtask <command>
 
 commands:
   test                 fmt check, clippy -D warnings, every test (conformance included), docs,
-                       a 1-minute fault soak and a quick bench run
+                       the protocol models at their quick bounds, a 1-minute fault soak and a
+                       quick bench run
   conform [--backend memory,redis,...] [--json FILE] [--soak 10m [--seed N]]
                        run the conformance scenarios against real servers and print the table
                        (--from DIR: judge rows a run wrote to $DLOCK_REPORT_DIR=DIR instead)
@@ -28,6 +29,9 @@ commands:
                        dlock vs the raw server floor vs peer libraries, in one run
   bench --readme FILE [--from RESULTS_JSON]
                        rewrite FILE's generated performance section from a run's rows
+  model [--quick] [--model NAME] [--trace]
+                       explore every protocol model (dlock-model) to its stated bound and print,
+                       per model and property, states, depth, time and the verdict
   servers              check (and where possible install) the server binaries the suite needs
   enrolled             the backends the test binaries enrol and how many scenarios each runs
                        (what `test` judges the conformance rows against)
@@ -52,6 +56,12 @@ fn main() -> ExitCode {
         }
         Some("conform") => install::ensure_servers().and_then(|()| conform::run(&args[1..])),
         Some("bench") => install::ensure_servers().and_then(|()| bench::run(&args[1..])),
+        Some("model") => step(
+            "model",
+            cargo()
+                .args(["run", "-q", "-p", "dlock-model", "--"])
+                .args(&args[1..]),
+        ),
         Some("servers") => install::ensure_servers(),
         Some("tidy") => tidy::run(&conform::workspace_root()),
         Some("gates") => gates::run(&conform::workspace_root()),
@@ -251,7 +261,15 @@ fn test() -> Result<(), String> {
     let tested = step(
         "test",
         cargo()
-            .args(["test", "--workspace", "--no-fail-fast", "--"])
+            // The models run on their own below: their exploration takes every core.
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "dlock-model",
+                "--no-fail-fast",
+                "--",
+            ])
             .args(prod::skip_args())
             .env("RUST_TEST_THREADS", threads)
             .env("DLOCK_REPORT_DIR", &report_dir),
@@ -278,6 +296,14 @@ fn test() -> Result<(), String> {
     prod_ran?;
     gated?;
     judged.map_err(|e| format!("step `conformance table` failed: {e}"))?;
+    // Every protocol model at its quick bound (one at a time: each explores on every core);
+    // the full bounds are `cargo xtask model`.
+    step(
+        "models (quick bounds)",
+        cargo()
+            .args(["test", "-p", "dlock-model"])
+            .env("RUST_TEST_THREADS", "1"),
+    )?;
     // A one-minute randomized fault soak: fails on any violation (promise, belief overlap,
     // token order, fenced safety). The 10-minute soak is `cargo xtask conform --soak 10m`.
     // The production rows' long leases make a one-minute soak say little: they soak with
