@@ -157,7 +157,11 @@ pub(crate) async fn relocate(
     // next waiter first (found by dlock-model's etcd model). The old lease then expires on
     // its own, after every deadline it backed.
     if count > 0 {
-        tracing::debug!(lease = format_args!("{old:x}"), lost = count, "the old session lease is left to expire: keys not moved may still be on it");
+        tracing::debug!(
+            lease = format_args!("{old:x}"),
+            lost = count,
+            "the old session lease is left to expire: keys not moved may still be on it"
+        );
         return Ok(count);
     }
     let etcd = etcd.clone();
