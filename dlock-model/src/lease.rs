@@ -478,7 +478,7 @@ impl Model for LeaseModel {
 fn run(bound: Bound, faults: bool, deadline: Deadline) -> Outcome {
     let (ttl, max_delay, horizon, attempts, faults_budget) = match bound {
         Bound::Quick => (9, 1, 12, 1, 1),
-        Bound::Full => (9, 1, 16, 2, 2),
+        Bound::Full => (9, 1, 16, 1, 2),
     };
     let model = LeaseModel {
         ttl,
