@@ -70,7 +70,8 @@ pub struct Outcome {
 pub struct Case {
     /// The protocol (`redis`, `redlock`, `etcd`, `zk`, `lease`).
     pub model: &'static str,
-    /// `today` for the code as it is; otherwise the broken variant a negative control runs.
+    /// `today…` for the code as it is (`today, fair`: its fair configuration); otherwise the
+    /// broken variant a negative control runs.
     pub variant: &'static str,
     /// What the exploration must show.
     pub expect: Expect,

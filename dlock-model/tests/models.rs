@@ -6,11 +6,11 @@ use dlock_model::{Bound, cases};
 fn judge(model: &str) {
     let cases: Vec<_> = cases().into_iter().filter(|c| c.model == model).collect();
     assert!(
-        cases.iter().any(|c| c.variant == "today"),
+        cases.iter().any(|c| c.variant.starts_with("today")),
         "{model}: no case models the code as it is"
     );
     assert!(
-        cases.iter().any(|c| c.variant != "today"),
+        cases.iter().any(|c| !c.variant.starts_with("today")),
         "{model}: no negative control"
     );
     let failures: Vec<String> = cases
