@@ -20,6 +20,13 @@ use crate::{Background, Counters, Error, FencingToken, Lease, LockName, LossReas
 pub enum Renewal {
     /// The server extended the lease by the full TTL, counted from the request's start.
     Extended,
+    /// The server extended the lease, but the backend can prove it kept only until this
+    /// instant (this process's monotonic clock, drift not yet taken off): the deadline moves
+    /// to the earlier of the request's start + TTL and this bound, less the drift, and never
+    /// back. The driver renews the lease again well before that deadline. For a backend whose
+    /// proof can be shorter than the TTL after a stall of its own process (ZooKeeper: the
+    /// leader may have last heard of the session long before the request).
+    ExtendedUntil(Instant),
     /// The server says the lease is no longer ours.
     Lost(LossReason),
     /// Not decided this round (e.g. a Redlock lease short of a majority, one session of

@@ -22,6 +22,8 @@ enum Script {
     Slow(Duration),
     /// Every renewal says the lease is gone.
     Gone,
+    /// Every renewal succeeds at once, proven only until its send instant + this.
+    Capped(Duration),
 }
 
 struct Fake {
@@ -104,20 +106,19 @@ impl RenewBackend for Fake {
             tokio::time::sleep(d).await;
         }
         let script = *self.script.lock().expect("lock");
+        let sent = Instant::now();
         let extended = || {
             let undecided = self.undecided.lock().expect("lock");
             ids.iter()
-                .map(|e| {
-                    if undecided.contains(e) {
-                        Renewal::Retry
-                    } else {
-                        Renewal::Extended
-                    }
+                .map(|e| match script {
+                    _ if undecided.contains(e) => Renewal::Retry,
+                    Script::Capped(proof) => Renewal::ExtendedUntil(sent + proof),
+                    _ => Renewal::Extended,
                 })
                 .collect()
         };
         match script {
-            Script::Ok => Ok(extended()),
+            Script::Ok | Script::Capped(_) => Ok(extended()),
             Script::Fail => Err(Error::unavailable("scripted failure", None)),
             Script::Slow(d) => {
                 tokio::time::sleep(d).await;
@@ -231,6 +232,48 @@ async fn deadline_counts_from_the_request_start_not_the_reply() {
         sent + TTL - drift(),
         "deadline must count from the send time"
     );
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capped_extension_moves_the_deadline_only_to_its_bound_and_renews_in_time() {
+    // Proven for half the TTL only: the deadline is the bound less the drift, not send + TTL.
+    let (fake, d) = fake_driver(Script::Capped(TTL / 2));
+    let t0 = Instant::now();
+    let lease = grant(&d, 1, t0, 7);
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
+    let sent = fake.calls()[0].0;
+    assert_eq!(lease.deadline(), t0 + TTL - drift(), "never moved back");
+    tokio::time::sleep(TTL / 3).await;
+    let calls = fake.calls_with(7);
+    let last = *calls.last().expect("renewed");
+    assert!(calls.len() >= 2, "calls: {calls:?}");
+    assert_eq!(
+        lease.deadline(),
+        last + TTL / 2 - drift(),
+        "capped at the bound"
+    );
+    // The driver renews before each capped deadline's loss: the lease survives 10 TTLs.
+    tokio::time::sleep(TTL * 10).await;
+    assert!(!lease.is_lost(), "a capped lease must be renewed in time");
+    for pair in fake.calls_with(7).windows(2) {
+        assert!(
+            pair[1] - pair[0] < TTL / 2 - drift() - margin(),
+            "gap {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    assert!(sent >= t0 + TTL / 3);
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bound_beyond_the_ttl_does_not_lengthen_the_lease() {
+    let (fake, d) = fake_driver(Script::Capped(TTL * 2));
+    let lease = grant(&d, 1, Instant::now(), 7);
+    tokio::time::sleep(TTL / 3 + Duration::from_millis(1)).await;
+    let sent = fake.calls()[0].0;
+    assert_eq!(lease.deadline(), sent + TTL - drift());
     lease.release().await.expect("release");
 }
 

@@ -274,18 +274,23 @@ fn settle<B: RenewBackend>(
                         }
                         continue;
                     }
-                    Renewal::Extended if cell.extend(new_deadline) => {
+                    Renewal::Extended | Renewal::ExtendedUntil(_)
+                        if cell.extend(capped(new_deadline, &result, shared.ttl)) =>
+                    {
                         // Next due TTL/3 after this round started, or at the regular round
-                        // within a quarter period of that (see `next_due`).
+                        // within a quarter period of that (see `next_due`); halfway to the
+                        // loss when a capped extension left less than that.
+                        let due = next_due(start, period, tick)
+                            .min(now + cell.lost_at().saturating_duration_since(now) / 2);
                         if let Some(r) = leases.get_mut(id) {
-                            r.urgent = Some(next_due(start, period, tick));
+                            r.urgent = Some(due);
                         }
                         tracing::trace!(lock = %cell.name, token = %cell.token, "lease renewed");
                         continue;
                     }
                     // Released meanwhile, or the reply came after the deadline: a late reply
                     // never resurrects a lease.
-                    Renewal::Extended => LossReason::Expired,
+                    Renewal::Extended | Renewal::ExtendedUntil(_) => LossReason::Expired,
                     Renewal::Lost(reason) => reason,
                 };
                 leases.remove(id);
@@ -345,6 +350,15 @@ fn next_due(start: Instant, period: Duration, tick: Option<Instant>) -> Instant 
         t += period.saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX));
     }
     if t <= due + window { t } else { due }
+}
+
+/// The deadline a renewal answer sets: the round's (`full`: start + TTL − drift), or for
+/// [`Renewal::ExtendedUntil`] the earlier of that and the backend's bound less the drift.
+fn capped(full: Instant, result: &Renewal, ttl: Duration) -> Instant {
+    match result {
+        Renewal::ExtendedUntil(bound) => full.min(bound.checked_sub(drift(ttl)).unwrap_or(*bound)),
+        _ => full,
+    }
 }
 
 /// When to retry a lease left undecided: soon (TTL/12), and well inside its validity (a third
