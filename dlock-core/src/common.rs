@@ -1,5 +1,6 @@
 //! The options every locker builder takes, with one meaning and one check on every backend:
-//! the lease TTL, a namespace, and TLS roots and client identity.
+//! the lease TTL, a namespace, TLS roots and client identity, and the labels of the locker's
+//! metrics (`metrics_tier`, `metrics_lock_names`).
 
 use std::fmt;
 use std::time::Duration;
@@ -10,15 +11,21 @@ use crate::options::validate_ttl;
 /// The longest namespace a builder accepts, in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 256;
 
+/// The longest `metrics_tier` label a builder accepts, in bytes.
+pub const MAX_METRICS_TIER_LEN: usize = 64;
+
 /// The options every backend's builder embeds. Backends read them through the getters;
-/// users set them with the builders' `ttl`, `namespace`, `tls_root_certificates` and
-/// `tls_client_identity` methods (see [`common_builder_options!`](crate::common_builder_options)).
+/// users set them with the builders' `ttl`, `namespace`, `tls_root_certificates`,
+/// `tls_client_identity`, `metrics_tier` and `metrics_lock_names` methods (see
+/// [`common_builder_options!`](crate::common_builder_options)).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct CommonOptions {
     ttl: Option<Duration>,
     namespace: Option<String>,
     roots: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
+    metrics_tier: Option<String>,
+    metrics_lock_names: bool,
 }
 
 impl fmt::Debug for CommonOptions {
@@ -29,6 +36,8 @@ impl fmt::Debug for CommonOptions {
             .field("namespace", &self.namespace)
             .field("tls_root_certificates", &self.roots.is_some())
             .field("tls_client_identity", &self.identity.is_some())
+            .field("metrics_tier", &self.metrics_tier)
+            .field("metrics_lock_names", &self.metrics_lock_names)
             .finish()
     }
 }
@@ -55,6 +64,17 @@ impl CommonOptions {
         self.identity = Some((cert_pem, key_pem));
     }
 
+    /// Sets the `tier` label of the locker's metrics; an empty one means none.
+    pub fn set_metrics_tier(&mut self, tier: impl Into<String>) {
+        let tier = tier.into();
+        self.metrics_tier = (!tier.is_empty()).then_some(tier);
+    }
+
+    /// Sets whether the locker's per-lock metrics carry a `lock` label (the lock's name).
+    pub fn set_metrics_lock_names(&mut self, on: bool) {
+        self.metrics_lock_names = on;
+    }
+
     /// The TTL set, or `default`.
     pub fn ttl_or(&self, default: Duration) -> Duration {
         self.ttl.unwrap_or(default)
@@ -75,21 +95,34 @@ impl CommonOptions {
         self.identity.as_ref()
     }
 
+    /// The `tier` label of the locker's metrics, when one is set.
+    pub fn metrics_tier(&self) -> Option<&str> {
+        self.metrics_tier.as_deref()
+    }
+
+    /// Whether the locker's per-lock metrics carry a `lock` label.
+    pub fn metrics_lock_names(&self) -> bool {
+        self.metrics_lock_names
+    }
+
     /// Whether root certificates or a client identity were given.
     pub fn wants_tls(&self) -> bool {
         self.roots.is_some() || self.identity.is_some()
     }
 
-    /// Checks every common option (no I/O): the TTL set (or `default`) and the namespace;
-    /// the TLS material with the `tls` feature, and without it refuses any.
+    /// Checks every common option (no I/O): the TTL set (or `default`), the namespace and
+    /// the metrics tier; the TLS material with the `tls` feature, and without it refuses any.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] naming `ttl`, `namespace`, `tls_root_certificates` or
-    /// `tls_client_identity`.
+    /// [`Error::InvalidOption`] naming `ttl`, `namespace`, `metrics_tier`,
+    /// `tls_root_certificates` or `tls_client_identity`.
     pub fn validate(&self, default_ttl: Duration) -> Result<(), Error> {
         validate_ttl(self.ttl_or(default_ttl))?;
         if let Some(ns) = &self.namespace {
             validate_namespace(ns)?;
+        }
+        if let Some(tier) = &self.metrics_tier {
+            validate_metrics_tier(tier)?;
         }
         #[cfg(feature = "tls")]
         {
@@ -150,8 +183,34 @@ pub fn validate_namespace(ns: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks a `metrics_tier` label: `[A-Za-z0-9._-]`, 1 to [`MAX_METRICS_TIER_LEN`] bytes.
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming `metrics_tier`.
+pub fn validate_metrics_tier(tier: &str) -> Result<(), Error> {
+    let bad = |why: String| Error::invalid_option("metrics_tier", format!("{tier:?}: {why}"));
+    if tier.is_empty() {
+        return Err(bad("is empty".into()));
+    }
+    if tier.len() > MAX_METRICS_TIER_LEN {
+        return Err(bad(format!(
+            "{} bytes is longer than {MAX_METRICS_TIER_LEN}",
+            tier.len()
+        )));
+    }
+    if let Some(c) = tier
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(bad(format!(
+            "character {c:?} is not allowed (only [A-Za-z0-9._-])"
+        )));
+    }
+    Ok(())
+}
+
 /// Writes the common builder methods — `ttl`, `namespace`, `tls_root_certificates`,
-/// `tls_client_identity` — into a builder's `impl` block, over its `common: CommonOptions`
+/// `tls_client_identity`, `metrics_tier`, `metrics_lock_names` — into a builder's `impl` block, over its `common: CommonOptions`
 /// field, so every backend's builder offers them with the same words. For backend authors.
 ///
 /// `$default_ttl` is a sentence on the backend's default TTL and how the backend treats the
@@ -197,6 +256,25 @@ macro_rules! common_builder_options {
                 .set_client_identity(cert_pem.into(), key_pem.into());
             self
         }
+
+        /// The `tier` label on every metric of this locker (`dlock-core`'s `metrics`
+        /// feature), e.g. the tier of a tiered router: `[A-Za-z0-9._-]`, at most
+        /// [`MAX_METRICS_TIER_LEN`](dlock_core::MAX_METRICS_TIER_LEN) bytes. Empty (the
+        /// default) means none. Checked by `validate` and `build`, with or without the
+        /// feature.
+        pub fn metrics_tier(mut self, tier: impl Into<String>) -> Self {
+            self.common.set_metrics_tier(tier);
+            self
+        }
+
+        /// Label this locker's per-lock metrics (grants, releases, losses, timeouts, waits,
+        /// hold times) with the lock's name, as `lock` (default off). A cardinality risk:
+        /// every distinct name becomes a time series in the metrics backend, so turn it on
+        /// only for a small, fixed set of names.
+        pub fn metrics_lock_names(mut self, on: bool) -> Self {
+            self.common.set_metrics_lock_names(on);
+            self
+        }
     };
 }
 
@@ -231,5 +309,26 @@ mod tests {
         o.set_client_identity(b"cert".to_vec(), b"SECRET-KEY".to_vec());
         assert!(!format!("{o:?}").contains("SECRET"));
         assert!(o.validate(Duration::from_secs(30)).is_err(), "not PEM");
+    }
+
+    #[test]
+    fn metrics_tiers_are_checked_before_any_io() {
+        for good in ["hot", "tier-1", "a.b_c"] {
+            assert!(validate_metrics_tier(good).is_ok(), "{good}");
+        }
+        let long = "t".repeat(MAX_METRICS_TIER_LEN + 1);
+        for bad in ["", "a b", "a/b", "t\"", "ä", long.as_str()] {
+            let e = validate_metrics_tier(bad).expect_err(bad);
+            assert!(e.to_string().contains("metrics_tier"), "{e}");
+        }
+        let mut o = CommonOptions::default();
+        o.set_metrics_tier("");
+        assert_eq!(o.metrics_tier(), None, "empty means none");
+        o.set_metrics_tier("a b");
+        let e = o.validate(Duration::from_secs(30)).expect_err("bad tier");
+        assert!(e.to_string().contains("metrics_tier"), "{e}");
+        o.set_metrics_tier("hot");
+        assert!(o.validate(Duration::from_secs(30)).is_ok());
+        assert_eq!(o.metrics_tier(), Some("hot"));
     }
 }

@@ -24,7 +24,10 @@ mod token;
 mod with_lock;
 
 pub use capabilities::{Capabilities, FencingStrength, Primitives};
-pub use common::{CommonOptions, MAX_NAMESPACE_LEN, validate_namespace};
+pub use common::{
+    CommonOptions, MAX_METRICS_TIER_LEN, MAX_NAMESPACE_LEN, validate_metrics_tier,
+    validate_namespace,
+};
 pub use election::{Election, Leader, LeaderChanges, Leadership, MAX_VALUE_LEN};
 pub use error::{BoxError, Error, ErrorKind, LossReason, NameError, NodeError, Result};
 pub use fence::{FenceGuard, FenceRejected};
