@@ -80,6 +80,35 @@ pub struct Case {
 }
 
 impl Case {
+    /// A case of the code as it is (`variant` starts with `today`): every property must hold.
+    pub const fn holds(
+        model: &'static str,
+        variant: &'static str,
+        run: fn(Bound) -> Outcome,
+    ) -> Self {
+        Case {
+            model,
+            variant,
+            expect: Expect::Holds,
+            run,
+        }
+    }
+
+    /// A negative control: `property` must have a counterexample.
+    pub const fn control(
+        model: &'static str,
+        variant: &'static str,
+        property: &'static str,
+        run: fn(Bound) -> Outcome,
+    ) -> Self {
+        Case {
+            model,
+            variant,
+            expect: Expect::Counterexample(property),
+            run,
+        }
+    }
+
     /// Explores the case and says whether it showed what it must (`Err` says what it did
     /// not).
     ///

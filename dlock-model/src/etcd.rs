@@ -59,7 +59,8 @@
 
 use stateright::{Model, Property};
 
-use crate::check::{Bound, Case, Expect, Outcome, explore};
+use crate::check::{Bound, Case, Outcome, explore};
+use crate::net::{Net, Sent};
 
 /// Clients.
 const N: usize = 2;
@@ -123,6 +124,12 @@ pub struct Msg {
     pub client: u8,
     /// What it says.
     pub body: Body,
+}
+
+impl Sent for Msg {
+    fn sent(&self) -> u8 {
+        self.sent
+    }
 }
 
 /// What a message says.
@@ -359,7 +366,7 @@ pub struct State {
     /// Clients.
     pub clients: [Client; N],
     /// Messages in flight (sorted).
-    pub net: Vec<Msg>,
+    pub net: Net<Msg>,
     /// Losses/duplications left.
     pub faults_left: u8,
     /// Leader changes left.
@@ -520,7 +527,7 @@ impl EtcdModel {
 
     fn send(s: &mut State, i: usize, body: Body) {
         let sent = s.now;
-        s.net.push(Msg {
+        s.net.send(Msg {
             sent,
             client: i as u8,
             body,
@@ -899,7 +906,7 @@ impl Model for EtcdModel {
             watches: [None; N],
             stale: stale.then(|| (0, vec![self.ttl])),
             clients,
-            net: Vec::new(),
+            net: Net::default(),
             faults_left: if self.faults { self.faults_budget } else { 0 },
             changes_left: self.leader_changes,
             last_change: None,
@@ -916,7 +923,7 @@ impl Model for EtcdModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let overdue = s.net.iter().any(|m| s.now >= m.sent + self.max_delay);
+        let overdue = s.net.overdue(s.now, self.max_delay);
         let urgent = !self.pauses && (0..N).any(|i| self.due(s, i));
         if !overdue && !urgent && s.now < self.horizon {
             actions.push(Action::Tick);
@@ -1000,12 +1007,7 @@ impl Model for EtcdModel {
                 _ => {}
             }
         }
-        let mut seen: Option<&Msg> = None;
-        for m in &s.net {
-            if seen == Some(m) {
-                continue;
-            }
-            seen = Some(m);
+        for m in s.net.distinct() {
             actions.push(Action::Deliver(m.clone()));
             if s.faults_left > 0 && !matches!(m.body, Body::Event { .. }) {
                 actions.push(Action::Lose(m.clone()));
@@ -1122,8 +1124,7 @@ impl Model for EtcdModel {
                 c.waiting_since = None;
             }
             Action::Deliver(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 match m.body {
                     Body::Enqueue { .. }
                     | Body::Wait { .. }
@@ -1137,16 +1138,14 @@ impl Model for EtcdModel {
                 }
             }
             Action::Lose(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 s.faults_left -= 1;
             }
             Action::Duplicate(m) => {
-                s.net.push(m);
+                s.net.send(m);
                 s.faults_left -= 1;
             }
         }
-        s.net.sort();
         Some(s)
     }
 
@@ -1304,50 +1303,37 @@ const STALE: Config = Config {
     delay_at_full: true,
 };
 
+/// The model's name in the table.
+const MODEL: &str = "etcd";
+
 /// The etcd model's cases.
 pub fn cases() -> Vec<Case> {
     vec![
-        Case {
-            model: "etcd",
-            variant: "today",
-            expect: Expect::Holds,
-            run: |b| run(b, FAULTS, Variant::Today),
-        },
-        Case {
-            model: "etcd",
-            variant: "today, fair",
-            expect: Expect::Holds,
-            run: |b| run(b, FAIR, Variant::Today),
-        },
-        Case {
-            model: "etcd",
-            variant: "today, stale leader",
-            expect: Expect::Holds,
-            run: |b| run(b, STALE, Variant::Today),
-        },
-        Case {
-            model: "etcd",
-            variant: "revoke after a lost move",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, FAULTS, Variant::RevokeAfterLostMove),
-        },
-        Case {
-            model: "etcd",
-            variant: "no relocation",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, STALE, Variant::NoRelocation),
-        },
-        Case {
-            model: "etcd",
-            variant: "move re-creates key",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, FAIR_CONTROL, Variant::MoveRecreatesKey),
-        },
-        Case {
-            model: "etcd",
-            variant: "keep-alive mid-move",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, FAULTS, Variant::KeepAliveDuringMove),
-        },
+        Case::holds(MODEL, "today", |b| run(b, FAULTS, Variant::Today)),
+        Case::holds(MODEL, "today, fair", |b| run(b, FAIR, Variant::Today)),
+        Case::holds(MODEL, "today, stale leader", |b| {
+            run(b, STALE, Variant::Today)
+        }),
+        Case::control(
+            MODEL,
+            "revoke after a lost move",
+            "one believer at a time",
+            |b| run(b, FAULTS, Variant::RevokeAfterLostMove),
+        ),
+        Case::control(MODEL, "no relocation", "one believer at a time", |b| {
+            run(b, STALE, Variant::NoRelocation)
+        }),
+        Case::control(
+            MODEL,
+            "move re-creates key",
+            "one believer at a time",
+            |b| run(b, FAIR_CONTROL, Variant::MoveRecreatesKey),
+        ),
+        Case::control(
+            MODEL,
+            "keep-alive mid-move",
+            "one believer at a time",
+            |b| run(b, FAULTS, Variant::KeepAliveDuringMove),
+        ),
     ]
 }

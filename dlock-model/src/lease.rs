@@ -14,7 +14,8 @@
 
 use stateright::{Model, Property};
 
-use crate::check::{Bound, Case, Expect, Outcome, explore};
+use crate::check::{Bound, Case, Outcome, explore};
+use crate::net::{Net, Sent};
 
 /// How the client computes a grant's deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,12 @@ pub struct Msg {
     pub client: u8,
     /// What it says.
     pub body: Body,
+}
+
+impl Sent for Msg {
+    fn sent(&self) -> u8 {
+        self.sent
+    }
 }
 
 /// What a message says. `start` is the client's clock when it sent the request.
@@ -142,7 +149,7 @@ pub struct State {
     /// The two clients.
     pub clients: [Client; 2],
     /// Messages in flight (kept sorted: a multiset).
-    pub net: Vec<Msg>,
+    pub net: Net<Msg>,
     /// Duplications and losses left.
     pub faults_left: u8,
     /// When the contender of a crashed holder was granted.
@@ -248,7 +255,7 @@ impl LeaseModel {
             }
             _ => return,
         };
-        s.net.push(out);
+        s.net.send(out);
     }
 
     fn client(&self, s: &mut State, m: &Msg) {
@@ -318,7 +325,7 @@ impl Model for LeaseModel {
             skew: 0,
             key: None,
             clients: [Client::Idle; 2],
-            net: Vec::new(),
+            net: Net::default(),
             faults_left: if self.faults { self.faults_budget } else { 0 },
             regranted: None,
             last_holder: None,
@@ -329,7 +336,7 @@ impl Model for LeaseModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let overdue = s.net.iter().any(|m| s.now >= m.sent + self.max_delay);
+        let overdue = s.net.overdue(s.now, self.max_delay);
         let urgent = !self.faults && (0..2).any(|i| self.due(s, i));
         if !overdue && !urgent && s.now < self.horizon {
             actions.push(Action::Tick);
@@ -365,12 +372,7 @@ impl Model for LeaseModel {
                 _ => {}
             }
         }
-        let mut seen: Option<&Msg> = None;
-        for m in &s.net {
-            if seen == Some(m) {
-                continue;
-            }
-            seen = Some(m);
+        for m in s.net.distinct() {
             actions.push(Action::Deliver(m.clone()));
             if s.faults_left > 0 {
                 actions.push(Action::Lose(m.clone()));
@@ -382,7 +384,7 @@ impl Model for LeaseModel {
     fn next_state(&self, s: &State, action: Action) -> Option<State> {
         let mut s = s.clone();
         let send = |s: &mut State, i: u8, body| {
-            s.net.push(Msg {
+            s.net.send(Msg {
                 sent: s.now,
                 client: i,
                 body,
@@ -416,8 +418,7 @@ impl Model for LeaseModel {
             }
             Action::Crash(i) => s.clients[i as usize] = Client::Crashed { at: s.now },
             Action::Deliver(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 match m.body {
                     Body::Acquire { .. } | Body::Renew { .. } | Body::Release => {
                         self.server(&mut s, &m)
@@ -427,16 +428,14 @@ impl Model for LeaseModel {
                 }
             }
             Action::Lose(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 s.faults_left -= 1;
             }
             Action::Duplicate(m) => {
-                s.net.push(m);
+                s.net.send(m);
                 s.faults_left -= 1;
             }
         }
-        s.net.sort();
         Some(s)
     }
 
@@ -510,32 +509,24 @@ fn run(bound: Bound, faults: bool, deadline: Deadline) -> Outcome {
     explore(model, desc)
 }
 
+/// The model's name in the table.
+const MODEL: &str = "lease";
+
 /// The lease model's cases.
 pub fn cases() -> Vec<Case> {
     vec![
-        Case {
-            model: "lease",
-            variant: "today",
-            expect: Expect::Holds,
-            run: |b| run(b, true, Deadline::FromRequestStart),
-        },
-        Case {
-            model: "lease",
-            variant: "today, fair",
-            expect: Expect::Holds,
-            run: |b| run(b, false, Deadline::FromRequestStart),
-        },
-        Case {
-            model: "lease",
-            variant: "deadline from reply",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, true, Deadline::FromReply),
-        },
-        Case {
-            model: "lease",
-            variant: "no drift allowance",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| run(b, true, Deadline::NoDriftAllowance),
-        },
+        Case::holds(MODEL, "today", |b| run(b, true, Deadline::FromRequestStart)),
+        Case::holds(MODEL, "today, fair", |b| {
+            run(b, false, Deadline::FromRequestStart)
+        }),
+        Case::control(
+            MODEL,
+            "deadline from reply",
+            "one believer at a time",
+            |b| run(b, true, Deadline::FromReply),
+        ),
+        Case::control(MODEL, "no drift allowance", "one believer at a time", |b| {
+            run(b, true, Deadline::NoDriftAllowance)
+        }),
     ]
 }

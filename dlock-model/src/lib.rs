@@ -4,6 +4,7 @@
 pub mod check;
 pub mod etcd;
 pub mod lease;
+pub mod net;
 pub mod redis;
 pub mod redlock;
 pub mod zk;

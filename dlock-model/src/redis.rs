@@ -58,7 +58,8 @@
 
 use stateright::{Model, Property};
 
-use crate::check::{Bound, Case, Expect, Outcome, explore};
+use crate::check::{Bound, Case, Outcome, explore};
+use crate::net::{Net, Sent};
 
 /// TTL in units.
 const TTL: u8 = 6;
@@ -235,6 +236,12 @@ pub struct Msg {
     pub body: Body,
 }
 
+impl Sent for Msg {
+    fn sent(&self) -> u8 {
+        self.sent
+    }
+}
+
 /// A client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Client {
@@ -311,7 +318,7 @@ pub struct State {
     /// Requests (attempts) each client sent: the last one's number.
     pub reqs: Vec<u8>,
     /// Messages in flight (sorted: a multiset).
-    pub net: Vec<Msg>,
+    pub net: Net<Msg>,
     /// Losses and duplications left.
     pub faults_left: u8,
     /// Notification losses left.
@@ -491,7 +498,7 @@ impl RedisModel {
     }
 
     fn publish(s: &mut State, entry: Id) {
-        s.net.push(Msg {
+        s.net.send(Msg {
             sent: s.now,
             client: entry.0,
             body: Body::Notify { entry },
@@ -516,7 +523,7 @@ impl RedisModel {
         let clock = Self::clock(s);
         let live = s.lock.filter(|&(_, exp)| clock < exp);
         let reply = |s: &mut State, body| {
-            s.net.push(Msg {
+            s.net.send(Msg {
                 sent: s.now,
                 client: m.client,
                 body,
@@ -822,7 +829,7 @@ impl RedisModel {
         } else {
             Body::FastAcquire { owner, start, req }
         };
-        s.net.push(Msg {
+        s.net.send(Msg {
             sent: s.now,
             client: i as u8,
             body,
@@ -882,7 +889,7 @@ impl Model for RedisModel {
             clients: vec![Client::Idle; n],
             started: vec![0; n],
             reqs: vec![0; n],
-            net: Vec::new(),
+            net: Net::default(),
             faults_left: if self.faults { self.faults_budget } else { 0 },
             notify_losses_left: self.notify_losses,
             cancels_left: self.cancels,
@@ -903,7 +910,7 @@ impl Model for RedisModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let n = self.clients;
-        let overdue = s.net.iter().any(|m| s.now >= m.sent + self.max_delay);
+        let overdue = s.net.overdue(s.now, self.max_delay);
         let urgent = !self.faults && (0..n as usize).any(|i| self.due(s, i));
         let can_tick = !overdue && !urgent && s.now < self.horizon;
         if can_tick {
@@ -961,12 +968,7 @@ impl Model for RedisModel {
                 _ => {}
             }
         }
-        let mut last: Option<&Msg> = None;
-        for m in &s.net {
-            if last == Some(m) {
-                continue;
-            }
-            last = Some(m);
+        for m in s.net.distinct() {
             actions.push(Action::Deliver(*m));
             let notify = matches!(m.body, Body::Notify { .. });
             if s.faults_left > 0 || (notify && s.notify_losses_left > 0) {
@@ -1041,7 +1043,7 @@ impl Model for RedisModel {
                 } else {
                     Body::ReleaseFair { owner }
                 };
-                s.net.push(Msg {
+                s.net.send(Msg {
                     sent: s.now,
                     client: i,
                     body,
@@ -1056,7 +1058,7 @@ impl Model for RedisModel {
                     *renewing = Some(s.now);
                 }
                 let owner = (i, s.started[iu] - 1);
-                s.net.push(Msg {
+                s.net.send(Msg {
                     sent: s.now,
                     client: i,
                     body: Body::Renew {
@@ -1069,7 +1071,7 @@ impl Model for RedisModel {
                 let iu = i as usize;
                 s.clients[iu] = Client::Idle;
                 let owner = (i, s.started[iu] - 1);
-                s.net.push(Msg {
+                s.net.send(Msg {
                     sent: s.now,
                     client: i,
                     body: Body::ReleaseFair { owner },
@@ -1099,8 +1101,7 @@ impl Model for RedisModel {
                 }
             }
             Action::Deliver(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 match m.body {
                     Body::FastAcquire { .. }
                     | Body::AcquireFair { .. }
@@ -1111,8 +1112,7 @@ impl Model for RedisModel {
                 }
             }
             Action::Lose(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 if matches!(m.body, Body::Notify { .. }) && s.notify_losses_left > 0 {
                     s.notify_losses_left -= 1;
                     s.seen |= SEEN_NOTIFY_LOST;
@@ -1121,11 +1121,10 @@ impl Model for RedisModel {
                 }
             }
             Action::Duplicate(m) => {
-                s.net.push(m);
+                s.net.send(m);
                 s.faults_left -= 1;
             }
         }
-        s.net.sort();
         Some(s)
     }
 
@@ -1291,6 +1290,9 @@ fn fair(bound: Bound) -> Outcome {
     explore(model, desc)
 }
 
+/// The model's name in the table.
+const MODEL: &str = "redis";
+
 /// The Redis single-node (fair mode) model's cases.
 pub fn cases() -> Vec<Case> {
     const LOSS: Faults = Faults {
@@ -1309,35 +1311,19 @@ pub fn cases() -> Vec<Case> {
         cancels: 0,
     };
     vec![
-        Case {
-            model: "redis",
-            variant: "today, loss",
-            expect: Expect::Holds,
-            run: |b| faulty(b, LOSS, 1, Variant::Today),
-        },
-        Case {
-            model: "redis",
-            variant: "today, restart",
-            expect: Expect::Holds,
-            run: |b| faulty(b, RESTART, 1, Variant::Today),
-        },
-        Case {
-            model: "redis",
-            variant: "today, fair",
-            expect: Expect::Holds,
-            run: fair,
-        },
-        Case {
-            model: "redis",
-            variant: "fence without floor",
-            expect: Expect::Counterexample("tokens strictly increase in grant order"),
-            run: |b| faulty(b, RESTART, 1, Variant::NoClockFloor),
-        },
-        Case {
-            model: "redis",
-            variant: "unguarded release",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| faulty(b, DUP, 2, Variant::UnguardedRelease),
-        },
+        Case::holds(MODEL, "today, loss", |b| faulty(b, LOSS, 1, Variant::Today)),
+        Case::holds(MODEL, "today, restart", |b| {
+            faulty(b, RESTART, 1, Variant::Today)
+        }),
+        Case::holds(MODEL, "today, fair", fair),
+        Case::control(
+            MODEL,
+            "fence without floor",
+            "tokens strictly increase in grant order",
+            |b| faulty(b, RESTART, 1, Variant::NoClockFloor),
+        ),
+        Case::control(MODEL, "unguarded release", "one believer at a time", |b| {
+            faulty(b, DUP, 2, Variant::UnguardedRelease)
+        }),
     ]
 }
