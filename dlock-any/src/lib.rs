@@ -3,12 +3,14 @@
 
 mod connect;
 mod error;
+mod tiered;
 mod url;
 
 use std::sync::Arc;
 
 pub use dlock_core::{Election, Error, Locker, RwLocker, Semaphore};
 pub use error::{UrlError, UrlPart};
+pub use tiered::{ConfigError, ConfigPart, GUARD_NAME, Route, Tier, TieredConfig, TieredLocker};
 pub use url::{HostPort, LockerUrl, Scheme};
 
 /// Connects to the locker a URL names (see the crate docs for the URL forms).
@@ -31,6 +33,16 @@ pub use url::{HostPort, LockerUrl, Scheme};
 /// (`None` for `redlock://`, which offers only the mutex).
 pub async fn connect(url: &str) -> Result<Arc<dyn Locker>, Error> {
     url.parse::<LockerUrl>()?.connect().await
+}
+
+/// Reads the tiered configuration at `path` and connects its router (see the crate docs,
+/// "Tiers"): [`TieredConfig::load`], then [`TieredConfig::connect`].
+///
+/// # Errors
+/// As [`TieredConfig::load`] (every configuration error before any I/O, naming its line),
+/// then as [`TieredConfig::connect`].
+pub async fn connect_config(path: impl AsRef<std::path::Path>) -> Result<Arc<TieredLocker>, Error> {
+    TieredConfig::load(path)?.connect().await
 }
 
 impl LockerUrl {
