@@ -44,7 +44,8 @@
 
 use stateright::{Model, Property};
 
-use crate::check::{Bound, Case, Expect, Outcome, explore};
+use crate::check::{Bound, Case, Outcome, explore};
+use crate::net::{Net, Sent};
 
 /// The most nodes the model has room for.
 const MAX_NODES: usize = 5;
@@ -161,6 +162,12 @@ pub struct Msg {
     pub body: Body,
 }
 
+impl Sent for Msg {
+    fn sent(&self) -> u8 {
+        self.sent
+    }
+}
+
 /// One node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Node {
@@ -258,7 +265,7 @@ pub struct State {
     /// Attempts each client made (the owner values).
     pub seq: [u8; 2],
     /// Messages in flight (sorted: a multiset).
-    pub net: Vec<Msg>,
+    pub net: Net<Msg>,
     /// Losses left.
     pub faults_left: u8,
     /// Grants so far.
@@ -365,7 +372,7 @@ impl RedlockModel {
     }
 
     fn send(s: &mut State, client: u8, node: u8, body: Body) {
-        s.net.push(Msg {
+        s.net.send(Msg {
             sent: s.now,
             client,
             node,
@@ -376,7 +383,7 @@ impl RedlockModel {
 
     /// One request to every node (`join_all` over the nodes).
     fn fan_out(&self, s: &mut State, client: u8, body: Body) {
-        s.net.push(Msg {
+        s.net.send(Msg {
             sent: s.now,
             client,
             node: 0,
@@ -388,7 +395,7 @@ impl RedlockModel {
     /// The rest of a fan-out after its message to `m.node`.
     fn advance(s: &mut State, m: &Msg) {
         if m.node < m.last {
-            s.net.push(Msg {
+            s.net.send(Msg {
                 node: m.node + 1,
                 ..*m
             });
@@ -705,7 +712,7 @@ impl Model for RedlockModel {
             clients: [Client::Idle; 2],
             attempts: [self.attempts; 2],
             seq: [0; 2],
-            net: Vec::new(),
+            net: Net::default(),
             faults_left: if self.faults { self.faults_budget } else { 0 },
             grants: 0,
             last_token: 0,
@@ -723,7 +730,7 @@ impl Model for RedlockModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let overdue = s.net.iter().any(|m| s.now >= m.sent + self.max_delay);
+        let overdue = s.net.overdue(s.now, self.max_delay);
         let urgent = !self.faults && (0..2).any(|i| self.due(s, i));
         if !overdue && !urgent && s.now < self.horizon {
             actions.push(Action::Tick);
@@ -786,12 +793,7 @@ impl Model for RedlockModel {
                 _ => {}
             }
         }
-        let mut seen: Option<&Msg> = None;
-        for m in &s.net {
-            if seen == Some(m) {
-                continue;
-            }
-            seen = Some(m);
+        for m in s.net.distinct() {
             actions.push(Action::Deliver(*m));
             if s.faults_left > 0 {
                 actions.push(Action::Lose(*m));
@@ -886,32 +888,28 @@ impl Model for RedlockModel {
                 }
             }
             Action::Deliver(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 Self::advance(&mut s, &m);
                 self.node(&mut s, &m, false);
             }
             Action::LoseReply(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 s.faults_left -= 1;
                 Self::advance(&mut s, &m);
                 self.node(&mut s, &m, true);
             }
             Action::Lose(m) => {
-                let at = s.net.iter().position(|x| *x == m)?;
-                s.net.remove(at);
+                s.net.take(&m)?;
                 s.faults_left -= 1;
                 Self::advance(&mut s, &m);
                 // `raise::run` retries a raise that did not answer while the locker lives.
                 if matches!(m.body, Body::BackgroundRaise { .. })
                     && !matches!(s.clients[m.client as usize], Client::Crashed { .. })
                 {
-                    s.net.push(Msg { sent: s.now, ..m });
+                    s.net.send(Msg { sent: s.now, ..m });
                 }
             }
         }
-        s.net.sort();
         Some(s)
     }
 
@@ -1038,52 +1036,40 @@ const TODAY: Setup = Setup {
     fencing: Fencing::Today,
 };
 
+/// The model's name in the table.
+const MODEL: &str = "redlock";
+
 /// The Redlock model's cases.
 pub fn cases() -> Vec<Case> {
     vec![
-        Case {
-            model: "redlock",
-            variant: "today",
-            expect: Expect::Holds,
-            run: |b| run(b, TODAY),
-        },
-        Case {
-            model: "redlock",
-            variant: "today, fair",
-            expect: Expect::Holds,
-            run: |b| {
-                run(
-                    b,
-                    Setup {
-                        faults: false,
-                        restart_down: None,
-                        crash: true,
-                        ..TODAY
-                    },
-                )
-            },
-        },
-        Case {
-            model: "redlock",
-            variant: "clock jump",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| {
-                run(
-                    b,
-                    Setup {
-                        jump: 3,
-                        restart_down: None,
-                        crash: false,
-                        ..TODAY
-                    },
-                )
-            },
-        },
-        Case {
-            model: "redlock",
-            variant: "restart, no downtime",
-            expect: Expect::Counterexample("one believer at a time"),
-            run: |b| {
+        Case::holds(MODEL, "today", |b| run(b, TODAY)),
+        Case::holds(MODEL, "today, fair", |b| {
+            run(
+                b,
+                Setup {
+                    faults: false,
+                    restart_down: None,
+                    crash: true,
+                    ..TODAY
+                },
+            )
+        }),
+        Case::control(MODEL, "clock jump", "one believer at a time", |b| {
+            run(
+                b,
+                Setup {
+                    jump: 3,
+                    restart_down: None,
+                    crash: false,
+                    ..TODAY
+                },
+            )
+        }),
+        Case::control(
+            MODEL,
+            "restart, no downtime",
+            "one believer at a time",
+            |b| {
                 run(
                     b,
                     Setup {
@@ -1092,12 +1078,12 @@ pub fn cases() -> Vec<Case> {
                     },
                 )
             },
-        },
-        Case {
-            model: "redlock",
-            variant: "no background raise",
-            expect: Expect::Counterexample("tokens strictly increase in grant order"),
-            run: |b| {
+        ),
+        Case::control(
+            MODEL,
+            "no background raise",
+            "tokens strictly increase in grant order",
+            |b| {
                 run(
                     b,
                     Setup {
@@ -1107,6 +1093,6 @@ pub fn cases() -> Vec<Case> {
                     },
                 )
             },
-        },
+        ),
     ]
 }
