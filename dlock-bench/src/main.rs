@@ -11,6 +11,7 @@
 //! `--readme FILE` runs nothing: it rewrites the generated section of FILE from a run's
 //! `results.json` (`--from`, default `<out>/results.json`).
 
+mod guide;
 mod http;
 mod impls;
 #[cfg(test)]

@@ -237,7 +237,7 @@ fn family_summary(rows: &[Row]) -> String {
     s
 }
 
-fn date_of(unix: Option<f64>) -> String {
+pub(crate) fn date_of(unix: Option<f64>) -> String {
     unix.and_then(|t| {
         let out = std::process::Command::new("date")
             .args(["-u", "-d", &format!("@{t:.0}"), "+%Y-%m-%d %H:%M UTC"])
@@ -363,7 +363,14 @@ pub fn write(readme: &Path, from: &Path) -> Result<(), String> {
             new = done;
         }
     }
-    if new == doc && !doc.contains(BEGIN) && !doc.contains(SUMMARY_BEGIN) {
+    // The backend guide's figures (`docs/choosing.md`), when FILE has its markers.
+    if let Some(done) =
+        crate::guide::fill(&new, &rows, &shown).map_err(|e| format!("{}: {e}", readme.display()))?
+    {
+        new = done;
+    }
+    let guide = doc.contains(crate::guide::BEGIN);
+    if new == doc && !doc.contains(BEGIN) && !doc.contains(SUMMARY_BEGIN) && !guide {
         return Err(format!(
             "{}: no `{BEGIN}` nor `{SUMMARY_BEGIN}` line to replace from",
             readme.display()
