@@ -21,7 +21,9 @@ use crate::session::{KeepAlive, Session, spawn_cleanup};
 use crate::slots::{SlotGuard, Slots};
 
 /// How long a round waits for the session's key listing after the keep-alive reply (at least;
-/// as long as the keep-alive took, when that was longer).
+/// as long as the keep-alive took, when that was longer, but never more than one attempt cap:
+/// the listing is advisory and must not hold up an acknowledged keep-alive until the lease's
+/// loss).
 const LISTING_GRACE: Duration = Duration::from_millis(100);
 
 /// What the renewal driver keeps per lease.
@@ -86,6 +88,16 @@ enum Round {
 impl RenewBackend for Backend {
     type Entry = Entry;
 
+    /// `false`: a slow round runs until the leases' loss. A retry could not take a path this
+    /// round does not take already: the keep-alive hedges onto the next member after each
+    /// attempt cap and keeps the slow attempt in flight (`KeepAlive::renew`), while a retry
+    /// would open a fresh stream whose reply is just as slow. Abandoning the round at three
+    /// quarters of the validity left a retry a quarter, too short for a reply as slow as the
+    /// one given up, so a reply that was late but in time lost the lease.
+    fn abandon_slow_rounds(&self) -> bool {
+        false
+    }
+
     fn is_internal(&self, entry: &Entry) -> bool {
         matches!(entry, Entry::Session(_))
     }
@@ -120,7 +132,10 @@ impl RenewBackend for Backend {
             let started = Instant::now();
             let round = match ka.renew().await {
                 Ok((true, ka_term)) => {
-                    let grace = started.elapsed().max(LISTING_GRACE);
+                    let grace = started
+                        .elapsed()
+                        .max(LISTING_GRACE)
+                        .min(self.etcd.attempt_cap.max(LISTING_GRACE));
                     let listed = listing.within(grace).await;
                     let seen = ka_term
                         .into_iter()
