@@ -6,6 +6,7 @@
 //! backend: each call first fails with [`Error::Closed`] after `close`, and checks the
 //! acquire options, the permit count and the value, all before the backend is asked. So a
 //! backend never repeats those checks, and a check changed here changes for every backend.
+//! Every acquire is also measured here (`metrics` feature): its wait, a timeout, the waiters.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +15,11 @@ use async_trait::async_trait;
 
 use crate::election::Leader;
 use crate::election::validate_value;
+use crate::metrics::Wait;
 use crate::semaphore::validate_permits;
 use crate::{
-    AcquireOptions, Capabilities, Election, Error, LeaderChanges, Leadership, Lease, LockName,
-    LockState, Locker, RwLocker, Semaphore, Stats,
+    AcquireOptions, Capabilities, Counters, Election, Error, LeaderChanges, Leadership, Lease,
+    LockName, LockState, Locker, RwLocker, Semaphore, Stats,
 };
 
 /// A backend's mutex, for backend authors: [`Locker`] is implemented over it.
@@ -62,6 +64,14 @@ pub trait LockBackend: Send + Sync + 'static {
 
     /// Serves [`Locker::stats`].
     fn counters(&self) -> Stats;
+
+    /// The live counters behind [`LockBackend::counters`] (built with
+    /// [`Counters::labelled`]), whose labels the contract's own metrics carry: acquire waits,
+    /// timeouts, waiters (`metrics` feature). The default, `None`, labels those
+    /// `backend="unknown"`.
+    fn live_counters(&self) -> Option<&Counters> {
+        None
+    }
 
     /// Serves [`Locker::into_election`]: `Some(self)` for a backend that implements
     /// [`ElectionBackend`].
@@ -154,7 +164,10 @@ impl<B: LockBackend> Locker for B {
     async fn acquire(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
         open(self)?;
-        self.lock(name, opts).await
+        let wait = Wait::start(self.live_counters(), name);
+        let granted = self.lock(name, opts).await;
+        wait.done(&granted);
+        granted
     }
 
     async fn try_acquire(&self, name: &LockName) -> Result<Option<Lease>, Error> {
@@ -207,7 +220,10 @@ impl<B: ElectionBackend> Election for B {
         validate_value(value)?;
         opts.validate()?;
         open(self)?;
-        self.run_campaign(name, value, opts).await
+        let wait = Wait::start(self.live_counters(), name);
+        let elected = self.run_campaign(name, value, opts).await;
+        wait.done(&elected);
+        elected
     }
 
     async fn leader(&self, name: &LockName) -> Result<Option<Leader>, Error> {
@@ -226,13 +242,19 @@ impl<B: RwBackend> RwLocker for B {
     async fn read(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
         open(self)?;
-        self.lock_read(name, opts).await
+        let wait = Wait::start(self.live_counters(), name);
+        let granted = self.lock_read(name, opts).await;
+        wait.done(&granted);
+        granted
     }
 
     async fn write(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         opts.validate()?;
         open(self)?;
-        self.lock_write(name, opts).await
+        let wait = Wait::start(self.live_counters(), name);
+        let granted = self.lock_write(name, opts).await;
+        wait.done(&granted);
+        granted
     }
 }
 
@@ -247,7 +269,10 @@ impl<B: SemaphoreBackend> Semaphore for B {
         validate_permits(permits)?;
         opts.validate()?;
         open(self)?;
-        self.lock_permit(name, permits, opts).await
+        let wait = Wait::start(self.live_counters(), name);
+        let granted = self.lock_permit(name, permits, opts).await;
+        wait.done(&granted);
+        granted
     }
 }
 

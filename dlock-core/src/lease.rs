@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::metrics::{self, End};
 use crate::sync::lock;
 use crate::{Counters, Error, FencingToken, LockName, LossReason};
 
@@ -25,8 +26,10 @@ pub(crate) struct LeaseCell {
     ttl: Option<Duration>,
     /// Where the loss is counted (none for a backend's internal lease). Counted when the cell
     /// ends, before anyone awaiting `lost()` is woken, whichever path ends it (the driver, the
-    /// lease's own timer, a check that finds it expired).
+    /// lease's own timer, a check that finds it expired). Its labels are the lease's metrics'.
     losses: Option<Arc<Counters>>,
+    /// When the cell was made (the grant), for the hold-time metric.
+    granted: Instant,
     state: Mutex<CellState>,
     status: watch::Sender<Status>,
 }
@@ -56,12 +59,16 @@ impl LeaseCell {
         ttl: Option<Duration>,
         losses: Option<Arc<Counters>>,
     ) -> Arc<Self> {
+        if let Some(c) = &losses {
+            metrics::granted(c, &name);
+        }
         Arc::new(LeaseCell {
             name,
             token,
             early,
             ttl,
             losses,
+            granted: Instant::now(),
             state: Mutex::new(CellState {
                 deadline,
                 ended: false,
@@ -143,11 +150,13 @@ impl LeaseCell {
         }
         // Closing the locker ends its leases on purpose: not a loss to count or warn about.
         if reason == LossReason::Closed {
+            self.ended_metrics(End::Closed);
             tracing::debug!(lock = %self.name, token = %self.token, "lease ended: the locker was closed");
         } else {
             if let Some(c) = &self.losses {
                 c.add_losses(1);
             }
+            self.ended_metrics(End::Lost(&reason));
             tracing::warn!(lock = %self.name, token = %self.token, %reason, "lease lost");
         }
         self.status.send_replace(Status::Lost(reason));
@@ -160,11 +169,19 @@ impl LeaseCell {
         self.state().lost_declared
     }
 
+    /// Records the end of a counted lease in the metrics (nothing for an internal one).
+    fn ended_metrics(&self, how: End<'_>) {
+        if let Some(c) = &self.losses {
+            metrics::ended(c, &self.name, self.granted.elapsed(), how);
+        }
+    }
+
     /// Marks the lease released. Returns false when it had already ended.
     pub(crate) fn mark_released(&self) -> bool {
         if !self.end(false) {
             return false;
         }
+        self.ended_metrics(End::Released);
         self.status.send_replace(Status::Released);
         true
     }
@@ -213,6 +230,15 @@ impl LeaseCell {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Drop for LeaseCell {
+    /// A counted lease dropped without ending (no path does today) leaves the held gauge.
+    fn drop(&mut self) {
+        if let Some(c) = self.losses.as_ref().filter(|_| !self.state().ended) {
+            metrics::released_unended(c);
         }
     }
 }

@@ -12,6 +12,7 @@ mod inspect;
 mod lease;
 mod locker;
 pub mod memory;
+mod metrics;
 mod name;
 mod options;
 mod reentrant;
@@ -23,6 +24,8 @@ mod sync;
 mod token;
 mod with_lock;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 pub use capabilities::{Capabilities, FencingStrength, Primitives};
 pub use common::{
     CommonOptions, MAX_METRICS_TIER_LEN, MAX_NAMESPACE_LEN, validate_metrics_tier,

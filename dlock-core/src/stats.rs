@@ -2,6 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::CommonOptions;
+use crate::metrics::{self, Labels};
+
 /// A snapshot of a locker's counters. All counts are since the locker was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -31,9 +34,14 @@ pub struct Stats {
     pub driver_restarts: u64,
 }
 
-/// The live counters behind [`Stats`]; backends increment them.
+/// The live counters behind [`Stats`]; backends increment them. They also carry the labels of
+/// the locker's metrics (`metrics` feature): build them with [`Counters::labelled`] so that
+/// the metrics name the backend and the tier; `Counters::default()` labels them
+/// `backend="unknown"`.
 #[derive(Debug, Default)]
 pub struct Counters {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    labels: Labels,
     grants: AtomicU64,
     waits: AtomicU64,
     wakeups: AtomicU64,
@@ -45,8 +53,30 @@ pub struct Counters {
     driver_restarts: AtomicU64,
 }
 
+impl Counters {
+    /// Counters whose metrics are labelled `backend` (the backend's short name, e.g. `"redis"`)
+    /// and with the `metrics_tier` and `metrics_lock_names` options of `common`.
+    pub fn labelled(backend: &'static str, common: &CommonOptions) -> Self {
+        Counters {
+            labels: Labels::new(backend, common),
+            ..Counters::default()
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Adds `n` to the `renewal_failures` counter (and to `dlock_renewal_failed_rounds_total`).
+    pub fn add_renewal_failures(&self, n: u64) {
+        self.renewal_failures.fetch_add(n, Ordering::Relaxed);
+        metrics::round_failed(self, n);
+    }
+}
+
 macro_rules! counter {
-    ($($field:ident => $add:ident),* $(,)?) => {
+    ($($field:ident => $add:ident),* ; $($other:ident),* $(,)?) => {
         impl Counters {
             $(
                 #[doc = concat!("Adds `n` to the `", stringify!($field), "` counter.")]
@@ -57,7 +87,10 @@ macro_rules! counter {
 
             /// Reads every counter.
             pub fn snapshot(&self) -> Stats {
-                Stats { $($field: self.$field.load(Ordering::Relaxed)),* }
+                Stats {
+                    $($field: self.$field.load(Ordering::Relaxed),)*
+                    $($other: self.$other.load(Ordering::Relaxed),)*
+                }
             }
         }
     };
@@ -69,8 +102,9 @@ counter! {
     wakeups => add_wakeups,
     timer_wakeups => add_timer_wakeups,
     renewals => add_renewals,
-    renewal_failures => add_renewal_failures,
     losses => add_losses,
     requests => add_requests,
-    driver_restarts => add_driver_restarts,
+    driver_restarts => add_driver_restarts;
+    // Added by hand above: it also emits a metric.
+    renewal_failures,
 }

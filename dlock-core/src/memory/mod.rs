@@ -9,7 +9,7 @@ mod election;
 mod family;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use crate::options::validate_ttl;
 use crate::sync::lock;
 use crate::{
-    AcquireOptions, Capabilities, Counters, Error, FencingStrength, FencingToken, HolderState,
-    Leader, Lease, LockBackend, LockName, LockState, LossReason, Primitives, RenewBackend, Renewal,
-    RenewalDriver, Stats,
+    AcquireOptions, Capabilities, CommonOptions, Counters, Error, FencingStrength, FencingToken,
+    HolderState, Leader, Lease, LockBackend, LockName, LockState, LossReason, Primitives,
+    RenewBackend, Renewal, RenewalDriver, Stats,
 };
 
 mod defect;
@@ -83,6 +83,8 @@ struct Waiter {
 pub struct MemoryServer {
     names: Mutex<HashMap<String, NameState>>,
     ids: AtomicU64,
+    /// Renewal requests fail ([`MemoryServer::fail_renewals`]).
+    renewals_fail: AtomicBool,
 }
 
 impl std::fmt::Debug for MemoryServer {
@@ -117,6 +119,13 @@ impl MemoryServer {
             w.wake.notify_one();
         }
         had
+    }
+
+    /// Test hook (`testing` feature): while `on`, every renewal request fails as if the server
+    /// did not answer (`Error::Unavailable`): failed rounds, then losses at the deadline.
+    #[cfg(feature = "testing")]
+    pub fn fail_renewals(&self, on: bool) {
+        self.renewals_fail.store(on, Ordering::SeqCst);
     }
 
     /// Test hook (`testing` feature) for the conformance suite's server-side view: when the
@@ -161,6 +170,8 @@ pub struct MemoryLockerBuilder {
     ttl: Duration,
     server: Option<Arc<MemoryServer>>,
     defect: Option<Defect>,
+    /// Only the metrics labels are read from it.
+    metrics: CommonOptions,
 }
 
 impl MemoryLockerBuilder {
@@ -176,6 +187,21 @@ impl MemoryLockerBuilder {
         self
     }
 
+    /// The `tier` label on this locker's metrics (`metrics` feature), as every backend's
+    /// builder has it: `[A-Za-z0-9._-]`, at most [`MAX_METRICS_TIER_LEN`](crate::MAX_METRICS_TIER_LEN)
+    /// bytes; empty means none. Checked by `build`.
+    pub fn metrics_tier(mut self, tier: impl Into<String>) -> Self {
+        self.metrics.set_metrics_tier(tier);
+        self
+    }
+
+    /// Label this locker's per-lock metrics with the lock's name, as `lock` (default off): a
+    /// cardinality risk, every distinct name is a time series.
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics.set_metrics_lock_names(on);
+        self
+    }
+
     /// Builds in a deliberate defect (`testing` feature; for checker tests only).
     #[cfg(feature = "testing")]
     pub fn defect(mut self, defect: Defect) -> Self {
@@ -186,10 +212,14 @@ impl MemoryLockerBuilder {
     /// Builds the locker.
     ///
     /// # Errors
-    /// [`Error::InvalidOption`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    /// [`Error::InvalidOption`] for a TTL outside [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL),
+    /// or a bad `metrics_tier`.
     pub fn build(self) -> Result<MemoryLocker, Error> {
         let ttl = validate_ttl(self.ttl)?;
-        let counters = Arc::new(Counters::default());
+        if let Some(tier) = self.metrics.metrics_tier() {
+            crate::validate_metrics_tier(tier)?;
+        }
+        let counters = Arc::new(Counters::labelled("memory", &self.metrics));
         let backend = Arc::new(Backend {
             server: self.server.unwrap_or_default(),
             ttl,
@@ -250,6 +280,7 @@ impl MemoryLocker {
             ttl: Duration::from_secs(10),
             server: None,
             defect: None,
+            metrics: CommonOptions::default(),
         }
     }
 
@@ -463,6 +494,12 @@ impl RenewBackend for Backend {
 
     async fn renew(&self, entries: &[Arc<Entry>]) -> Result<Vec<Renewal>, Error> {
         self.counters.add_requests(1);
+        if self.server.renewals_fail.load(Ordering::SeqCst) {
+            return Err(Error::unavailable(
+                "the memory server fails renewals (test hook)",
+                None,
+            ));
+        }
         let now = Instant::now();
         let mut names = self.server.names();
         let verdicts: Vec<Renewal> = entries
@@ -766,6 +803,10 @@ impl LockBackend for MemoryLocker {
 
     fn counters(&self) -> Stats {
         self.counters.snapshot()
+    }
+
+    fn live_counters(&self) -> Option<&Counters> {
+        Some(&self.counters)
     }
 
     fn election(self: Arc<Self>) -> Option<Arc<dyn crate::Election>> {

@@ -252,6 +252,7 @@ fn settle<B: RenewBackend>(
     } = round;
     let period = shared.ttl / 3;
     let now = Instant::now();
+    crate::metrics::round_settled(&shared.counters, now.saturating_duration_since(start));
     let mut lost: Vec<(Arc<LeaseCell>, LossReason)> = Vec::new();
     let mut leases = shared.leases();
     for (id, _, _) in &batch {
