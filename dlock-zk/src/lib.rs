@@ -19,6 +19,7 @@ mod rule;
 mod rw;
 mod semaphore;
 mod session;
+mod stall;
 mod tls;
 
 pub use builder::{DEFAULT_PREFIX, DEFAULT_TTL, ZkAcl, ZkLockerBuilder};

@@ -309,7 +309,15 @@ impl ZkLocker {
                 Arc::clone(&queue.payload),
                 queue.rule,
             );
-            let outcome = within(deadline, contender.run(single)).await;
+            let outcome = match within(deadline, contender.run(single)).await {
+                // A proof counts from its send time less this process's stalls before it.
+                Some(Ok(Outcome::Granted { path, czxid, proof })) => Some(Ok(Outcome::Granted {
+                    path,
+                    czxid,
+                    proof: sess.proven_from(proof),
+                })),
+                other => other,
+            };
             let retry = match outcome {
                 Some(Ok(Outcome::Granted { path, proof, .. }))
                     if sess.driver.deadline_from(proof) <= Instant::now() =>

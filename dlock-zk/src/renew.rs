@@ -13,6 +13,7 @@ use zookeeper_client as zk;
 use crate::error::{map, session_ended, transient};
 use crate::reads::SessionReads;
 use crate::session::{DeleteTarget, connection_timeout, delete_path, spawn_delete};
+use crate::stall::StallClock;
 
 /// One held lock node, as the renewal driver keeps it.
 #[derive(Debug)]
@@ -108,6 +109,8 @@ pub(crate) struct SessionBackend {
     ended: Arc<AtomicBool>,
     /// The negotiated session timeout: how long a release retries.
     timeout: Duration,
+    /// The driver's TTL ([`proof_ttl`]), and this process's stalls, which shorten it.
+    proof: (Duration, Arc<StallClock>),
 }
 
 impl SessionBackend {
@@ -118,6 +121,7 @@ impl SessionBackend {
         counters: &Arc<Counters>,
         ended: &Arc<AtomicBool>,
         chroot_bound: usize,
+        proof: (Duration, Arc<StallClock>),
     ) -> Self {
         SessionBackend {
             client: client.clone(),
@@ -126,6 +130,23 @@ impl SessionBackend {
             reads: SessionReads::new(client.clone(), Arc::clone(counters), chroot_bound),
             ended: Arc::clone(ended),
             timeout: client.session_timeout(),
+            proof,
+        }
+    }
+
+    /// What a proof sent at `sent` renews: the full [`proof_ttl`], or after a stall of this
+    /// process only up to `sent + proof_ttl − stall` (nothing at all when the stall was longer
+    /// than that; the lease then keeps the deadline of its last proof).
+    fn extension(&self, sent: tokio::time::Instant) -> Renewal {
+        let (proof, stalls) = &self.proof;
+        let stalled = stalls.stalled_before(sent);
+        if stalled.is_zero() {
+            return Renewal::Extended;
+        }
+        tracing::warn!(session = %format_args!("{:#x}", self.session_id), ?stalled, "this process stalled before a renewal; its deadline is shortened by the stall");
+        match proof.checked_sub(stalled) {
+            Some(left) => Renewal::ExtendedUntil(sent + left),
+            None => Renewal::Retry,
         }
     }
 }
@@ -148,6 +169,7 @@ impl RenewBackend for SessionBackend {
             return Ok(Vec::new());
         }
         let single = self.reads.single.load(Ordering::Relaxed);
+        let sent = tokio::time::Instant::now();
         // The connection state this round starts from (see `reconnected_since`).
         let mut states = self.client.state_watcher();
         let connected_at_start = states.state() == zk::SessionState::SyncConnected;
@@ -183,7 +205,7 @@ impl RenewBackend for SessionBackend {
                 // session: a proof sent after this round started (see `reconnected_since`).
                 // The nodes are read again by the next regular round.
                 tracing::debug!(session = %format_args!("{:#x}", self.session_id), leases = n, error = %e, "renewal proven by the reconnect that followed its lost connection");
-                return Ok(vec![Renewal::Extended; n]);
+                return Ok(vec![self.extension(sent); n]);
             }
             Err(e) => return Err(map("renewal", e)),
         };
@@ -193,6 +215,7 @@ impl RenewBackend for SessionBackend {
                 None,
             ));
         }
+        let extended = self.extension(sent);
         Ok(entries
             .iter()
             .zip(stats)
@@ -200,7 +223,7 @@ impl RenewBackend for SessionBackend {
                 Ok(stat)
                     if stat.ephemeral_owner == self.session_id && stat.czxid == entry.czxid =>
                 {
-                    Renewal::Extended
+                    extended.clone()
                 }
                 Ok(_) => Renewal::Lost(LossReason::Gone(format!(
                     "lock node {} now belongs to another session",
@@ -211,7 +234,7 @@ impl RenewBackend for SessionBackend {
                     entry.path
                 ))),
                 // The session answered, which is what the deadline rests on.
-                Err(_) => Renewal::Extended,
+                Err(_) => extended.clone(),
             })
             .collect())
     }

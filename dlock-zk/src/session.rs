@@ -15,6 +15,7 @@ use crate::builder::{Access, Config};
 use crate::error::{map, session_ended, transient};
 use crate::keys::{connect_hosts, is_ours};
 use crate::renew::{SessionBackend, proof_ttl};
+use crate::stall::StallClock;
 
 /// A live ZooKeeper session with its own renewal driver (the driver's TTL is the timeout the
 /// server negotiated for this session).
@@ -23,6 +24,8 @@ pub(crate) struct Session {
     pub(crate) id: i64,
     pub(crate) timeout: Duration,
     pub(crate) driver: RenewalDriver<SessionBackend>,
+    /// This process's stalls, which a grant's proof is discounted by.
+    stalls: Arc<StallClock>,
     pub(crate) ended: Arc<AtomicBool>,
     pub(crate) counters: Arc<Counters>,
     /// Since when the client has been disconnected (`None` while connected).
@@ -45,18 +48,17 @@ impl Session {
         let id = client.session_id().0;
         let timeout = client.session_timeout();
         let ended = Arc::new(AtomicBool::new(false));
+        let proof = proof_ttl(timeout, cfg.ttl, cfg.server_tick);
+        let stalls = StallClock::start(timeout);
         // The client prepends the chroot to every path; the connect string bounds it.
         let backend = Arc::new(SessionBackend::new(
             &client,
             &counters,
             &ended,
             cfg.connect.len(),
+            (proof, Arc::clone(&stalls)),
         ));
-        let driver = RenewalDriver::new(
-            backend,
-            proof_ttl(timeout, cfg.ttl, cfg.server_tick),
-            Arc::clone(&counters),
-        );
+        let driver = RenewalDriver::new(backend, proof, Arc::clone(&counters));
         let watcher = client.state_watcher();
         let down_since = Arc::new(Mutex::new(None));
         let session = Arc::new(Session {
@@ -64,6 +66,7 @@ impl Session {
             id,
             timeout,
             driver: driver.clone(),
+            stalls,
             ended: Arc::clone(&ended),
             counters,
             down_since: Arc::clone(&down_since),
@@ -85,6 +88,17 @@ impl Session {
             },
         ));
         Ok(session)
+    }
+
+    /// The instant a proof sent at `sent` counts from: `sent`, less every stall of this
+    /// process in the session timeout before it (see [`StallClock`]).
+    pub(crate) fn proven_from(&self, sent: Instant) -> Instant {
+        let stalled = self.stalls.stalled_before(sent);
+        if !stalled.is_zero() {
+            tracing::warn!(session = %format_args!("{:#x}", self.id), ?stalled, "this process stalled before a grant; its deadline is shortened by the stall");
+        }
+        // Never before the clock's start, which is after the process started.
+        sent.checked_sub(stalled).unwrap_or(sent)
     }
 
     /// Whether the session is over (expired, closed or failed authentication).
