@@ -3,30 +3,33 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use dlock_any::LockerUrl;
-use dlock_core::{AcquireOptions, Election, Error, LockName};
+use dlock_core::{AcquireOptions, Election, Error, LockName, Locker};
 use serde_json::json;
 
 use crate::exit::{self, Failure};
 use crate::run::{Held, Job, Signals, or_signal, supervise};
-use crate::{ElectArgs, LeaderArgs, lock_name, locker_url, runtime};
+use crate::target::{Source, Target};
+use crate::{ElectArgs, LeaderArgs, lock_name, runtime};
 
 /// Runs `dlock elect`; `Ok` carries the command's exit code.
-pub(crate) fn main(url: Option<&str>, args: ElectArgs) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, args.run.ttl)?;
+pub(crate) fn main(source: &Source, args: ElectArgs) -> Result<ExitCode, Failure> {
+    let target = source.target(args.run.ttl)?;
     let name = lock_name(&args.run.name)?;
-    let shown = url.to_string();
+    target.route(&name)?;
+    let shown = target.shown();
     let rt = runtime()?;
-    rt.block_on(elect(url, &name, args))
+    rt.block_on(elect(target, &name, args))
         .map_err(|f| f.with("name", name.as_str()).with("url", shown))
 }
 
-async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitCode, Failure> {
+async fn elect(target: Target, name: &LockName, args: ElectArgs) -> Result<ExitCode, Failure> {
     let mut signals = Signals::new()?;
     let election = match or_signal(&mut signals, async {
-        connect_election(&url)
+        let locker = target
+            .connect()
             .await
-            .map_err(|e| Failure::from_error(&e))
+            .map_err(|e| Failure::from_error(&e))?;
+        election_of(locker).map_err(|e| Failure::from_error(&e))
     })
     .await?
     {
@@ -67,15 +70,19 @@ async fn elect(url: LockerUrl, name: &LockName, args: ElectArgs) -> Result<ExitC
 
 /// Runs `dlock leader`: prints the leader's term and value and exits 0, or says nobody leads
 /// and exits with [`exit::NO_LEADER`].
-pub(crate) fn leader(url: Option<&str>, args: LeaderArgs, json: bool) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, None)?;
+pub(crate) fn leader(source: &Source, args: LeaderArgs, json: bool) -> Result<ExitCode, Failure> {
+    let target = source.target(None)?;
     let name = lock_name(&args.name)?;
-    let shown = url.to_string();
+    // Only reads: under a configuration, the name's tier alone (no drift guard taken).
+    let url = target.route(&name)?.url;
+    let shown = target.shown();
     let rt = runtime()?;
     let found = rt
         .block_on(async {
-            let election = connect_election(&url).await?;
-            election.leader(&name).await
+            let election = election_of(url.connect().await?)?;
+            let found = election.leader(&name).await;
+            let _ = election.close().await;
+            found
         })
         .map_err(|e| {
             Failure::from_error(&e)
@@ -105,19 +112,16 @@ pub(crate) fn leader(url: Option<&str>, args: LeaderArgs, json: bool) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
-/// The election of the backend `url` names.
+/// `locker` as an election.
 ///
 /// # Errors
-/// What connecting fails with; [`Error::InvalidOption`] (`url.scheme`) for a backend that
-/// offers only the mutex (`redlock://`).
-async fn connect_election(url: &LockerUrl) -> Result<Arc<dyn Election>, Error> {
-    url.connect().await?.into_election().ok_or_else(|| {
+/// [`Error::InvalidOption`] (`url.scheme`) for a locker that offers only the mutex
+/// (`redlock://`, or a tiered configuration with such a tier).
+fn election_of(locker: Arc<dyn Locker>) -> Result<Arc<dyn Election>, Error> {
+    locker.into_election().ok_or_else(|| {
         Error::invalid_option(
             "url.scheme",
-            format!(
-                "scheme: {}:// offers only the mutex, not elections",
-                url.scheme()
-            ),
+            "this locker offers only the mutex, not elections (redlock://)",
         )
     })
 }

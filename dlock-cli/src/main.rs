@@ -6,8 +6,10 @@ mod elect;
 mod exit;
 mod run;
 mod status;
+mod target;
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use dlock_any::LockerUrl;
 use dlock_core::LockName;
 
 use crate::exit::Failure;
+use crate::target::Source;
 
 /// Distributed locks from the shell: Redis, Redlock, etcd or ZooKeeper, chosen by URL.
 #[derive(Debug, Parser)]
@@ -32,6 +35,12 @@ struct Cli {
     /// dlock-any's README). Passwords in it are never printed.
     #[arg(long, env = "DLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
+
+    /// A tiered configuration (TOML: tiers by URL, routes by name pattern; see dlock-any's
+    /// README) instead of --url: each name is locked on the one tier its first matching route
+    /// names. Not together with --url / DLOCK_URL.
+    #[arg(long, env = "DLOCK_CONFIG", global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
 
     /// Report failures (and `status`) as JSON.
     #[arg(long, global = true)]
@@ -205,12 +214,16 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.json;
+    let source = Source {
+        url: cli.url,
+        config: cli.config,
+    };
     let result = match cli.command {
-        Command::Run(args) => run::main(cli.url.as_deref(), args),
-        Command::Status(args) => status::main(cli.url.as_deref(), args, json),
-        Command::Elect(args) => elect::main(cli.url.as_deref(), args),
-        Command::Leader(args) => elect::leader(cli.url.as_deref(), args, json),
-        Command::Check(args) => check::main(cli.url.as_deref(), args, json),
+        Command::Run(args) => run::main(&source, args),
+        Command::Status(args) => status::main(&source, args, json),
+        Command::Elect(args) => elect::main(&source, args),
+        Command::Leader(args) => elect::leader(&source, args, json),
+        Command::Check(args) => check::main(&source, args, json),
     };
     match result {
         Ok(code) => code,

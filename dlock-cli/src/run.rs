@@ -5,7 +5,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use dlock_any::LockerUrl;
 use dlock_core::{
     AcquireOptions, Error, FencingToken, Leadership, Lease, LockName, Locker, LossReason,
 };
@@ -14,18 +13,21 @@ use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::{self, Failure};
-use crate::{RunArgs, lock_name, locker_url, runtime};
+use crate::target::{Source, Target};
+use crate::{RunArgs, lock_name, runtime};
 
 /// After how long a wait `dlock run` says on a terminal that it is waiting.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs `dlock run`; `Ok` carries the command's exit code.
-pub(crate) fn main(url: Option<&str>, args: RunArgs) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, args.ttl)?;
+pub(crate) fn main(source: &Source, args: RunArgs) -> Result<ExitCode, Failure> {
+    let target = source.target(args.ttl)?;
     let name = lock_name(&args.name)?;
-    let shown = url.to_string();
+    // A name no route takes fails here, before any I/O.
+    target.route(&name)?;
+    let shown = target.shown();
     let rt = runtime()?;
-    rt.block_on(run(url, &name, args))
+    rt.block_on(run(target, &name, args))
         .map_err(|f| f.with("name", name.as_str()).with("url", shown))
 }
 
@@ -166,10 +168,10 @@ pub(crate) struct Job<'a> {
     pub(crate) grace: Duration,
 }
 
-async fn run(url: LockerUrl, name: &LockName, args: RunArgs) -> Result<ExitCode, Failure> {
+async fn run(target: Target, name: &LockName, args: RunArgs) -> Result<ExitCode, Failure> {
     let mut signals = Signals::new()?;
     let locker = tokio::select! {
-        r = url.connect() => r.map_err(|e| Failure::from_error(&e))?,
+        r = target.connect() => r.map_err(|e| Failure::from_error(&e))?,
         sig = signals.recv() => return Ok(signal_code(sig)),
     };
     let lease = match or_signal(&mut signals, acquire(&*locker, name, args.wait)).await? {

@@ -8,12 +8,26 @@ use dlock_core::{FencingStrength, LockState, Locker};
 use serde_json::{Value, json};
 
 use crate::exit::{self, Failure};
-use crate::{StatusArgs, lock_name, locker_url, runtime};
+use crate::target::Source;
+use crate::{StatusArgs, lock_name, runtime};
 
 /// Runs `dlock status`: exits 0 when the lock is held, [`exit::NOT_HELD`] when it is free.
-pub(crate) fn main(url: Option<&str>, args: StatusArgs, json: bool) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, None)?;
+///
+/// Under a tiered configuration it connects only the name's tier (no drift guard: it reads
+/// only) and says which tier and why (the route that took the name).
+pub(crate) fn main(source: &Source, args: StatusArgs, json: bool) -> Result<ExitCode, Failure> {
+    let target = source.target(None)?;
     let name = lock_name(&args.name)?;
+    let routed = target
+        .route(&name)
+        .map_err(|f| f.with("name", name.as_str()))?;
+    let url = routed.url;
+    let tier = routed.tier.map(|(tier, route)| Tiered {
+        tier,
+        pattern: route.pattern().to_string(),
+        line: route.line(),
+        config: target.shown(),
+    });
     let shown = url.to_string();
     let rt = runtime()?;
     let failed = |e: &dlock_core::Error| {
@@ -28,16 +42,29 @@ pub(crate) fn main(url: Option<&str>, args: StatusArgs, json: bool) -> Result<Ex
         let _ = locker.close().await;
         state.map(|s| (locker, s))
     })?;
-    let report = report(
+    let mut report = report(
         &*locker,
         name.as_str(),
         &shown,
         url.scheme().as_str(),
         &state,
     );
+    if let (Some(t), Some(obj)) = (&tier, report.as_object_mut()) {
+        obj.insert("tier".into(), json!(t.tier));
+        obj.insert(
+            "route".into(),
+            json!({ "pattern": t.pattern, "line": t.line, "config": t.config }),
+        );
+    }
     if json {
         println!("{report}");
     } else {
+        if let Some(t) = &tier {
+            println!(
+                "tier:     {} (route `{}`, {} line {})",
+                t.tier, t.pattern, t.config, t.line
+            );
+        }
         print_human(
             &*locker,
             name.as_str(),
@@ -51,6 +78,14 @@ pub(crate) fn main(url: Option<&str>, args: StatusArgs, json: bool) -> Result<Ex
     } else {
         ExitCode::from(exit::NOT_HELD)
     })
+}
+
+/// The tier a name was routed to, and the route that took it.
+struct Tiered {
+    tier: String,
+    pattern: String,
+    line: usize,
+    config: String,
 }
 
 fn print_human(locker: &dyn Locker, name: &str, url: &str, scheme: &str, state: &LockState) {

@@ -413,6 +413,20 @@ impl TieredConfig {
         })
     }
 
+    /// This configuration with every tier's lease TTL set to `ttl` (`None`: each URL's own);
+    /// the fingerprint does not change.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] (`config.url`) when `ttl` is outside dlock-core's limits.
+    pub fn with_ttl(mut self, ttl: Option<std::time::Duration>) -> Result<Self, ConfigError> {
+        for tier in &mut self.tiers {
+            tier.url = tier.url.clone().with_ttl(ttl).map_err(|e| {
+                ConfigError::new(None, ConfigPart::Url, format!("tier `{}`: {e}", tier.name))
+            })?;
+        }
+        Ok(self)
+    }
+
     /// The tiers, by name.
     pub fn tiers(&self) -> &[Tier] {
         &self.tiers

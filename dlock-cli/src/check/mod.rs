@@ -20,7 +20,8 @@ use self::ctx::Ctx;
 use self::report::{Header, Report, Row};
 use crate::exit::{self, Failure};
 use crate::run::{Signals, signal_code};
-use crate::{CheckArgs, locker_url, runtime};
+use crate::target::{Source, Target};
+use crate::{CheckArgs, runtime};
 
 /// A check: its name and what runs it.
 type CheckFn =
@@ -47,12 +48,52 @@ const MEASURING: usize = 2;
 
 /// Runs `dlock check`: exit 0 when every check passed or was skipped, [`exit::UNFIT`] when
 /// one failed, [`exit::UNAVAILABLE`] when the servers cannot be reached at all.
-pub(crate) fn main(url: Option<&str>, args: CheckArgs, json: bool) -> Result<ExitCode, Failure> {
-    let url = locker_url(url, args.ttl)?;
-    let shown = url.to_string();
+///
+/// Under a tiered configuration it checks every tier in turn, as `--url` would each tier's
+/// URL (the router adds no protocol of its own), printing one report per tier (`--json`: one
+/// object per line, each with its `tier`), and exits with the worst tier's code.
+pub(crate) fn main(source: &Source, args: CheckArgs, json: bool) -> Result<ExitCode, Failure> {
+    let tiers: Vec<(Option<String>, LockerUrl)> = match source.target(args.ttl)? {
+        Target::Url(url) => vec![(None, url)],
+        Target::Tiered { config, .. } => config
+            .tiers()
+            .iter()
+            .map(|t| (Some(t.name().to_string()), t.url().clone()))
+            .collect(),
+    };
     let rt = runtime()?;
-    rt.block_on(check(&url, &shown, &args, json))
-        .map_err(|f| f.with("url", shown.clone()))
+    let mut worst = 0u8;
+    for (tier, url) in tiers {
+        let shown = url.to_string();
+        if let Some(tier) = &tier
+            && !json
+        {
+            println!("== tier {tier}: {shown}");
+        }
+        let code = rt
+            .block_on(check(&url, &shown, tier.as_deref(), &args, json))
+            .map_err(|f| {
+                let f = f.with("url", shown.clone());
+                match &tier {
+                    Some(t) => f.with("tier", t.as_str()),
+                    None => f,
+                }
+            })?;
+        match code {
+            Verdict::Fit => {}
+            Verdict::Unfit => worst = worst.max(exit::UNFIT),
+            Verdict::Interrupted(code) => return Ok(code),
+        }
+    }
+    Ok(ExitCode::from(worst))
+}
+
+/// How one check run ended.
+enum Verdict {
+    Fit,
+    Unfit,
+    /// A signal interrupted it: exit with this code at once.
+    Interrupted(ExitCode),
 }
 
 /// `dlock-check/<pid>-<unix millis>`: unique to this run.
@@ -81,9 +122,10 @@ fn check_bound(ttl: Duration) -> Duration {
 async fn check(
     url: &LockerUrl,
     shown: &str,
+    tier: Option<&str>,
     args: &CheckArgs,
     json: bool,
-) -> Result<ExitCode, Failure> {
+) -> Result<Verdict, Failure> {
     let mut signals = Signals::new()?;
     let connect = async {
         let main = url.connect().await?;
@@ -101,7 +143,7 @@ async fn check(
     };
     let (main, clients) = tokio::select! {
         r = connect => r.map_err(|e| Failure::from_error(&e))?,
-        sig = signals.recv() => return Ok(signal_code(sig)),
+        sig = signals.recv() => return Ok(Verdict::Interrupted(signal_code(sig))),
     };
     let ctx = Ctx::new(
         main,
@@ -121,7 +163,7 @@ async fn check(
     // short dropped; the audit then looks with a fresh locker.
     close_all(&ctx.main, &ctx.clients).await;
     if let Some(sig) = interrupted {
-        return Ok(signal_code(sig));
+        return Ok(Verdict::Interrupted(signal_code(sig)));
     }
     rows.push(audit(url, &ctx).await);
     let header = Header {
@@ -137,14 +179,18 @@ async fn check(
         rows: &rows,
     };
     if json {
-        println!("{}", report.json());
+        let mut out = report.json();
+        if let (Some(t), Some(obj)) = (tier, out.as_object_mut()) {
+            obj.insert("tier".into(), t.into());
+        }
+        println!("{out}");
     } else {
         print!("{}", report.human());
     }
     Ok(if report.fit() {
-        ExitCode::SUCCESS
+        Verdict::Fit
     } else {
-        ExitCode::from(exit::UNFIT)
+        Verdict::Unfit
     })
 }
 
