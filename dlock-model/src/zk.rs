@@ -44,8 +44,11 @@
 //! - The leader's steps (pings, expiry) and the client library's tick are taken on time; when
 //!   faults are on, A's create and the driver's rounds may be late by up to `max_pause`
 //!   units, and A's session may send one request for another lock at any time (the full
-//!   bound) — a packet off the client's tick grid. A stall of A's whole process that also
-//!   holds back the library's pings is not modelled.
+//!   bound) — a packet off the client's tick grid. In the stall cases A's whole process
+//!   stalls once, for a stated length, while it is ready to contend or holds (no late rounds
+//!   then): it takes no step, its library's pings and the replies it reads included; a proof
+//!   counts from its send time less a stall that ended within the session timeout before it
+//!   (`StallClock`, exact to the unit where the code's beat is within 20 ms).
 //! - One lock, one node per client, one acquire each: A creates its node first; B contends
 //!   once A was granted. B's session never expires (B is on the leader, which its own pings
 //!   touch at once); B does not renew (it is the last holder: an overlap, if any, starts at
@@ -81,6 +84,17 @@ pub enum Formula {
     Old,
 }
 
+/// What a proof counts from after a stall of A's whole process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stalls {
+    /// Its send time less the stall (`StallClock::stalled_before`, `Session::proven_from`,
+    /// `SessionBackend::extension`): the code.
+    Counted,
+    /// Its send time, as if the library had kept pinging: a negative control (the code
+    /// before the stall clock).
+    Ignored,
+}
+
 /// The server settings and time unit of one case.
 #[derive(Debug, Clone, Copy)]
 pub struct Setting {
@@ -107,6 +121,8 @@ pub struct Knobs {
     pub horizon: u8,
     /// Requests for other locks A's session may send (faults on).
     pub others: u8,
+    /// The length of the one stall of A's whole process a run may have (0: none).
+    pub stall: u8,
 }
 
 /// The ZooKeeper model's parameters (durations in units, except where it says µs).
@@ -145,6 +161,10 @@ pub struct ZkModel {
     pub faults: bool,
     /// How the renewal proves the session.
     pub renewal: Proof,
+    /// The one stall of A's whole process a run may have, units (0: none).
+    pub stall: u8,
+    /// What a proof counts from after a stall.
+    pub stalls: Stalls,
 }
 
 /// A message in flight between a client and its member.
@@ -290,6 +310,9 @@ pub struct State {
     pub clients: [Client; 2],
     /// Messages in flight, in send order.
     pub net: Vec<Msg>,
+    /// A's process stalled over `[from, until)`: it took no step then, its client library's
+    /// pings included.
+    pub stalled: Option<(u8, u8)>,
     /// The last token granted.
     pub last_token: u8,
     /// A grant's token was not above the last one.
@@ -335,6 +358,8 @@ pub enum Action {
     Crash,
     /// A's session sends a request for another lock (faults on; at most `others` per run).
     OtherRequest,
+    /// A's whole process stalls (a freeze: its driver, timers and client library alike).
+    Stall,
     /// The follower is cut from the leader.
     CutFollower,
     /// A is cut from its follower.
@@ -404,6 +429,7 @@ impl ZkModel {
             max_pause,
             horizon,
             others,
+            stall,
         } = knobs;
         let unit = u64::from(setting.unit_ms) * US;
         let timeout = u64::from(setting.timeout_ms) * US;
@@ -436,6 +462,33 @@ impl ZkModel {
             others,
             faults,
             renewal,
+            stall,
+            stalls: Stalls::Counted,
+        }
+    }
+
+    /// This model with proofs counted as `stalls` says after a stall.
+    pub fn counting(mut self, stalls: Stalls) -> Self {
+        self.stalls = stalls;
+        self
+    }
+
+    /// Whether A's process is stalled now.
+    fn a_stalled(s: &State) -> bool {
+        s.stalled.is_some_and(|(_, until)| s.now < until)
+    }
+
+    /// What A's proof sent at `start` counts from, as A judges it now: the send time less a
+    /// stall that ended within the session timeout before it (or later), never before 0.
+    fn proven_from(&self, s: &State, start: u8) -> u8 {
+        match (self.stalls, s.stalled) {
+            (Stalls::Counted, Some((from, until)))
+                if u16::from(until) > u16::from(start).saturating_sub(u16::from(self.timeout))
+                    && from <= s.now =>
+            {
+                start.saturating_sub(until - from)
+            }
+            _ => start,
         }
     }
 
@@ -477,7 +530,7 @@ impl ZkModel {
     }
 
     fn a_ticks(s: &State) -> bool {
-        !matches!(s.clients[0], Client::Crashed { .. }) && s.expiry.is_some()
+        !matches!(s.clients[0], Client::Crashed { .. }) && s.expiry.is_some() && !Self::a_stalled(s)
     }
 
     fn lowest(s: &State, i: usize) -> bool {
@@ -607,7 +660,11 @@ impl ZkModel {
                         || !s.client_link;
                 }
                 Client::Holding {
-                    extended: start,
+                    extended: if i == 0 {
+                        self.proven_from(s, start)
+                    } else {
+                        start
+                    },
                     renewing: None,
                     token,
                 }
@@ -630,7 +687,7 @@ impl ZkModel {
             ) if r == start => {
                 s.extended_once = true;
                 Client::Holding {
-                    extended: extended.max(start),
+                    extended: extended.max(self.proven_from(s, start)),
                     renewing: None,
                     token,
                 }
@@ -679,6 +736,7 @@ impl Model for ZkModel {
                     watch: [false; 2],
                     clients: [Client::Ready; 2],
                     net: Vec::new(),
+                    stalled: None,
                     last_token: 0,
                     token_regressed: false,
                     released: None,
@@ -701,9 +759,15 @@ impl Model for ZkModel {
         let now = s.now;
         let leader_due = now >= s.leader_ping || s.expiry.is_some_and(|e| now >= e);
         let tick_due = Self::a_ticks(s) && now >= s.client_tick;
-        let overdue = s.net.iter().any(|m| now >= m.sent + self.max_delay);
+        let stalled = Self::a_stalled(s);
+        // A reply to a stalled A waits in its socket until it runs again.
+        let held = |m: &Msg| stalled && m.client == 0 && !m.body.is_request();
+        let overdue = s
+            .net
+            .iter()
+            .any(|m| now >= m.sent + self.max_delay && !held(m));
         let pause = if self.faults { self.max_pause } else { 0 };
-        let client_due = (0..2).any(|i| {
+        let client_due = (0..2).filter(|&i| i == 1 || !stalled).any(|i| {
             (Self::create_due(s, i) && (i == 1 || now >= pause))
                 || self.lost_due(s, i)
                 || self.renew_due(s, i).is_some_and(|d| now >= d + pause)
@@ -722,6 +786,9 @@ impl Model for ZkModel {
         }
         for i in 0..2u8 {
             let iu = i as usize;
+            if i == 0 && stalled {
+                continue;
+            }
             if Self::create_due(s, iu) {
                 actions.push(Action::Create(i));
             }
@@ -735,8 +802,14 @@ impl Model for ZkModel {
                 actions.push(Action::Crash);
             }
         }
-        if s.others_left > 0 {
+        if s.others_left > 0 && !stalled {
             actions.push(Action::OtherRequest);
+        }
+        if self.stall > 0
+            && s.stalled.is_none()
+            && matches!(s.clients[0], Client::Ready | Client::Holding { .. })
+        {
+            actions.push(Action::Stall);
         }
         if s.cuts_left > 0 {
             actions.push(Action::CutFollower);
@@ -750,7 +823,9 @@ impl Model for ZkModel {
             let channel = (m.client, m.body.is_request());
             if !heads.contains(&channel) {
                 heads.push(channel);
-                actions.push(Action::Deliver(m.clone()));
+                if !held(m) {
+                    actions.push(Action::Deliver(m.clone()));
+                }
             }
         }
     }
@@ -804,6 +879,7 @@ impl Model for ZkModel {
                 s.losses = true;
             }
             Action::Crash => s.clients[0] = Client::Crashed { at: s.now },
+            Action::Stall => s.stalled = Some((s.now, s.now + self.stall)),
             Action::CutFollower => {
                 s.cuts_left -= 1;
                 s.linked = false;
@@ -902,7 +978,12 @@ fn describe(m: &ZkModel) -> String {
         m.ping_after,
         m.max_delay,
         m.horizon,
-        if m.faults {
+        if m.faults && m.stall > 0 {
+            format!(
+                ", one cut (follower or A), one stall of A's process of {} u ({:?})",
+                m.stall, m.stalls
+            )
+        } else if m.faults {
             format!(
                 ", one cut (follower or A), create and rounds ≤ {} u late{others}",
                 m.max_pause
@@ -941,6 +1022,15 @@ fn faulty(max_pause: u8, horizon: u8, others: u8) -> Knobs {
         max_pause,
         horizon,
         others,
+        stall: 0,
+    }
+}
+
+/// Faults with one stall of A's whole process of `stall` units and no late rounds.
+fn stalling(stall: u8, horizon: u8) -> Knobs {
+    Knobs {
+        stall,
+        ..faulty(0, horizon, 0)
     }
 }
 
@@ -951,11 +1041,22 @@ fn fair(horizon: u8) -> Knobs {
         max_pause: 0,
         horizon,
         others: 0,
+        stall: 0,
     }
 }
 
 fn run(setting: Setting, formula: Formula, renewal: Proof, knobs: Knobs) -> Outcome {
-    let model = ZkModel::new(setting, formula, renewal, knobs);
+    run_counting(setting, formula, renewal, knobs, Stalls::Counted)
+}
+
+fn run_counting(
+    setting: Setting,
+    formula: Formula,
+    renewal: Proof,
+    knobs: Knobs,
+    stalls: Stalls,
+) -> Outcome {
+    let model = ZkModel::new(setting, formula, renewal, knobs).counting(stalls);
     let desc = describe(&model);
     explore(model, desc)
 }
@@ -1004,6 +1105,25 @@ pub fn cases() -> Vec<Case> {
             run: |b| {
                 let k = quick_or(b, faulty(2, 64, 0), faulty(2, 72, 1));
                 run(LAB, Formula::Today, Proof::SyncThenRead, k)
+            },
+        },
+        Case {
+            model: "zk",
+            variant: "today, stall 3 s",
+            expect: Expect::Holds,
+            run: |b| {
+                let k = quick_or(b, stalling(12, 44), stalling(12, 64));
+                run(TEN_S, Formula::Today, Proof::SyncThenRead, k)
+            },
+        },
+        Case {
+            model: "zk",
+            variant: "stall not counted",
+            expect: Expect::Counterexample("one believer at a time"),
+            run: |b| {
+                let k = quick_or(b, stalling(12, 44), stalling(12, 64));
+                let (f, p) = (Formula::Today, Proof::SyncThenRead);
+                run_counting(TEN_S, f, p, k, Stalls::Ignored)
             },
         },
         Case {
