@@ -2,6 +2,7 @@
 //! `conn/members.rs`) and the requests of the lock algorithm on them, each bounded by a
 //! timeout and hedged onto another member when one hangs.
 
+mod deletes;
 mod members;
 
 use std::future::Future;
@@ -16,6 +17,7 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use crate::error;
+pub(crate) use deletes::DeleteQueue;
 pub(crate) use members::Members;
 
 /// The etcd clients with the locker's request timeout and counters.
@@ -35,6 +37,8 @@ pub(crate) struct Etcd {
     /// When a request last got a reply from etcd (tells a wait that ended while etcd was
     /// answering from one cut short by an outage).
     pub(crate) last_reply: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// Guarded deletes waiting to be sent together (`conn/deletes.rs`).
+    pub(crate) deletes: Arc<DeleteQueue>,
 }
 
 impl Etcd {
@@ -196,13 +200,17 @@ impl Etcd {
     }
 
     /// Deletes `key` if its create revision is still `rev` (never a newer incarnation).
-    /// Returns whether it deleted something.
+    /// Returns whether it deleted something. Without a deadline the delete may share a
+    /// transaction with others waiting at the same time (see [`Etcd::delete_batched`]).
     pub(crate) async fn delete_guarded(
         &self,
         key: &str,
         rev: i64,
         deadline: Option<Instant>,
     ) -> Result<bool, Error> {
+        if deadline.is_none() {
+            return self.delete_batched(key, rev).await;
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);

@@ -121,6 +121,7 @@ impl EtcdLocker {
             counters,
             authenticates,
             last_reply: Arc::default(),
+            deletes: Arc::default(),
         };
         let slots = Slots::default();
         let asked_secs = cfg.ttl.as_secs();
