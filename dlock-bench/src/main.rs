@@ -2,15 +2,18 @@
 //! the same run, interleaved.
 //!
 //! ```text
-//! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]
+//! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--workload all|flash-sale]
+//!             [--duration SECS] [--json FILE] [--out DIR]
 //! dlock-bench --readme FILE [--from RESULTS_JSON]
 //! ```
 //! Starts the servers through the conformance harness (or uses `DLOCK_*` endpoints), runs every
 //! workload for every selected backend and writes `report.md`, `results.json` and
 //! `waiters.svg` under `target/dlock-bench/` (or `--out`). See README.md for how to read them.
 //! `--readme FILE` runs nothing: it rewrites the generated section of FILE from a run's
-//! `results.json` (`--from`, default `<out>/results.json`).
+//! `results.json` (`--from`, default `<out>/results.json`). The flash-sale workload's client
+//! processes are this binary run as `__flash-client` (hidden; see `flash.rs`).
 
+mod flash;
 mod guide;
 mod http;
 mod impls;
@@ -60,6 +63,10 @@ struct Args {
     readme: Option<PathBuf>,
     /// The rows `--readme` reads (default `<out>/results.json`).
     from: Option<PathBuf>,
+    /// Only the flash-sale workload (`--workload flash-sale`), else every workload.
+    flash_only: bool,
+    /// The length of each flash-sale run (`--duration SECS`).
+    duration: Option<Duration>,
     /// The arguments as given, for the report's header.
     shown: String,
 }
@@ -113,7 +120,8 @@ impl Plan {
 }
 
 fn usage() -> String {
-    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk,redis-cluster] [--json FILE] [--out DIR]\n       \
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk,redis-cluster] [--workload all|flash-sale]\n                   \
+     [--duration SECS] [--json FILE] [--out DIR]\n       \
      dlock-bench --readme FILE [--from RESULTS_JSON]"
         .to_string()
 }
@@ -130,6 +138,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
         child_leases: None,
         readme: None,
         from: None,
+        flash_only: false,
+        duration: None,
         shown: args.iter().map(|a| format!(" {a}")).collect(),
     };
     let mut it = args.iter();
@@ -165,6 +175,24 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--child-leases" => a.child_leases = Some(value(arg)?),
             "--readme" => a.readme = Some(PathBuf::from(value(arg)?)),
             "--from" => a.from = Some(PathBuf::from(value(arg)?)),
+            "--workload" => {
+                a.flash_only = match value(arg)?.as_str() {
+                    "all" => false,
+                    "flash-sale" => true,
+                    other => {
+                        return Err(format!("unknown workload {other:?} (all or flash-sale)"));
+                    }
+                }
+            }
+            "--duration" => {
+                let v = value(arg)?;
+                let secs: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or(format!("--duration takes whole seconds > 0, not {v:?}"))?;
+                a.duration = Some(Duration::from_secs(secs));
+            }
             "-h" | "--help" => return Err(usage()),
             // `cargo bench` passes --bench; ignore it.
             "--bench" => {}
@@ -414,7 +442,7 @@ async fn run(args: Args) -> Result<(), String> {
     for name in BACKENDS
         .iter()
         .chain(&OPT_IN)
-        .filter(|b| args.backends.iter().any(|a| a == *b))
+        .filter(|b| !args.flash_only && args.backends.iter().any(|a| a == *b))
     {
         eprintln!("[{name}] starting");
         let res = match backend(name, &run_ns).await {
@@ -425,6 +453,14 @@ async fn run(args: Args) -> Result<(), String> {
             eprintln!("[{name}] FAILED: {e}");
             failures.push(format!("{name}: {e}"));
         }
+    }
+    let flash_plan = flash::FlashPlan::new(args.quick, args.duration, &args.backends);
+    if !flash_plan.specs.is_empty() {
+        eprintln!(
+            "[flash-sale] starting: {} contender(s)",
+            flash_plan.specs.len()
+        );
+        failures.extend(flash::run(&flash_plan, &run_ns, &mut rows).await);
     }
     let fsync = std::env::var("DLOCK_SERVER_FSYNC").is_ok_and(|v| v == "1" || v == "true");
     load.finish(
@@ -438,6 +474,7 @@ async fn run(args: Args) -> Result<(), String> {
     );
     // A run whose rows show a broken lock (or a broken bench) is a failed run, whatever its speed.
     failures.extend(report::run_failures(&rows));
+    failures.extend(flash::table::failures(&rows));
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let json = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
     let json_path = args.out.join("results.json");
@@ -464,13 +501,16 @@ async fn run(args: Args) -> Result<(), String> {
         machine::describe(&rows),
         impls::peer_settings(workloads::TTL),
     );
-    for name in BACKENDS
-        .iter()
-        .chain(&OPT_IN)
-        .filter(|b| rows.iter().any(|r| r.backend == **b))
-    {
+    for name in BACKENDS.iter().chain(&OPT_IN).filter(|b| {
+        rows.iter()
+            .any(|r| r.backend == **b && !flash::table::is_flash(&r.workload))
+    }) {
         md.push_str(&report::markdown(&rows, name, &WAITERS, plan.leases));
         md.push('\n');
+    }
+    if let Some(flash) = flash::table::markdown(&rows) {
+        md.push_str("### flash sale (3 etcd members, 3 ZooKeeper nodes, Redis × 1 and × 5)\n\n");
+        md.push_str(&flash);
     }
     for f in &failures {
         md.push_str(&format!("\nFAILED: {f}\n"));
@@ -497,6 +537,10 @@ async fn run(args: Args) -> Result<(), String> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "__flash-client") {
+        flash::child_main(&args[1..]);
+        return;
+    }
     let args = match parse(&args) {
         Ok(a) => a,
         Err(e) => {

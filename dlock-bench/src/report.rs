@@ -253,7 +253,7 @@ pub fn markdown(rows: &[Row], backend: &str, ns: &[usize], leases: usize) -> Str
     let vs_peer = format!("dlock/{peer}");
     let heads = ["dlock", "floor", peer];
     let ratios = ["dlock/floor", vs_peer.as_str()];
-    let not_rw = |w: &str| !is_rw(w);
+    let not_rw = |w: &str| !is_rw(w) && !crate::flash::table::is_flash(w);
     s.push_str(&table(
         rows,
         backend,
