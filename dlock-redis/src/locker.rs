@@ -32,8 +32,9 @@ use crate::renew::SingleBackend;
 ///   per master: see [`RedisLockerBuilder::cluster`](crate::RedisLockerBuilder::cluster)).
 /// - Fair mode (the default) keeps a FIFO queue per name. Each waiter's entry carries a
 ///   deadline (server clock) that the scripts purge, so a crashed waiter cannot block the
-///   queue for long. A release with waiters queued reserves the lock for the head (nobody can
-///   barge in) and notifies ONLY that waiter, over the locker's single pub/sub connection; a
+///   queue for long. A release with waiters queued grants the lock to the head in the same
+///   script (nobody can barge in) and sends ONLY that waiter its token, over the locker's
+///   single pub/sub connection (a head of an older client gets a reservation instead); a
 ///   timer (the holder's remaining TTL) covers a lost message or a crashed holder. Only after a
 ///   holder's key expired (a crash) may a newcomer get the lock before the queued head.
 ///   Non-fair mode retries after randomized, jittered delays.

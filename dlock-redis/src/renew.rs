@@ -108,9 +108,11 @@ impl SingleBackend {
             inv.key(&keys.lock)
                 .key(&keys.queue)
                 .key(&keys.deadlines)
+                .key(&keys.fence)
                 .arg(owner)
                 .arg(&self.channel_prefix)
-                .arg(millis(self.ttl));
+                .arg(millis(self.ttl))
+                .arg(scripts::fence_lifetime_ms());
             self.node
                 .invoke("release", &inv, self.request_timeout, &self.counters)
                 .await?
@@ -136,10 +138,12 @@ impl SingleBackend {
         inv.key(&keys.lock)
             .key(&keys.queue)
             .key(&keys.deadlines)
+            .key(&keys.fence)
             .arg(owner)
             .arg(entry)
             .arg(&self.channel_prefix)
-            .arg(millis(self.ttl));
+            .arg(millis(self.ttl))
+            .arg(scripts::fence_lifetime_ms());
         self.node
             .invoke::<i64>("withdraw", &inv, self.request_timeout, &self.counters)
             .await

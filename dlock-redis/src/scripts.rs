@@ -50,14 +50,24 @@ end
 
 /// The queue purge and the baton pass, shared by the fair scripts (placed after their fast
 /// paths with [`QUEUE_PRELUDE`] and [`LIVE_PRELUDE`], so these closures are only created when
-/// needed).
+/// needed; [`TOKEN_PRELUDE`] must come before).
 ///
 /// A queue entry is `<locker id>.<sequence>`. A lock released while waiters are queued is not
-/// freed: it is RESERVED for the live head (value `r:<entry>`), so that nobody can barge in
-/// with a plain `SET NX` while the head is being woken. A reservation lasts no longer than the
-/// head's entry (nor than the lock's TTL), and one whose entry is no longer live counts as
-/// free: a crashed head stalls the queue for at most its entry's lifetime (a few seconds).
+/// freed, so that nobody can barge in with a plain `SET NX`: it is GRANTED to the live head
+/// when the head left its grant details (every waiter of this version does: its owner value
+/// and TTL), in the release script itself, with the next token, and the head is sent
+/// `<entry> <token> <owner>` (one hop fewer than the head asking for it); otherwise it is
+/// RESERVED for the head (value `r:<entry>`) and the head is sent `<entry>`. Either lasts no
+/// longer than the head's entry (nor than the head's TTL), and a reservation whose entry is no
+/// longer live counts as free: a crashed head stalls the queue for at most its entry's
+/// lifetime (a few seconds). The head's lease counts its deadline from the start of its last
+/// queued attempt (the last refresh of its entry, which the release followed), with the TTL
+/// capped at the entry lifetime: see `acquire::direct`.
 const FAIR_PRELUDE: &str = r#"
+-- Forgets queue entry `e` (its deadline and its grant details).
+local function forget(qt, e)
+  redis.call('HDEL', qt, e, 'g:' .. e)
+end
 -- Drops queue heads whose deadline passed (crashed or vanished waiters); returns the live head.
 local function live_head(q, qt, now)
   while true do
@@ -66,7 +76,7 @@ local function live_head(q, qt, now)
     local dl = live_until(qt, head, now)
     if dl then return head, dl end
     redis.call('LPOP', q)
-    redis.call('HDEL', qt, head)
+    forget(qt, head)
   end
 end
 -- Tells the live head waiter (only it) to look again.
@@ -74,20 +84,39 @@ local function notify_head(q, qt, chan_prefix)
   local head = live_head(q, qt, now_ms())
   if head then publish(head, chan_prefix) end
 end
--- Hands the lock to the live head (reserved for it, and only it is told), or frees it.
-local function pass_on(lock, q, qt, chan_prefix, ttl)
+-- Hands the lock to the live head, or frees it. A head that left its grant details
+-- (`g:<entry>` = `<ttl ms>:<owner>`) is granted at once: the key holds its owner value for
+-- its TTL, but never past its entry's deadline (so a crashed head stalls the queue no longer
+-- than a reservation would), with the next token, and the head is told both. Otherwise the
+-- lock is RESERVED for the head (value `r:<entry>`, no longer than its entry nor `ttl`) and
+-- only the head is told to take it.
+local function pass_on(lock, q, qt, chan_prefix, ttl, fence, life)
   local now = now_ms()
   local head, dl = live_head(q, qt, now)
-  if head then
-    local px = math.min(tonumber(ttl), dl - now)
-    if px < 1 then px = 1 end
-    -- Publish first: if it is refused (ACL), the script stops before reserving, so a
-    -- reservation never exists without its notification.
-    publish(head, chan_prefix)
-    redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
-  else
+  if not head then
     redis.call('DEL', lock)
+    return
   end
+  local g = redis.call('HGET', qt, 'g:' .. head)
+  local gttl, gowner
+  if g then gttl, gowner = string.match(g, '^(%d+):(%x+)$') end
+  local px = math.min(tonumber(gttl or ttl), dl - now)
+  if px < 1 then px = 1 end
+  local locker = string.match(head, '^([^.]+)')
+  if gowner and locker then
+    -- Publish first: if it is refused (ACL), the script stops before granting.
+    local token = next_token(fence, life)
+    redis.call('PUBLISH', chan_prefix .. locker,
+      head .. ' ' .. string.format('%.0f', token) .. ' ' .. gowner)
+    redis.call('SET', lock, gowner, 'PX', string.format('%.0f', px))
+    redis.call('LPOP', q)
+    forget(qt, head)
+    return
+  end
+  -- Publish first: if it is refused (ACL), the script stops before reserving, so a
+  -- reservation never exists without its notification.
+  publish(head, chan_prefix)
+  redis.call('SET', lock, 'r:' .. head, 'PX', string.format('%.0f', px))
 end
 "#;
 
@@ -159,7 +188,10 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms, fence
 /// lifetime ms, channel prefix.
 ///
-/// Grants when the lock is reserved for `entry`, or free with no other live head. Returns
+/// Grants when the lock is reserved for `entry`, or free with no other live head. A waiter it
+/// queues (or refreshes) also leaves its grant details (`g:<entry>` in the deadlines hash: its
+/// TTL and owner value), so that a release can grant it directly (see `pass_on` in
+/// [`FAIR_PRELUDE`]). Returns
 /// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
 ///
@@ -193,12 +225,14 @@ if holder == 'r:' .. entry or (not holder and (not head or head == entry)) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   local token = next_token(KEYS[2], ARGV[5])
   redis.call('LREM', KEYS[3], 1, entry)
-  redis.call('HDEL', KEYS[4], entry)
+  forget(KEYS[4], entry)
   return {1, token}
 end
 if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
   redis.call('RPUSH', KEYS[3], entry)
 end
+-- What a release needs to grant us at once (see `pass_on`).
+redis.call('HSET', KEYS[4], 'g:' .. entry, ARGV[2] .. ':' .. ARGV[1])
 extend(KEYS[3], ARGV[4])
 extend(KEYS[4], ARGV[4])
 if holder then
@@ -211,11 +245,11 @@ publish(head, ARGV[6])
 return {0, -3, 0, head_dl - now}
 "#;
 
-/// Fair release: compare-and-delete, or, when waiters are queued, reserve the lock for the
-/// head and notify only it.
+/// Fair release: compare-and-delete, or, when waiters are queued, grant the lock to the live
+/// head (or reserve it for the head) and notify only it (`pass_on` in [`FAIR_PRELUDE`]).
 ///
-/// KEYS: lock, queue, deadlines. ARGV: owner, channel prefix, ttl ms. Returns 1 when it was
-/// ours.
+/// KEYS: lock, queue, deadlines, fence. ARGV: owner, channel prefix, ttl ms, fence lifetime ms.
+/// Returns 1 when it was ours.
 const RELEASE_FAIR_HEAD: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if not redis.call('LINDEX', KEYS[2], 0) then
@@ -226,21 +260,22 @@ end
 
 /// The rest of the fair release: someone is queued.
 const RELEASE_FAIR_TAIL: &str = r#"
-pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[3], KEYS[4], ARGV[4])
 return 1
 "#;
 
 /// Withdraws a waiter (cancel or timeout): removes its queue entry; if the lock is ours (an
 /// unseen grant) or reserved for us, passes it on; if we were the head, tells the new head.
 ///
-/// KEYS: lock, queue, deadlines. ARGV: owner, entry, channel prefix, ttl ms.
+/// KEYS: lock, queue, deadlines, fence. ARGV: owner, entry, channel prefix, ttl ms, fence
+/// lifetime ms.
 const WITHDRAW_BODY: &str = r#"
 local was_head = redis.call('LINDEX', KEYS[2], 0) == ARGV[2]
 redis.call('LREM', KEYS[2], 1, ARGV[2])
-redis.call('HDEL', KEYS[3], ARGV[2])
+forget(KEYS[3], ARGV[2])
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or holder == 'r:' .. ARGV[2] then
-  pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4])
+  pass_on(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4], KEYS[4], ARGV[5])
   return 1
 end
 if was_head then notify_head(KEYS[2], KEYS[3], ARGV[3]) end
@@ -324,10 +359,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         "{TOKEN_PRELUDE}{ACQUIRE_FAIR_HEAD}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{ACQUIRE_FAIR_TAIL}"
     )),
     release_fair: Script::new(&format!(
-        "{RELEASE_FAIR_HEAD}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
+        "{RELEASE_FAIR_HEAD}{TOKEN_PRELUDE}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{RELEASE_FAIR_TAIL}"
     )),
     withdraw: Script::new(&format!(
-        "{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{WITHDRAW_BODY}"
+        "{TOKEN_PRELUDE}{QUEUE_PRELUDE}{LIVE_PRELUDE}{FAIR_PRELUDE}{WITHDRAW_BODY}"
     )),
     release_plain: Script::new(RELEASE_PLAIN_SRC),
     renew: Script::new(RENEW_SRC),

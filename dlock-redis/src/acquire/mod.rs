@@ -3,6 +3,7 @@
 //! The queue, notification and grant machinery the mutex, the read-write lock and the
 //! semaphore share lives beside it.
 
+mod direct;
 pub(crate) mod grant;
 pub(crate) mod hints;
 pub(crate) mod holders;
@@ -155,6 +156,9 @@ pub(crate) async fn acquire(
     // An attempt with this owner value got no reply in time: the lock may hold our owner
     // value, so `p.dirty` stays set until a grant (or a cleanup) settles it.
     let mut unseen = false;
+    // When the last attempt that queued us (or refreshed our entry) was sent, with this owner
+    // value: a release that grants us directly ran after it (see `direct`).
+    let mut queued_at: Option<Instant> = None;
     // A fair waiter first tries the script-free fast path, then queues with the script; for a
     // name it recently had to queue for, it queues at once.
     let mut queued = inner.fair && inner.contended.recently(&p.keys.lock, inner.ttl);
@@ -189,6 +193,9 @@ pub(crate) async fn acquire(
                 continue;
             }
         };
+        if queued && matches!(reply, Reply::Held { .. } | Reply::Turn { .. }) {
+            queued_at = Some(start);
+        }
         let sleep = match reply {
             Reply::Granted(token) => {
                 if Instant::now() >= inner.driver.deadline_from(start) {
@@ -198,6 +205,7 @@ pub(crate) async fn acquire(
                     p.give_back().await?;
                     p.owner = random_id();
                     unseen = false;
+                    queued_at = None;
                     continue;
                 }
                 acknowledged(inner, &p).await?;
@@ -250,7 +258,30 @@ pub(crate) async fn acquire(
         if !doze(inner, &wait, notify.as_ref(), sleep).await {
             return Err(p.timeout(&wait).await);
         }
+        if let Some(granted) = granted_directly(inner, &p, queued_at) {
+            let (token, start) = granted;
+            acknowledged(inner, &p).await?;
+            tracing::debug!(lock = %name, token, "granted by the release");
+            return Ok(grant::lease(inner, name, p, token, start));
+        }
     }
+}
+
+/// A grant a release announced to our queue entry, for our current owner value: its token and
+/// the send time to count its deadline from ([`direct::start_of`]). `None` otherwise, also
+/// when it would leave too little validity: the next attempt then finds the key holding our
+/// owner value and re-arms it.
+fn granted_directly(
+    inner: &Inner,
+    p: &Pending,
+    queued_at: Option<Instant>,
+) -> Option<(u64, Instant)> {
+    let (token, owner) = inner.notifier.take_grant(p.entry.as_deref()?)?;
+    if owner != p.owner {
+        tracing::debug!("a direct grant for an earlier owner value ignored");
+        return None;
+    }
+    Some((token, direct::start_of(inner, queued_at?)?))
 }
 
 /// A random delay in `[upper/2, upper]`, where `upper` is the retry bound or the holder's

@@ -1,5 +1,8 @@
 //! One pub/sub connection per locker: the fair scripts publish to the head waiter's locker
-//! channel, and this task hands each message to the one local waiter it names.
+//! channel, and this task hands each message to the one local waiter it names. A message is
+//! `<entry>` (look again) or `<entry> <token> <owner>` (a release granted the lock to that
+//! entry's request with this owner value: see `pass_on` in `scripts.rs`); the grant is kept
+//! for the waiter to [`take`](Notifier::take_grant).
 //!
 //! The connection is probed with a `PING` every [`PROBE_PERIOD`], answered within the connect
 //! timeout: a flow that a NAT or load balancer dropped silently (no FIN, no RST) is noticed,
@@ -25,6 +28,8 @@ pub(crate) struct Notifier {
     channel: String,
     connect_timeout: Duration,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Grants announced to registered waiters and not taken yet: entry → (token, owner value).
+    grants: Mutex<HashMap<String, (u64, String)>>,
     /// Whether the subscription is up right now.
     up: watch::Sender<bool>,
     /// Dropped with the notifier: ends the task.
@@ -43,6 +48,7 @@ impl Notifier {
             channel,
             connect_timeout,
             waiters: Mutex::new(HashMap::new()),
+            grants: Mutex::new(HashMap::new()),
             up: watch::Sender::new(false),
             _shutdown: shutdown,
             shutdown_rx,
@@ -64,6 +70,17 @@ impl Notifier {
 
     pub(crate) fn unregister(&self, entry: &str) {
         self.waiters().remove(entry);
+        self.grants().remove(entry);
+    }
+
+    fn grants(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
+        self.grants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The grant a release announced to `entry` since the last call, if any: its token and the
+    /// owner value it was granted to (the waiter checks that it is still its own).
+    pub(crate) fn take_grant(&self, entry: &str) -> Option<(u64, String)> {
+        self.grants().remove(entry)
     }
 
     /// Starts the subscription task on the current runtime unless it runs: the first time,
@@ -85,10 +102,19 @@ impl Notifier {
         *task = Some(handle.spawn(run(Arc::downgrade(self), self.shutdown_rx.clone())));
     }
 
-    fn dispatch(&self, entry: &str) {
+    fn dispatch(&self, payload: &str) {
+        let Some((entry, grant)) = parse(payload) else {
+            tracing::warn!(payload, "malformed notification ignored");
+            return;
+        };
         let notify = self.waiters().get(entry).cloned();
         match notify {
-            Some(n) => n.notify_one(),
+            Some(n) => {
+                if let Some(grant) = grant {
+                    self.grants().insert(entry.to_owned(), grant);
+                }
+                n.notify_one();
+            }
             None => tracing::trace!(entry, "notification for a waiter that is gone"),
         }
     }
@@ -97,6 +123,20 @@ impl Notifier {
         for n in self.waiters().values() {
             n.notify_one();
         }
+    }
+}
+
+/// A message: the entry, and the announced grant when there is one. `None`: malformed.
+fn parse(payload: &str) -> Option<(&str, Option<(u64, String)>)> {
+    let mut parts = payload.split(' ');
+    let entry = parts.next().filter(|e| !e.is_empty())?;
+    match (parts.next(), parts.next(), parts.next()) {
+        (None, _, _) => Some((entry, None)),
+        (Some(token), Some(owner), None) if !owner.is_empty() => {
+            let token = token.parse::<u64>().ok().filter(|t| *t > 0)?;
+            Some((entry, Some((token, owner.to_owned()))))
+        }
+        _ => None,
     }
 }
 
@@ -190,6 +230,30 @@ async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn messages_parse() {
+        assert_eq!(parse("ab.3"), Some(("ab.3", None)));
+        assert_eq!(
+            parse("ab.3 1700000000000001 00ff"),
+            Some(("ab.3", Some((1_700_000_000_000_001, "00ff".to_owned()))))
+        );
+        for bad in [
+            "",
+            "ab.3 12",
+            "ab.3 0 00ff",
+            "ab.3 -1 00ff",
+            "ab.3 x 00ff",
+            "ab.3 1 o x",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The fair queue on one node: the head, not a newcomer, gets a released lock; a head waiter
+//! The fair queue on one node: the head, not a newcomer, gets a released lock, granted by the
+//! release itself (no request of the head's); a head waiter
 //! takes over an expired holder on its timer; a crashed head stalls the queue for seconds, not
 //! TTLs; a short-TTL waiter never shortens the queue's life; and polling waiters (spin mode,
 //! Redlock) write nothing while the lock stays held (a refused attempt must not bump the
@@ -61,6 +62,47 @@ async fn a_release_hands_the_lock_to_the_head_not_to_a_newcomer() {
             .await
             .expect("join")
             .expect("the head gets the lock");
+        got.release().await.expect("release");
+    }
+}
+
+/// A release with a live head waiter grants the lock to it in the release script itself: the
+/// head, woken by the release, gets its lease without sending a request of its own (only its
+/// own timer, or a renewal, may send one meanwhile), and its token is above the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_grants_the_head_without_a_request_of_its_own() {
+    let ns = "dlock-test/single/direct-grant";
+    let build = async || locker(&url(), ns, Duration::from_secs(2)).await;
+    let (holder, waiter) = (build().await, build().await);
+    let mut conn = conn(&url()).await;
+    let lock = name("direct");
+    let queue = format!("{ns}/dlock:{{direct}}:q");
+    // Round 0 only warms up: the waiter's notification channel is subscribed at its first wait,
+    // and a subscription wakes every waiter to look again (an attempt of its own).
+    for round in 0..6 {
+        let held = granted(&holder, &lock, Duration::from_secs(5), "holder acquires").await;
+        let waiting = acquiring(&waiter, &lock, AcquireOptions::wait(Duration::from_secs(5)));
+        queued(&mut conn, &queue, 1).await;
+        let before = waiter.stats();
+        let held_token = held.token();
+        held.release().await.expect("release");
+        let got = waiting
+            .await
+            .expect("join")
+            .expect("the head gets the lock");
+        let after = waiter.stats();
+        let requests = after.requests - before.requests;
+        let allowed =
+            (after.timer_wakeups - before.timer_wakeups) + (after.renewals - before.renewals);
+        assert!(
+            round == 0 || requests <= allowed,
+            "round {round}: the head sent {requests} requests to take a released lock \
+             ({allowed} timer wake-ups and renewals)"
+        );
+        assert!(
+            got.token() > held_token,
+            "round {round}: tokens must increase"
+        );
         got.release().await.expect("release");
     }
 }
