@@ -47,8 +47,9 @@
 //!   bound) — a packet off the client's tick grid. In the stall cases A's whole process
 //!   stalls once, for a stated length, while it is ready to contend or holds (no late rounds
 //!   then): it takes no step, its library's pings and the replies it reads included; a proof
-//!   counts from its send time less a stall that ended within the session timeout before it
-//!   (`StallClock`, exact to the unit where the code's beat is within 20 ms).
+//!   counts from its send time less a stall that ended within the session timeout less the
+//!   proof before it (`StallClock`; its window rounded down to the unit, so the model counts
+//!   no stall the code would not; the code counts a stall to within 40 ms).
 //! - One lock, one node per client, one acquire each: A creates its node first; B contends
 //!   once A was granted. B's session never expires (B is on the leader, which its own pings
 //!   touch at once); B does not renew (it is the last holder: an overlap, if any, starts at
@@ -163,6 +164,9 @@ pub struct ZkModel {
     pub renewal: Proof,
     /// The one stall of A's whole process a run may have, units (0: none).
     pub stall: u8,
+    /// A stall that ended within this long before a proof shortens it: the session timeout
+    /// less the proof (`StallClock`'s window), rounded down to whole units.
+    pub stall_window: u8,
     /// What a proof counts from after a stall.
     pub stalls: Stalls,
 }
@@ -463,6 +467,7 @@ impl ZkModel {
             faults,
             renewal,
             stall,
+            stall_window: u8::try_from((timeout - proof) / unit).expect("fits"),
             stalls: Stalls::Counted,
         }
     }
@@ -479,11 +484,12 @@ impl ZkModel {
     }
 
     /// What A's proof sent at `start` counts from, as A judges it now: the send time less a
-    /// stall that ended within the session timeout before it (or later), never before 0.
+    /// stall that ended within the stall window before it (or later), never before 0.
     fn proven_from(&self, s: &State, start: u8) -> u8 {
         match (self.stalls, s.stalled) {
             (Stalls::Counted, Some((from, until)))
-                if u16::from(until) > u16::from(start).saturating_sub(u16::from(self.timeout))
+                if u16::from(until)
+                    > u16::from(start).saturating_sub(u16::from(self.stall_window))
                     && from <= s.now =>
             {
                 start.saturating_sub(until - from)

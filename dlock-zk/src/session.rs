@@ -49,7 +49,7 @@ impl Session {
         let timeout = client.session_timeout();
         let ended = Arc::new(AtomicBool::new(false));
         let proof = proof_ttl(timeout, cfg.ttl, cfg.server_tick);
-        let stalls = StallClock::start(timeout);
+        let stalls = StallClock::start(timeout.saturating_sub(proof));
         // The client prepends the chroot to every path; the connect string bounds it.
         let backend = Arc::new(SessionBackend::new(
             &client,

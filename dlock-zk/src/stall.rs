@@ -9,13 +9,16 @@
 //! leader expire a 10 s session about a second before the renewal's deadline.
 //!
 //! A [`StallClock`] is a beat every [`BEAT`]: a task that notes when it runs. A gap between
-//! two beats longer than the beat is time the process (its runtime, where the client library
-//! runs too) did not run. A proof sent at `t` counts for the TTL less every such excess in the
-//! session timeout before `t` (and an excess still in progress when the answer is judged), so a
-//! stall shortens the deadline by at least its length less one beat. That beat (at most
-//! 20 ms) is inside the proof's latency allowance of one client tick (at least 50 ms for every
-//! TTL the locker accepts). Lateness of the beat's own timer under load counts as a stall:
-//! it only shortens deadlines.
+//! two beats of at least two beats is a stall: time the process (its runtime, where the client
+//! library runs too) did not run; its length less one beat is counted. A proof sent at `t`
+//! counts for the TTL less every stall that ended after `t − window` (and one still in
+//! progress when the answer is judged), the window being what `proof_ttl` allows for the
+//! library's silence (the session timeout less the proof). A stall that ended before that
+//! window is harmless: the library pinged again within its usual silence after it, still
+//! before the proof's allowance began. So a stall shortens the deadline by at least its length
+//! less 40 ms (a shorter gap is timer jitter, not counted, so jitter does not add up); those
+//! 40 ms are inside the proof's latency allowance of one client tick. Lateness of the beat
+//! under load beyond that counts as a stall: it only shortens deadlines.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -41,14 +44,15 @@ struct Beats {
 #[derive(Debug)]
 pub(crate) struct StallClock {
     beats: Mutex<Beats>,
-    /// How far back a stall still shortens a proof: the session timeout.
+    /// How far back a stall still shortens a proof: the session timeout less the proof.
     window: Duration,
     /// When the clock was made: no stall before it is known (or counted).
     created: Instant,
 }
 
 impl StallClock {
-    /// A clock remembering stalls for `window` (the session timeout). Its beat runs on the
+    /// A clock remembering stalls for `window` (the session timeout less the proof). Its beat
+    /// runs on the
     /// current tokio runtime until the clock is dropped; outside a runtime there is no beat,
     /// and every proof then counts as stalled since the clock was made (see
     /// [`StallClock::stalled_before`]).
@@ -76,7 +80,7 @@ impl StallClock {
     fn note(&self, now: Instant) {
         let mut b = self.beats();
         let gap = now.saturating_duration_since(b.last);
-        if gap > BEAT {
+        if gap >= 2 * BEAT {
             b.gaps.push_back((now, gap - BEAT));
             if b.gaps.len() > KEPT {
                 b.gaps.pop_front();
@@ -86,8 +90,8 @@ impl StallClock {
     }
 
     /// How long the process stalled in the window before `sent` (a proof's send time), as of
-    /// now: the excess of every gap that ended after `sent − window`, and of the gap still
-    /// open (no beat since `last` for longer than a beat), at most the time from the clock's
+    /// now: the excess of every stall that ended after `sent − window`, and of the gap still
+    /// open (no beat since `last` for two beats or more), at most the time from the clock's
     /// start to `sent` (so `sent` less it is never before the clock's start). Zero when the
     /// process ran.
     pub(crate) fn stalled_before(&self, sent: Instant) -> Duration {
@@ -100,7 +104,12 @@ impl StallClock {
             .filter(|(end, _)| *end > from)
             .map(|(_, excess)| *excess)
             .sum();
-        let open = now.saturating_duration_since(b.last).saturating_sub(BEAT);
+        let open = now.saturating_duration_since(b.last);
+        let open = if open >= 2 * BEAT {
+            open - BEAT
+        } else {
+            Duration::ZERO
+        };
         (closed + open).min(sent.saturating_duration_since(self.created))
     }
 }
@@ -127,7 +136,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stall_shortens_every_proof_sent_within_the_window_after_it() {
-        let clock = StallClock::start(Duration::from_secs(10));
+        let clock = StallClock::start(Duration::from_secs(3));
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = Instant::now();
         // The clock jumps 3 s without the beat running in between: a stall.
@@ -150,7 +159,7 @@ mod tests {
             "closed: {closed:?}"
         );
         // Past the window it no longer counts.
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
         assert_eq!(clock.stalled_before(Instant::now()), Duration::ZERO);
         assert!(before < sent);
     }
