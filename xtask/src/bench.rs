@@ -1,4 +1,5 @@
-//! `cargo xtask bench [--quick] [--backend redis,redlock,etcd,zk] [--json FILE] [--out DIR]`:
+//! `cargo xtask bench [--quick] [--backend redis,redlock,etcd,zk] [--workload all|flash-sale]
+//! [--duration SECS] [--json FILE] [--out DIR]`:
 //! builds and runs the `dlock-bench` binary in release mode (arguments passed through), then
 //! says where the report, the JSON rows and the plot are.
 //!
@@ -78,12 +79,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
 }
 
-/// Fails on any row with `exclusion_violations` > 0 (dlock-bench already exits non-zero on
-/// one; this holds even for a results.json written by an older binary).
+/// Fails on any row with `exclusion_violations` > 0, and on a stale write dlock's fenced
+/// resource accepted in the flash sale (`stale_writes_fenced` > 0 for `dlock`; dlock-bench
+/// already exits non-zero on either; this holds even for a results.json written by an older
+/// binary).
 fn check_exclusion(rows: &[serde_json::Value]) -> Result<(), String> {
     let bad: Vec<String> = rows
         .iter()
-        .filter(|r| r["metric"] == "exclusion_violations" && r["value"].as_f64() != Some(0.0))
+        .filter(|r| {
+            let nonzero = r["value"].as_f64() != Some(0.0);
+            let stale = r["metric"] == "stale_writes_fenced" && r["impl"] == "dlock";
+            (r["metric"] == "exclusion_violations" || stale) && nonzero
+        })
         .map(|r| format!("{}/{}/{}", r["backend"], r["workload"], r["impl"]))
         .collect();
     if bad.is_empty() {
@@ -117,5 +124,12 @@ mod tests {
         assert!(check_exclusion(&[row(0.0.into())]).is_ok());
         assert!(check_exclusion(&[row(1.0.into())]).is_err());
         assert!(check_exclusion(&[row(serde_json::Value::Null)]).is_err());
+        let stale = |imp: &str, v: f64| {
+            serde_json::json!({"backend": "etcd", "workload": "flash-sale-pauses",
+                "impl": imp, "metric": "stale_writes_fenced", "value": v, "unit": "count"})
+        };
+        assert!(check_exclusion(&[stale("dlock", 0.0)]).is_ok());
+        assert!(check_exclusion(&[stale("etcd-client", 2.0)]).is_ok());
+        assert!(check_exclusion(&[stale("dlock", 1.0)]).is_err());
     }
 }
