@@ -65,7 +65,10 @@ async fn elect(target: Target, name: &LockName, args: ElectArgs) -> Result<ExitC
         command: &args.run.command,
         grace: args.run.grace,
     };
-    supervise(Held::Leader(leadership), name, &job, &mut signals).await
+    let done = supervise(Held::Leader(leadership), name, &job, &mut signals).await;
+    // As `run`: the session ends (and a tiered configuration's drift guard) when this exits.
+    let _ = election.close().await;
+    done
 }
 
 /// Runs `dlock leader`: prints the leader's term and value and exits 0, or says nobody leads

@@ -186,7 +186,11 @@ async fn run(target: Target, name: &LockName, args: RunArgs) -> Result<ExitCode,
         command: &args.command,
         grace: args.grace,
     };
-    supervise(Held::Lease(lease), name, &job, &mut signals).await
+    let done = supervise(Held::Lease(lease), name, &job, &mut signals).await;
+    // Ends the session now rather than at its TTL; under a tiered configuration this also
+    // releases the drift guard, so a new configuration may start as soon as this exits.
+    let _ = locker.close().await;
+    done
 }
 
 /// Waits for a grant (`Ok`) or for a signal (`Err` with its exit code). Interrupted while

@@ -172,3 +172,44 @@ fn config_errors_are_usage_errors_before_any_io() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_differently_configured_dlock_is_refused_while_one_runs_and_runs_after_it() {
+    let s = setup(ROUTES);
+    let other = s.dir.join("other.toml");
+    let text = std::fs::read_to_string(&s.config).expect("read config");
+    std::fs::write(&other, text.replace("payments/*", "refunds/*")).expect("write");
+    let started = s.dir.join("started");
+    let mut holder = dlock(&s);
+    holder
+        .args(["run", "--name", "orders/1", "--", "sh", "-c"])
+        .arg(format!("touch {}; sleep 30", started.display()))
+        .stdout(std::process::Stdio::null());
+    let mut holder = holder.spawn().expect("spawn the holder");
+    let since = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            since.elapsed() < BOUND,
+            "the holder never started its command"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let drifted = || {
+        let mut c = dlock(&s);
+        c.env("DLOCK_CONFIG", &other)
+            .args(["run", "--name", "orders/1", "--wait", "0s", "--", "true"]);
+        output(c)
+    };
+    let o = drifted();
+    assert_eq!(o.status.code(), Some(USAGE), "{}", stderr(&o));
+    assert!(stderr(&o).contains("config.fingerprint"), "{}", stderr(&o));
+    // SIGTERM to the holder: its command ends, it releases and closes, taking its guard along.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(holder.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal the holder");
+    support::wait_bounded(&mut holder, BOUND);
+    let o = drifted();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
