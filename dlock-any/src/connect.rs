@@ -18,20 +18,21 @@ use crate::url::TlsFiles;
 use crate::url::encode;
 use crate::url::{LockerUrl, Scheme};
 
-/// Builds the locker `url` names (see the crate docs for each scheme's mapping).
-pub(crate) async fn build(url: &LockerUrl) -> Result<Arc<dyn Locker>, Error> {
+/// Builds the locker `url` names (see the crate docs for each scheme's mapping), its metrics
+/// labelled with `tier` when given (the builders' `metrics_tier`).
+pub(crate) async fn build(url: &LockerUrl, tier: Option<&str>) -> Result<Arc<dyn Locker>, Error> {
     match url.scheme() {
-        Scheme::Memory => Ok(Arc::new(memory(url)?)),
+        Scheme::Memory => Ok(Arc::new(memory(url, tier)?)),
         #[cfg(feature = "redis")]
         Scheme::Redis | Scheme::RedisSentinel | Scheme::RedisCluster => {
-            Ok(Arc::new(redis(url).await?))
+            Ok(Arc::new(redis(url, tier).await?))
         }
         #[cfg(feature = "redis")]
-        Scheme::Redlock => Ok(Arc::new(redlock(url).await?)),
+        Scheme::Redlock => Ok(Arc::new(redlock(url, tier).await?)),
         #[cfg(feature = "etcd")]
-        Scheme::Etcd => Ok(Arc::new(etcd(url).await?)),
+        Scheme::Etcd => Ok(Arc::new(etcd(url, tier).await?)),
         #[cfg(feature = "zk")]
-        Scheme::Zk => Ok(Arc::new(zk(url).await?)),
+        Scheme::Zk => Ok(Arc::new(zk(url, tier).await?)),
         // Parsing rejects the schemes of disabled features.
         #[allow(unreachable_patterns)]
         other => Err(Error::invalid_option(
@@ -52,10 +53,13 @@ fn memory_server(namespace: &str) -> Arc<MemoryServer> {
     Arc::clone(map.entry(namespace.to_string()).or_default())
 }
 
-fn memory(url: &LockerUrl) -> Result<MemoryLocker, Error> {
+fn memory(url: &LockerUrl, tier: Option<&str>) -> Result<MemoryLocker, Error> {
     let mut b = MemoryLocker::builder().server(memory_server(url.namespace().unwrap_or("")));
     if let Some(ttl) = url.ttl() {
         b = b.ttl(ttl);
+    }
+    if let Some(tier) = tier {
+        b = b.metrics_tier(tier);
     }
     b.build()
 }
@@ -90,12 +94,16 @@ fn tls_pem(files: &TlsFiles) -> Result<(Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8
     Ok((ca, identity))
 }
 
-/// `$builder` with the URL's `ttl=`, `namespace=` and TLS files: the options every backend's
-/// builder takes with the same methods (dlock-core's `common_builder_options!`).
+/// `$builder` with the URL's `ttl=`, `namespace=` and TLS files, and the tier's metrics label:
+/// the options every backend's builder takes with the same methods (dlock-core's
+/// `common_builder_options!`).
 #[cfg(any(feature = "redis", feature = "etcd", feature = "zk"))]
 macro_rules! common_options {
-    ($builder:expr, $url:expr) => {{
+    ($builder:expr, $url:expr, $tier:expr) => {{
         let mut b = $builder;
+        if let Some(tier) = $tier {
+            b = b.metrics_tier(tier);
+        }
         if let Some(ttl) = $url.ttl() {
             b = b.ttl(ttl);
         }
@@ -133,7 +141,7 @@ fn redis_node_url(url: &LockerUrl, host: &crate::HostPort) -> String {
 }
 
 #[cfg(feature = "redis")]
-async fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
+async fn redis(url: &LockerUrl, tier: Option<&str>) -> Result<RedisLocker, Error> {
     let mut b = RedisLocker::builder();
     match url.scheme() {
         Scheme::Redis => b = b.url(redis_node_url(url, &url.hosts()[0])),
@@ -156,18 +164,18 @@ async fn redis(url: &LockerUrl) -> Result<RedisLocker, Error> {
             b = b.cluster(nodes);
         }
     }
-    common_options!(b, url).build().await
+    common_options!(b, url, tier).build().await
 }
 
 #[cfg(feature = "redis")]
-async fn redlock(url: &LockerUrl) -> Result<RedlockLocker, Error> {
+async fn redlock(url: &LockerUrl, tier: Option<&str>) -> Result<RedlockLocker, Error> {
     let nodes: Vec<String> = url.hosts().iter().map(|h| redis_node_url(url, h)).collect();
     let b = RedlockLocker::builder().nodes(nodes);
-    common_options!(b, url).build().await
+    common_options!(b, url, tier).build().await
 }
 
 #[cfg(feature = "etcd")]
-async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
+async fn etcd(url: &LockerUrl, tier: Option<&str>) -> Result<EtcdLocker, Error> {
     let http = if url.is_tls() { "https" } else { "http" };
     let endpoints: Vec<String> = url
         .hosts()
@@ -179,11 +187,11 @@ async fn etcd(url: &LockerUrl) -> Result<EtcdLocker, Error> {
     if let (Some(user), Some(password)) = (url.user(), url.password()) {
         b = b.user(user, password);
     }
-    common_options!(b, url).build().await
+    common_options!(b, url, tier).build().await
 }
 
 #[cfg(feature = "zk")]
-async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
+async fn zk(url: &LockerUrl, tier: Option<&str>) -> Result<ZkLocker, Error> {
     let connect = url
         .hosts()
         .iter()
@@ -197,5 +205,5 @@ async fn zk(url: &LockerUrl) -> Result<ZkLocker, Error> {
     if let (Some(user), Some(password)) = (url.user(), url.password()) {
         b = b.digest_auth(user, password);
     }
-    common_options!(b, url).build().await
+    common_options!(b, url, tier).build().await
 }

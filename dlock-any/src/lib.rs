@@ -51,7 +51,7 @@ impl LockerUrl {
     /// # Errors
     /// As [`connect`], without the parse errors.
     pub async fn connect(&self) -> Result<Arc<dyn Locker>, Error> {
-        connect::build(self).await
+        connect::build(self, None).await
     }
 }
 

@@ -75,7 +75,8 @@ impl TieredConfig {
 }
 
 async fn connect_tier(tier: &Tier, permits: u32, fingerprint: u64) -> Result<Connected, Error> {
-    let locker = tier.url().connect().await?;
+    // Each tier's metrics carry its name as the `tier` label (dlock-core's `metrics` feature).
+    let locker = crate::connect::build(tier.url(), Some(tier.name())).await?;
     let semaphore = Arc::clone(&locker).into_semaphore();
     let guard = match (tier.guarded(), &semaphore) {
         (false, _) => None,
