@@ -60,6 +60,8 @@ pub(crate) struct Config {
     /// The ensemble's `tickTime` as the user declared it (`None`: ZooKeeper's default assumed;
     /// see [`proof_ttl`](crate::renew::proof_ttl)).
     pub(crate) server_tick: Option<Duration>,
+    /// The options the locker's metrics labels come from (`metrics_tier`, …).
+    pub(crate) common: CommonOptions,
 }
 
 impl fmt::Debug for Config {
@@ -289,6 +291,7 @@ impl ZkLockerBuilder {
             },
             acl: self.acl,
             server_tick: self.server_tick,
+            common: self.common.clone(),
         })
     }
 

@@ -100,7 +100,7 @@ impl ZkLocker {
     }
 
     pub(crate) async fn open(cfg: Config) -> Result<Self, Error> {
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::labelled("zk", &cfg.common));
         let session = Session::open(&cfg, Arc::clone(&counters)).await?;
         let negotiated = duration_ms(session.timeout);
         let locker_id = uuid::Uuid::new_v4().to_string();
@@ -449,6 +449,10 @@ fn duration_ms(d: Duration) -> u64 {
 impl LockBackend for ZkLocker {
     fn closed(&self) -> bool {
         self.is_closed()
+    }
+
+    fn live_counters(&self) -> Option<&Counters> {
+        Some(&self.inner.counters)
     }
 
     /// Queues for the lock and waits for its turn.
