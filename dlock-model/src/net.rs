@@ -54,6 +54,14 @@ impl<M: Ord> Net<M> {
     }
 }
 
+impl<M: Ord> FromIterator<M> for Net<M> {
+    fn from_iter<I: IntoIterator<Item = M>>(iter: I) -> Self {
+        let mut v: Vec<M> = iter.into_iter().collect();
+        v.sort();
+        Net(v)
+    }
+}
+
 impl<M: Sent> Net<M> {
     /// Whether a message has waited `max_delay` units: time may not pass until it is
     /// delivered or lost.

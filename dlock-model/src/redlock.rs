@@ -13,23 +13,39 @@
 //! that restarts empty starts its counter again at 0 — the model does exactly that. Node 0 may
 //! restart once, losing key and counter; it is down (every message to it is lost) for a stated
 //! time first — the README's assumption is longer than the TTL. Messages are delayed up to a
-//! bound, lost under a budget, reordered; processes pause (no step is forced on time); every
-//! node's clock may gain on global time up to a bound; a holder may crash (its locker dies
-//! with it, and with it the background raises not yet delivered).
+//! bound, lost under a budget, reordered; processes pause (no step is forced on time); node
+//! 0's clock may gain on global time up to a bound; a holder may crash (its locker dies with
+//! it, and with it the background raises not yet delivered).
+//!
+//! The cases run 3 nodes and 5 (`today, 5 nodes`, `today, fair, 5 nodes`). `today` restarts
+//! node 0 within a horizon shorter than its downtime (it stays down: a node lost); `today,
+//! restart` runs long enough for it to come back and grant again (a `sometimes` property, so
+//! the case fails if the rejoin is out of reach), with fair scheduling so the run fits.
 //!
 //! Where it abstracts the code (to fit the bounds; see each case's bound string):
 //! - time is whole units: TTL = 4, the drift allowance `TTL/100 + 2 ms` = 1 unit, the loss
 //!   margin `drift + TTL/10` = 1, renewal every TTL/3 = 1 unit; drift is a bounded absolute skew
 //!   (node 0's clock gains at most 1 unit over the run) rather than a rate, and only node 0's
-//!   clock moves (the nodes are symmetric; the jump control moves it by 4 more);
+//!   clock moves and only node 0 restarts: the nodes are alike, so node 0 names whichever
+//!   node the fault hits; the jump control moves it by 4 more. Two nodes faulty at once are
+//!   not explored;
 //! - messages are requests only: a node runs the script when the request arrives and its reply
 //!   reaches the client at once, or is lost (`LoseReply`); delivery happens within the time unit
 //!   the request was sent in (`max_delay` 0: reordered, lost, but never across a tick), and the
 //!   per-node timeout is one unit. A late reply is therefore a lost one, and a paused client
-//!   (no step is forced when `faults` is on) stands for a slow round trip;
+//!   (no step is forced when `pauses` is on) stands for a slow round trip;
 //! - a fan-out (`join_all` over the nodes: acquire, renew, release) reaches the nodes in index
-//!   order, interleaved freely with every other message (a partial-order reduction the full
-//!   interleaving did not fit in);
+//!   order, interleaved freely with every other message: a partial-order reduction (the full
+//!   interleaving did not fit in). Deliveries to different nodes touch different node state
+//!   and different reply slots, and a client acts on its replies only once all are in or the
+//!   timeout passed, so only each node's order of the requests it receives matters; fan-outs in
+//!   flight that share one node order can realize every such per-node order;
+//! - nodes `1..N` are interchangeable, so states that differ by a renaming of them are one
+//!   state (`redlock/symmetry.rs`: an exact symmetry reduction, applied only when no fan-out is
+//!   part-way, so every fan-out in flight keeps one shared order). A trace names nodes as
+//!   the canonical state before each step does;
+//! - client 1 starts its first acquire after client 0 did (the clients are alike; a run where
+//!   client 1 starts first is a run of this model with the clients renamed);
 //! - a lost background raise is re-sent while its locker lives (`raise::run` retries): the loss
 //!   only delays it; nothing is re-sent once the locker crashed;
 //! - the random retry delay is one unit; an undecided renewal round is retried at once; a round
@@ -46,6 +62,8 @@ use stateright::{Model, Property};
 
 use crate::check::{Bound, Case, Outcome, explore};
 use crate::net::{Net, Sent};
+
+mod symmetry;
 
 /// The most nodes the model has room for.
 const MAX_NODES: usize = 5;
@@ -81,9 +99,12 @@ pub struct RedlockModel {
     pub attempts: u8,
     /// How many messages may be lost.
     pub faults_budget: u8,
-    /// Faults on: loss, node clocks gaining, pauses, node 0 restarting. Off: the fair
-    /// configuration (a due step is urgent, nothing lost) for the liveness properties.
+    /// Faults on: loss, node clocks gaining, node 0 restarting, writes to the fenced resource;
+    /// the liveness properties are not judged. Off: none of them.
     pub faults: bool,
+    /// Processes pause: no step is forced on time. Off: a due step is urgent (time waits for
+    /// it), the fair scheduling the liveness properties need.
+    pub pauses: bool,
     /// `Some(d)`: node 0 may restart empty once, down for `d` units first.
     pub restart_down: Option<u8>,
     /// Whether a holder may crash.
@@ -169,7 +190,7 @@ impl Sent for Msg {
 }
 
 /// One node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Node {
     /// The lock key: owner value and expiry on this node's clock.
     pub key: Option<(u8, u8)>,
@@ -258,6 +279,8 @@ pub struct State {
     pub nodes: [Node; MAX_NODES],
     /// Whether node 0 restarted already.
     pub restarted: bool,
+    /// Whether node 0, back from its restart, granted an acquire.
+    pub rejoined: bool,
     /// The two clients.
     pub clients: [Client; 2],
     /// Acquires each client may still start.
@@ -449,6 +472,9 @@ impl RedlockModel {
                 if node.key.is_none_or(|(o, _)| o == owner) {
                     node.key = Some((owner, clock + self.ttl));
                     node.counter += 1;
+                    if k == 0 && s.restarted {
+                        s.rejoined = true;
+                    }
                     Body::AcquireReply {
                         owner,
                         granted: true,
@@ -694,6 +720,12 @@ impl RedlockModel {
         self.max_delay + 2 * self.budget() + 1 + 1
     }
 
+    /// Whether node 0 may restart and be back before the horizon (then its rejoin must be
+    /// reached; otherwise it restarts and stays down for the rest of the run).
+    fn rejoin_in_reach(&self) -> bool {
+        self.restart_down.is_some_and(|d| d < self.horizon)
+    }
+
     /// The slack over the TTL for a crashed holder's lock.
     fn crash_slack(&self) -> u8 {
         2 * self.budget() + self.period() + 1
@@ -709,6 +741,7 @@ impl Model for RedlockModel {
             now: 0,
             nodes: [Node::default(); MAX_NODES],
             restarted: false,
+            rejoined: false,
             clients: [Client::Idle; 2],
             attempts: [self.attempts; 2],
             seq: [0; 2],
@@ -731,7 +764,7 @@ impl Model for RedlockModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let overdue = s.net.overdue(s.now, self.max_delay);
-        let urgent = !self.faults && (0..2).any(|i| self.due(s, i));
+        let urgent = !self.pauses && (0..2).any(|i| self.due(s, i));
         if !overdue && !urgent && s.now < self.horizon {
             actions.push(Action::Tick);
         }
@@ -753,7 +786,11 @@ impl Model for RedlockModel {
         for i in 0..2u8 {
             let iu = i as usize;
             match s.clients[iu] {
-                Client::Idle if s.attempts[iu] > 0 => actions.push(Action::Attempt(i)),
+                // The clients are alike: client 1 starts after client 0 did (a run where it
+                // starts first is this one with the clients renamed).
+                Client::Idle if s.attempts[iu] > 0 && (i == 0 || s.attempts[0] < self.attempts) => {
+                    actions.push(Action::Attempt(i))
+                }
                 Client::Waiting { since } if s.now > since => actions.push(Action::Attempt(i)),
                 Client::Acquiring { .. } if self.due(s, iu) => actions.push(Action::Collect(i)),
                 Client::Raising { .. } if self.due(s, iu) => actions.push(Action::CollectRaises(i)),
@@ -910,11 +947,11 @@ impl Model for RedlockModel {
                 }
             }
         }
-        Some(s)
+        Some(symmetry::canonical(self.nodes, s))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("one believer at a time", |m: &Self, s: &State| {
                 !m.two_believe(s)
             }),
@@ -957,7 +994,14 @@ impl Model for RedlockModel {
                 "a crashed holder's lock granted again",
                 |m: &Self, s: &State| !m.crash || s.regranted.is_some(),
             ),
-        ]
+        ];
+        if self.rejoin_in_reach() {
+            properties.push(Property::sometimes(
+                "a restarted node grants again",
+                |_, s: &State| s.rejoined,
+            ));
+        }
+        properties
     }
 
     fn within_boundary(&self, s: &State) -> bool {
@@ -965,10 +1009,16 @@ impl Model for RedlockModel {
     }
 }
 
-/// Which faults a case explores.
+/// One case's configuration.
 #[derive(Debug, Clone, Copy)]
 struct Setup {
+    nodes: usize,
+    /// The horizon and the loss budget at the quick and at the full bound.
+    bounds: [(u8, u8); 2],
+    /// How far node 0's clock may gain.
+    skew: u8,
     faults: bool,
+    pauses: bool,
     jump: u8,
     restart_down: Option<u8>,
     crash: bool,
@@ -976,34 +1026,24 @@ struct Setup {
 }
 
 fn run(bound: Bound, setup: Setup) -> Outcome {
-    let ttl = 4;
-    let control =
-        setup.jump > 0 || setup.fencing != Fencing::Today || setup.restart_down == Some(0);
-    let (nodes, horizon, attempts, faults_budget) = match (bound, setup.faults) {
-        // A control needs only its counterexample, found within one unit.
-        (_, true) if control => (3, 1, 1, 1),
-        (Bound::Quick, true) => (3, 2, 1, 1),
-        (Bound::Quick, false) => (3, 8, 1, 0),
-        (Bound::Full, true) => (3, 3, 1, 1),
-        (Bound::Full, false) => (3, 12, 1, 0),
+    let (ttl, attempts, nodes) = (4, 1, setup.nodes);
+    let (horizon, faults_budget) = match bound {
+        Bound::Quick => setup.bounds[0],
+        Bound::Full => setup.bounds[1],
     };
-    // The amnesia control needs no loss to break; without losses it fits the quick bound.
-    let faults_budget = if setup.restart_down == Some(0) {
-        0
-    } else {
-        faults_budget
-    };
+    let faults_budget = if setup.faults { faults_budget } else { 0 };
     let model = RedlockModel {
         nodes,
         ttl,
         drift: 1,
-        max_skew: 1,
+        max_skew: setup.skew,
         jump: setup.jump,
         max_delay: 0,
         horizon,
         attempts,
         faults_budget,
         faults: setup.faults,
+        pauses: setup.pauses,
         restart_down: setup.restart_down,
         crash: setup.crash,
         fencing: setup.fencing,
@@ -1013,27 +1053,62 @@ fn run(bound: Bound, setup: Setup) -> Outcome {
     );
     if setup.faults {
         desc += &format!(
-            ", node clocks +{}, {faults_budget} lost, pauses",
-            1 + setup.jump
+            ", node clocks +{}, {faults_budget} lost",
+            setup.skew + setup.jump
         );
-        if let Some(d) = setup.restart_down {
-            desc += &format!(", node 0 restarts empty (down {d})");
+        match setup.restart_down {
+            Some(d) if d < horizon => desc += &format!(", node 0 restarts empty (down {d})"),
+            Some(d) => desc += &format!(", node 0 restarts empty and stays down (down {d})"),
+            None => {}
         }
     } else {
-        desc += ", fair, no faults";
+        desc += ", no faults";
     }
+    desc += if setup.pauses { ", pauses" } else { ", fair" };
     if setup.crash {
         desc += ", a holder crash";
     }
     explore(model, desc)
 }
 
+/// The code as it is under every fault, pauses included (the quick bound fits 2 units: node 0
+/// restarts and stays down; `RESTART` reaches its rejoin).
 const TODAY: Setup = Setup {
+    nodes: 3,
+    bounds: [(2, 1), (3, 1)],
+    skew: 1,
     faults: true,
+    pauses: true,
     jump: 0,
     restart_down: Some(5),
     crash: false,
     fencing: Fencing::Today,
+};
+
+/// Fair scheduling and no faults but a holder crash: the liveness properties.
+const FAIR: Setup = Setup {
+    bounds: [(8, 0), (12, 0)],
+    faults: false,
+    pauses: false,
+    restart_down: None,
+    crash: true,
+    ..TODAY
+};
+
+/// A restart that comes back: node 0 restarts empty, down longer than the TTL (the README's
+/// assumption), and votes again before the horizon; a loss, no pauses (time waits for due
+/// steps), so the run is long enough to see the rejoin.
+const RESTART: Setup = Setup {
+    bounds: [(6, 0), (6, 1)],
+    pauses: false,
+    ..TODAY
+};
+
+/// A negative control needs only its counterexample, found within one unit.
+const CONTROL: Setup = Setup {
+    bounds: [(1, 1), (1, 1)],
+    restart_down: None,
+    ..TODAY
 };
 
 /// The model's name in the table.
@@ -1043,25 +1118,29 @@ const MODEL: &str = "redlock";
 pub fn cases() -> Vec<Case> {
     vec![
         Case::holds(MODEL, "today", |b| run(b, TODAY)),
-        Case::holds(MODEL, "today, fair", |b| {
+        Case::holds(MODEL, "today, fair", |b| run(b, FAIR)),
+        Case::holds(MODEL, "today, restart", |b| run(b, RESTART)),
+        Case::holds(MODEL, "today, 5 nodes", |b| {
             run(
                 b,
                 Setup {
-                    faults: false,
-                    restart_down: None,
-                    crash: true,
+                    nodes: 5,
+                    bounds: [(0, 1), (1, 1)],
                     ..TODAY
                 },
             )
         }),
+        Case::holds(MODEL, "today, fair, 5 nodes", |b| {
+            run(b, Setup { nodes: 5, ..FAIR })
+        }),
         Case::control(MODEL, "clock jump", "one believer at a time", |b| {
+            // The jump needs no loss.
             run(
                 b,
                 Setup {
+                    bounds: [(1, 0), (1, 0)],
                     jump: 3,
-                    restart_down: None,
-                    crash: false,
-                    ..TODAY
+                    ..CONTROL
                 },
             )
         }),
@@ -1073,12 +1152,16 @@ pub fn cases() -> Vec<Case> {
                 run(
                     b,
                     Setup {
+                        bounds: [(1, 0), (1, 0)],
                         restart_down: Some(0),
-                        ..TODAY
+                        ..CONTROL
                     },
                 )
             },
         ),
+        // With the downtime the code assumes nobody believes at once, but a node that did not
+        // grant keeps its low counter, and after the restart it and the empty node make a
+        // majority whose maximum repeats a token.
         Case::control(
             MODEL,
             "no background raise",
@@ -1087,9 +1170,10 @@ pub fn cases() -> Vec<Case> {
                 run(
                     b,
                     Setup {
-                        restart_down: Some(0),
+                        bounds: [(6, 1), (6, 1)],
+                        skew: 0,
                         fencing: Fencing::NoBackgroundRaise,
-                        ..TODAY
+                        ..RESTART
                     },
                 )
             },
