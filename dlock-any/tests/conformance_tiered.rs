@@ -1,8 +1,9 @@
-//! The `tiered` row: the mutex scenarios through a `TieredLocker` over a real Redis (tier
-//! `fast`) and a real etcd (tier `strict`) started by the harness. Names starting with `c` or
-//! `f` and names under `a/` go to etcd, every other name to Redis, so the scenarios' names
-//! (`counter`, `cancel`, `fifo`, `close-*` and `a/b` on etcd; `held`, `busy`, `a`, `ab`,
-//! `nested`, `inspect` on Redis) exercise both tiers, and `name_isolation` spans them.
+//! The `tiered` row (module `tiered_row`): the mutex scenarios through a `TieredLocker` over a
+//! real Redis (tier `fast`) and a real etcd (tier `strict`) started by the harness. Names
+//! starting with `c` or `f` and names under `a/` go to etcd, every other name to Redis, so the
+//! scenarios' names (`counter`, `cancel`, `fifo`, `close-*` and `a/b` on etcd; `held`, `busy`,
+//! `a`, `ab`, `nested`, `inspect` on Redis) exercise both tiers, and `name_isolation` spans
+//! them.
 //!
 //! Only the mutex scenarios run (`xtask`'s `SUBSET_ROWS`): the router adds no protocol of its
 //! own, and each tier's backend runs the whole list in its own rows.
@@ -202,7 +203,7 @@ const TIERED: Declared = Declared {
 };
 
 dlock_conformance::conformance_tests!(
-    tiered,
+    tiered_row,
     tiered(),
     declared = TIERED,
     ttl_scale = 1,
