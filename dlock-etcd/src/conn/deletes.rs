@@ -105,9 +105,13 @@ impl Etcd {
                 turn = self.deletes.turns.acquire() => turn,
             };
             let batch = self.deletes.take();
-            if !batch.is_empty() {
-                self.send_deletes(batch).await;
+            if batch.is_empty() {
+                // Nothing waits, ours neither: another caller's batch carries it, and its
+                // answer comes from there (taking turns meanwhile would only spin).
+                drop(turn);
+                return answer.await.unwrap_or_else(|_| Err(unanswered()));
             }
+            self.send_deletes(batch).await;
             drop(turn);
             match answer.try_recv() {
                 Ok(got) => return got,
