@@ -96,6 +96,8 @@ pub(crate) struct Config {
     pub(crate) raw_names: bool,
     pub(crate) request_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    /// The options the locker's metrics labels come from (`metrics_tier`, …).
+    pub(crate) common: CommonOptions,
 }
 
 impl EtcdLockerBuilder {
@@ -288,6 +290,7 @@ impl EtcdLockerBuilder {
             raw_names: self.raw_names,
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
+            common: self.common.clone(),
         })
     }
 

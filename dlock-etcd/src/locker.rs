@@ -111,8 +111,8 @@ impl EtcdLocker {
             attempt_cap = attempt_cap.min(cfg.ttl / 6);
         }
         let attempt_cap = attempt_cap.max(Duration::from_millis(100));
-        let counters = Arc::new(Counters::default());
-        let driver_counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::labelled("etcd", &cfg.common));
+        let driver_counters = Arc::new(Counters::labelled("etcd", &cfg.common));
         let etcd = Etcd {
             client,
             members,
@@ -185,6 +185,10 @@ impl EtcdLocker {
 impl LockBackend for EtcdLocker {
     fn closed(&self) -> bool {
         self.inner.driver.is_closed()
+    }
+
+    fn live_counters(&self) -> Option<&Counters> {
+        Some(&self.inner.etcd.counters)
     }
 
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {

@@ -353,7 +353,7 @@ impl RedisLockerBuilder {
             }
         };
         conn::warm_up(&node, request_timeout.max(Duration::from_secs(1)));
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::labelled("redis", &self.common));
         let locker_id = keys::random_id();
         let channel_prefix = format!("{prefix}dlock:notify:");
         let node_for_notifier = node.clone();

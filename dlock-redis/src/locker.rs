@@ -129,6 +129,10 @@ impl LockBackend for RedisLocker {
         self.inner.driver.is_closed()
     }
 
+    fn live_counters(&self) -> Option<&Counters> {
+        Some(&self.inner.counters)
+    }
+
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         Ok(acquire::acquire(&self.inner, name, opts.wait).await?.0)
     }

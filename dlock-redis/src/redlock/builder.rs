@@ -173,7 +173,7 @@ impl RedlockLockerBuilder {
         for node in &nodes {
             conn::warm_up(node, node_timeout.max(Duration::from_secs(1)));
         }
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::labelled("redlock", &self.common));
         let backend = Arc::new(RedlockBackend {
             quorum: quorum::quorum(nodes.len()),
             raiser: raise::Raiser::new(nodes.len()),

@@ -127,6 +127,10 @@ impl LockBackend for RedlockLocker {
         self.inner.driver.is_closed()
     }
 
+    fn live_counters(&self) -> Option<&Counters> {
+        Some(&self.inner.counters)
+    }
+
     async fn lock(&self, name: &LockName, opts: AcquireOptions) -> Result<Lease, Error> {
         acquire::acquire(&self.inner, name, opts.wait).await
     }
