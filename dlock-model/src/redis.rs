@@ -6,6 +6,11 @@
 //! (`acquire/pending.rs`), and the lease kept by the renewal driver (`renew.rs`,
 //! `dlock-core/src/renewal.rs`).
 //!
+//! A fair release with waiters grants the live head in the release script (`pass_on`: the
+//! head's owner value, the next token, published to the head), and the head takes the lease
+//! counted from its last queued attempt (`acquire::direct`); heads of an older client, which
+//! leave no grant details, get a reservation instead (the `older heads` cases).
+//!
 //! The server keeps, with expiries on ITS clock: the lock key (our owner value, or a
 //! reservation `r:<entry>` for the queue's head), the fence counter (`next_token`: the
 //! counter plus one, raised to at least the server clock, the "clock floor"), the queue (list
@@ -43,6 +48,11 @@
 //! - A restart keeps the clients' connections (requests in flight are served by the restarted
 //!   server or lost under the budget); the notifier's resubscription wakes every waiter
 //!   (`Notifier::wake_all`).
+//! - A direct grant's TTL capped at the entry lifetime less 1 ms is the TTL in units (the
+//!   entry lives one TTL). One that reaches a waiter with an attempt in flight wakes it, as a
+//!   notification does: the next attempt finds its own owner value and is granted (the code
+//!   may take the direct grant after the attempt's reply instead; both count from a send
+//!   that ran before the release).
 //! - A renewal whose reply is lost is not retried: the lease is lost at its deadline.
 //! - The give-back of a grant whose reply came after its validity (`acquire`, "grant arrived
 //!   after its validity") is out of reach (replies come within the unit); a property checks
@@ -87,6 +97,9 @@ pub enum Variant {
     NoClockFloor,
     /// `RELEASE_FAIR_HEAD` without its owner check (`GET lock ~= owner`): a negative control.
     UnguardedRelease,
+    /// The scripts as they are, with heads of an older client that leaves no grant details:
+    /// `pass_on` reserves the lock for the head (`r:<entry>`) and only wakes it.
+    OlderHeads,
 }
 
 /// The model's parameters.
@@ -218,10 +231,13 @@ pub enum Body {
         /// The renewal it answers.
         start: u8,
     },
-    /// `publish(entry)`: the pub/sub message to the entry's locker.
+    /// `publish(entry)`: the pub/sub message to the entry's locker; for a direct grant
+    /// (`pass_on` granting the head) also the token and the restarts before the grant.
     Notify {
         /// The entry it names.
         entry: Id,
+        /// The direct grant's token and epoch, if it is one.
+        grant: Option<(u16, u8)>,
     },
 }
 
@@ -263,6 +279,9 @@ pub enum Client {
     },
     /// `doze`: sleeping until notified or until `until`.
     Dozing {
+        /// When the last attempt that queued or refreshed us (answered "not granted") was
+        /// sent: a direct grant's deadline counts from it (`acquire::direct::start_of`).
+        asked: u8,
         /// When the acquire started.
         since: u8,
         /// The fallback timer.
@@ -456,6 +475,10 @@ impl RedisModel {
 
     /// Ghosts of a server grant to `owner`: token order, FIFO.
     fn granted(&self, s: &mut State, owner: Id, token: u16) {
+        if s.issued == Some((token, owner)) {
+            // Our own grant again (`ACQUIRE_FAIR_HEAD` after a direct grant): not a new one.
+            return;
+        }
         match s.issued {
             Some((t, o)) if token < t || (token == t && o != owner) => s.token_regress = true,
             _ => {}
@@ -497,22 +520,33 @@ impl RedisModel {
         None
     }
 
-    fn publish(s: &mut State, entry: Id) {
+    fn publish(s: &mut State, entry: Id, grant: Option<(u16, u8)>) {
         s.net.send(Msg {
             sent: s.now,
             client: entry.0,
-            body: Body::Notify { entry },
+            body: Body::Notify { entry, grant },
         });
     }
 
-    /// `pass_on`: reserve for the live head and tell it, or free the lock.
-    fn pass_on(s: &mut State) {
+    /// `pass_on`: grant the live head with the next token, for its TTL but not past its
+    /// entry's deadline, and tell it (a head of an older client: reserve the lock for it and
+    /// tell it); or free the lock.
+    fn pass_on(&self, s: &mut State) {
         let clock = Self::clock(s);
         match Self::live_head(s, clock) {
+            Some((head, dl)) if self.variant == Variant::OlderHeads => {
+                let px = TTL.min(dl - clock).max(1);
+                Self::publish(s, head, None);
+                s.lock = Some((Val::Reserved(head), clock + px));
+            }
             Some((head, dl)) => {
                 let px = TTL.min(dl - clock).max(1);
-                Self::publish(s, head);
-                s.lock = Some((Val::Reserved(head), clock + px));
+                let token = self.next_token(s);
+                self.granted(s, head, token);
+                Self::publish(s, head, Some((token, s.epoch)));
+                s.lock = Some((Val::Owner(head), clock + px));
+                // `LPOP` and `forget`.
+                s.queue.retain(|&(e, _)| e != head);
             }
             None => s.lock = None,
         }
@@ -648,7 +682,7 @@ impl RedisModel {
                         // Free, but the head's turn (the head is live: `holder` is none and
                         // the head is another entry).
                         let (h, hdl) = head.unwrap_or((owner, dl));
-                        Self::publish(s, h);
+                        Self::publish(s, h, None);
                         reply(
                             s,
                             Body::Turn {
@@ -680,7 +714,7 @@ impl RedisModel {
                 if s.queue.is_empty() {
                     s.lock = None;
                 } else {
-                    Self::pass_on(s);
+                    self.pass_on(s);
                 }
             }
             Body::Withdraw { owner } => {
@@ -688,9 +722,9 @@ impl RedisModel {
                 s.queue.retain(|&(e, _)| e != owner);
                 let holder = live.map(|(v, _)| v);
                 if holder == Some(Val::Owner(owner)) || holder == Some(Val::Reserved(owner)) {
-                    Self::pass_on(s);
+                    self.pass_on(s);
                 } else if was_head && let Some((h, _)) = Self::live_head(s, clock) {
-                    Self::publish(s, h);
+                    Self::publish(s, h, None);
                 }
             }
             _ => {}
@@ -712,7 +746,7 @@ impl RedisModel {
                 },
                 body,
             ) => match body {
-                Body::Notify { entry } if queued && entry == (i as u8, s.started[i] - 1) => {
+                Body::Notify { entry, .. } if queued && entry == (i as u8, s.started[i] - 1) => {
                     Client::Attempt {
                         since,
                         start,
@@ -727,41 +761,7 @@ impl RedisModel {
                     epoch,
                     regrant,
                     ..
-                } if r0 == req => {
-                    if s.now >= Self::deadline(start) {
-                        s.late_grant = true;
-                    }
-                    if token <= s.accepted.1 && s.accepted.0 > 0 {
-                        s.token_regress = true;
-                    }
-                    if s.crashed
-                        && s.clients
-                            .iter()
-                            .any(|c| matches!(c, Client::Crashed { .. }))
-                    {
-                        s.regranted = true;
-                    }
-                    if regrant {
-                        s.seen |= SEEN_REGRANT;
-                    }
-                    if epoch > 0 {
-                        s.seen |= SEEN_RESTART_GRANT;
-                    }
-                    if s.notify_losses_left < self.notify_losses && queued {
-                        s.seen |= SEEN_NOTIFY_LOST_GRANT;
-                    }
-                    s.accepted = (s.accepted.0 + 1, token);
-                    Client::Holding {
-                        deadline: Self::deadline(start),
-                        extended: start,
-                        renewing: None,
-                        token,
-                        seq: s.accepted.0,
-                        epoch,
-                        granted: s.now,
-                        wrote: false,
-                    }
-                }
+                } if r0 == req => self.accept(s, start, token, epoch, regrant, queued),
                 Body::Held {
                     req: r0,
                     pttl,
@@ -773,18 +773,30 @@ impl RedisModel {
                         return self.attempt(s, i, since, true);
                     }
                     let sleep = if head { pttl.min(REFRESH) } else { REFRESH };
-                    return self.doze(s, i, since, sleep, permit);
+                    return self.doze(s, i, since, start, sleep, permit);
                 }
                 Body::Turn { req: r0, left, .. } if r0 == req => {
-                    return self.doze(s, i, since, left.min(REFRESH), permit);
+                    return self.doze(s, i, since, start, left.min(REFRESH), permit);
                 }
                 _ => c,
             },
-            (Client::Dozing { since, queued, .. }, Body::Notify { entry })
-                if queued && entry == (i as u8, s.started[i] - 1) =>
-            {
-                return self.attempt(s, i, since, true);
-            }
+            (
+                Client::Dozing {
+                    since,
+                    queued,
+                    asked,
+                    ..
+                },
+                Body::Notify { entry, grant },
+            ) if queued && entry == (i as u8, s.started[i] - 1) => match grant {
+                // `granted_directly`: counted from the last queued attempt, unless that leaves
+                // less than a renewal period (then the attempt re-arms the key).
+                Some((token, epoch)) if Self::deadline(asked) >= s.now + PERIOD => {
+                    s.seen |= SEEN_QUEUE_HANDOFF;
+                    self.accept(s, asked, token, epoch, false, queued)
+                }
+                _ => return self.attempt(s, i, since, true),
+            },
             (
                 Client::Holding {
                     deadline,
@@ -818,6 +830,52 @@ impl RedisModel {
         };
     }
 
+    /// A grant a client accepts (a `Granted` reply, or a direct grant): the ghosts of
+    /// token order, late grants and what was seen, and the lease counted from `start`.
+    fn accept(
+        &self,
+        s: &mut State,
+        start: u8,
+        token: u16,
+        epoch: u8,
+        regrant: bool,
+        queued: bool,
+    ) -> Client {
+        if s.now >= Self::deadline(start) {
+            s.late_grant = true;
+        }
+        if token <= s.accepted.1 && s.accepted.0 > 0 {
+            s.token_regress = true;
+        }
+        if s.crashed
+            && s.clients
+                .iter()
+                .any(|c| matches!(c, Client::Crashed { .. }))
+        {
+            s.regranted = true;
+        }
+        if regrant {
+            s.seen |= SEEN_REGRANT;
+        }
+        if epoch > 0 {
+            s.seen |= SEEN_RESTART_GRANT;
+        }
+        if s.notify_losses_left < self.notify_losses && queued {
+            s.seen |= SEEN_NOTIFY_LOST_GRANT;
+        }
+        s.accepted = (s.accepted.0 + 1, token);
+        Client::Holding {
+            deadline: Self::deadline(start),
+            extended: start,
+            renewing: None,
+            token,
+            seq: s.accepted.0,
+            epoch,
+            granted: s.now,
+            wrote: false,
+        }
+    }
+
     /// `attempt`: sends the next attempt (fast unless `queued`).
     fn attempt(&self, s: &mut State, i: usize, since: u8, queued: bool) {
         let owner = (i as u8, s.started[i] - 1);
@@ -844,11 +902,12 @@ impl RedisModel {
     }
 
     /// `doze`: a stored permit wakes it at once; otherwise it sleeps `sleep`.
-    fn doze(&self, s: &mut State, i: usize, since: u8, sleep: u8, permit: bool) {
+    fn doze(&self, s: &mut State, i: usize, since: u8, asked: u8, sleep: u8, permit: bool) {
         if permit {
             self.attempt(s, i, since, true);
         } else {
             s.clients[i] = Client::Dozing {
+                asked,
                 since,
                 until: s.now + sleep,
                 queued: true,
@@ -1262,7 +1321,7 @@ fn faulty(bound: Bound, f: Faults, attempts: u8, variant: Variant) -> Outcome {
     explore(model, desc)
 }
 
-fn fair(bound: Bound) -> Outcome {
+fn fair(bound: Bound, variant: Variant) -> Outcome {
     let horizon = match bound {
         Bound::Quick => 10,
         Bound::Full => 20,
@@ -1281,7 +1340,7 @@ fn fair(bound: Bound) -> Outcome {
         hold: 2,
         wait_bound: 12,
         crash_slack: 0,
-        variant: Variant::Today,
+        variant,
     };
     let desc = format!(
         "3 clients × 1 acquire, TTL {TTL}, horizon {horizon}, delivery within the unit (reordered), hold = {}, 1 lost notification, a holder crash, fair; wait ≤ {}, crash regrant ≤ crash + TTL + 1",
@@ -1315,7 +1374,13 @@ pub fn cases() -> Vec<Case> {
         Case::holds(MODEL, "today, restart", |b| {
             faulty(b, RESTART, 1, Variant::Today)
         }),
-        Case::holds(MODEL, "today, fair", fair),
+        Case::holds(MODEL, "today, fair", |b| fair(b, Variant::Today)),
+        Case::holds(MODEL, "today, loss, older heads", |b| {
+            faulty(b, LOSS, 1, Variant::OlderHeads)
+        }),
+        Case::holds(MODEL, "today, fair, older heads", |b| {
+            fair(b, Variant::OlderHeads)
+        }),
         Case::control(
             MODEL,
             "fence without floor",
