@@ -2,7 +2,7 @@
 //! the same run, interleaved.
 //!
 //! ```text
-//! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--workload all|flash-sale]
+//! dlock-bench [--quick] [--backend redis,redlock,etcd,zk] [--workload all|locks|flash-sale]
 //!             [--duration SECS] [--json FILE] [--out DIR]
 //! dlock-bench --readme FILE [--from RESULTS_JSON]
 //! ```
@@ -65,6 +65,8 @@ struct Args {
     from: Option<PathBuf>,
     /// Only the flash-sale workload (`--workload flash-sale`), else every workload.
     flash_only: bool,
+    /// Every workload but the flash sale (`--workload locks`).
+    no_flash: bool,
     /// The length of each flash-sale run (`--duration SECS`).
     duration: Option<Duration>,
     /// The arguments as given, for the report's header.
@@ -120,7 +122,7 @@ impl Plan {
 }
 
 fn usage() -> String {
-    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk,redis-cluster] [--workload all|flash-sale]\n                   \
+    "usage: dlock-bench [--quick] [--backend redis,redlock,etcd,zk,redis-cluster] [--workload all|locks|flash-sale]\n                   \
      [--duration SECS] [--json FILE] [--out DIR]\n       \
      dlock-bench --readme FILE [--from RESULTS_JSON]"
         .to_string()
@@ -139,6 +141,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         readme: None,
         from: None,
         flash_only: false,
+        no_flash: false,
         duration: None,
         shown: args.iter().map(|a| format!(" {a}")).collect(),
     };
@@ -176,11 +179,14 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--readme" => a.readme = Some(PathBuf::from(value(arg)?)),
             "--from" => a.from = Some(PathBuf::from(value(arg)?)),
             "--workload" => {
-                a.flash_only = match value(arg)?.as_str() {
-                    "all" => false,
-                    "flash-sale" => true,
+                (a.flash_only, a.no_flash) = match value(arg)?.as_str() {
+                    "all" => (false, false),
+                    "locks" => (false, true),
+                    "flash-sale" => (true, false),
                     other => {
-                        return Err(format!("unknown workload {other:?} (all or flash-sale)"));
+                        return Err(format!(
+                            "unknown workload {other:?} (all, locks or flash-sale)"
+                        ));
                     }
                 }
             }
@@ -455,7 +461,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     let flash_plan = flash::FlashPlan::new(args.quick, args.duration, &args.backends);
-    if !flash_plan.specs.is_empty() {
+    if !args.no_flash && !flash_plan.specs.is_empty() {
         eprintln!(
             "[flash-sale] starting: {} contender(s)",
             flash_plan.specs.len()
@@ -606,6 +612,17 @@ mod tests {
         assert_eq!(a.readme, Some(PathBuf::from("R.md")));
         assert_eq!(a.from, Some(PathBuf::from("r.json")));
         assert!(parse(&s(&["--readme"])).is_err());
+    }
+
+    #[test]
+    fn workload_selects_the_flash_sale_or_the_rest() {
+        let a = parse(&s(&["--workload", "locks"])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(a.no_flash && !a.flash_only);
+        let a = parse(&s(&["--workload", "flash-sale"])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(a.flash_only && !a.no_flash);
+        let a = parse(&s(&["--workload", "all"])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!a.flash_only && !a.no_flash);
+        assert!(parse(&s(&["--workload", "flash"])).is_err());
     }
 
     #[test]
