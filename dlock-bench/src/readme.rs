@@ -271,6 +271,13 @@ pub fn section(rows: &[Row], from: &str, full: bool) -> String {
     if quick {
         command.push_str(" --quick");
     }
+    // No flash-sale rows: the run was `--workload locks` (or predates the flash sale).
+    let locks_only = !rows
+        .iter()
+        .any(|r| crate::flash::table::is_flash(&r.workload));
+    if locks_only && !quick {
+        command.push_str(" --workload locks");
+    }
     if ran.len() < BACKENDS.len() {
         let _ = write!(command, " --backend {}", ran.join(","));
     }
@@ -289,6 +296,8 @@ pub fn section(rows: &[Row], from: &str, full: bool) -> String {
         "### {} run: {}\n",
         if quick {
             "Latest `--quick` (not for quoting)"
+        } else if locks_only {
+            "Latest lock-workloads"
         } else {
             "Latest full"
         },
@@ -437,7 +446,12 @@ mod tests {
         );
         let s = section(&rows(), "out.json", true);
         assert!(s.starts_with(BEGIN) && s.ends_with(END), "{s}");
-        assert!(s.contains("`cargo xtask bench --backend zk`"), "{s}");
+        // Rows without a flash sale: a `--workload locks` run.
+        assert!(
+            s.contains("`cargo xtask bench --workload locks --backend zk`"),
+            "{s}"
+        );
+        assert!(s.contains("### Latest lock-workloads run:"), "{s}");
         assert!(
             s.contains("1.50 before, 4.00 at most during, 2.00 after"),
             "{s}"
