@@ -631,6 +631,10 @@ impl RedlockModel {
         };
     }
 
+    /// A failed attempt unlocks every node. The code (`acquire::attempt`) skips the nodes that
+    /// answered "held by another owner": the attempt's one `SET NX` there was refused, so its
+    /// compare-and-delete would be a no-op; the model keeps the superset, which changes nothing
+    /// it checks.
     fn fail(&self, s: &mut State, i: usize, owner: u8) {
         self.unlock_all(s, i as u8, owner);
         s.clients[i] = Client::Waiting { since: s.now };

@@ -80,6 +80,10 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
     .await;
 
     let mut granted: Vec<(usize, u64)> = Vec::with_capacity(n);
+    // The nodes that may hold our owner value: every node but those that answered "held by
+    // another owner" (a refused `SET NX` wrote nothing, and the owner value is this attempt's
+    // own, so no earlier write of ours can be there either).
+    let mut maybe_ours = vec![true; n];
     let mut busy = 0usize;
     let mut errors = 0usize;
     let mut slow = 0usize;
@@ -92,6 +96,7 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
             },
             Ok([0, _]) => {
                 busy += 1;
+                maybe_ours[i] = false;
                 causes.push(cause(&node.display, "held by another owner"));
             }
             Ok(other) => causes.push(cause(
@@ -169,11 +174,16 @@ async fn attempt(inner: &RInner, name: &LockName, keys: &Keys, budget: Duration)
         });
     }
 
-    // No lock: unlock every node, including those that seemed to refuse.
+    // No lock: unlock every node that may hold our key: those that granted, and those whose
+    // reply was lost or unreadable (they may have granted). A node that answered "held by
+    // another owner" wrote nothing: unlocking it would only double a refused poll's cost.
     // Bounded like the attempt (plus a small grace), so a hung node cannot hold the caller
-    // long past its wait; nodes that did not confirm are unlocked again in the background.
+    // long past its wait; if a node does not confirm, the guard unlocks every node again in
+    // the background.
     let unlock_budget = budget.max(CLEANUP_GRACE.min(b.node_timeout));
-    let (_, unlock_causes) = b.unlock_all(keys, &owner, unlock_budget).await;
+    let (_, unlock_causes) = b
+        .unlock_some(keys, &owner, &maybe_ours, unlock_budget)
+        .await;
     if unlock_causes.is_empty() {
         guard.dirty = false;
     }

@@ -29,9 +29,10 @@ pub const MAX_NODES: usize = 63;
 /// - **Acquire**: `SET NX PX` with a random 128-bit owner value and, only when that granted,
 ///   the node's next token (one small script), sent to every node at once, each bounded by a small per-node timeout. The lock
 ///   is granted when a quorum (N/2+1) agreed and the validity `TTL − elapsed − (TTL·1% + 2 ms)`
-///   (saturating) is still positive. Otherwise every node is unlocked (also those that seemed
-///   to refuse: a reply may have been lost) and, when waiting, the attempt is retried after a
-///   random delay. One node's error never aborts an attempt; it is counted as a refusal and
+///   (saturating) is still positive. Otherwise every node that may hold the key is unlocked
+///   (those that granted, and those whose reply was lost or unreadable; not those that answered
+///   that another owner holds it, where the refused `SET NX` wrote nothing) and, when waiting,
+///   the attempt is retried after a random delay. One node's error never aborts an attempt; it is counted as a refusal and
 ///   reported in [`Error::QuorumNotReached`] when it matters. When so many nodes are down
 ///   (refused, reset) that no quorum is possible, acquire returns that error at once; slow
 ///   nodes are retried until the wait ends.

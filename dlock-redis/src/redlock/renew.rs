@@ -47,16 +47,42 @@ impl RedlockBackend {
         owner: &str,
         budget: Duration,
     ) -> (usize, Vec<NodeError>) {
-        let results = join_all(self.nodes.iter().map(|node| async move {
+        self.unlock_some(keys, owner, &vec![true; self.nodes.len()], budget)
+            .await
+    }
+
+    /// Compare-and-delete on the nodes whose flag in `which` is set; as [`Self::unlock_all`]
+    /// over those nodes.
+    pub(crate) async fn unlock_some(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        which: &[bool],
+        budget: Duration,
+    ) -> (usize, Vec<NodeError>) {
+        let chosen: Vec<&Node> = self
+            .nodes
+            .iter()
+            .zip(which)
+            .filter_map(|(node, &on)| on.then_some(node))
+            .collect();
+        if chosen.is_empty() {
+            return (0, Vec::new());
+        }
+        let inv = {
             let mut inv = scripts().release_plain.prepare_invoke();
             inv.key(&keys.lock).arg(owner);
-            node.invoke::<i64>("release", &inv, budget, &self.counters)
+            inv
+        };
+        let inv = &inv;
+        let results = join_all(chosen.iter().map(|node| async move {
+            node.invoke::<i64>("release", inv, budget, &self.counters)
                 .await
         }))
         .await;
         let mut ok = 0;
         let mut causes = Vec::new();
-        for (node, r) in self.nodes.iter().zip(results) {
+        for (node, r) in chosen.into_iter().zip(results) {
             match r {
                 Ok(_) => ok += 1,
                 Err(e) => causes.push(NodeError {

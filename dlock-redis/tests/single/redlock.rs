@@ -196,6 +196,54 @@ fn steady_state_grants_need_no_fence_write_back() {
     });
 }
 
+/// A poll that every node refuses (another owner holds the key) wrote nothing, so it costs one
+/// request per node and no unlock round; an attempt that some nodes granted without a quorum
+/// still unlocks those nodes before it returns.
+#[test]
+fn a_refused_poll_costs_one_request_per_node_and_a_partial_grant_is_undone() {
+    let cluster = private(3);
+    runtime().block_on(async {
+        let ns = "dlock-test/redlock-faults/refused";
+        let holder = locker(&cluster, ns).await;
+        let poller = locker(&cluster, ns).await;
+        let name = name("job");
+        let lease = granted(&holder, &name, Duration::from_secs(2), "acquire").await;
+        let before = poller.stats().requests;
+        let rounds = 10;
+        for _ in 0..rounds {
+            let r = poller
+                .try_acquire(&name)
+                .await
+                .expect("a refusal, not an error");
+            assert!(r.is_none(), "granted while another owner holds the lock");
+        }
+        let requests = poller.stats().requests - before;
+        assert_eq!(
+            requests,
+            rounds * 3,
+            "{requests} requests for {rounds} refused polls on 3 nodes"
+        );
+        lease.release().await.expect("release");
+        // Nodes 1 and 2 hold another owner's key: node 0 grants alone, and must be undone.
+        let key = format!("{ns}/dlock:{{job}}");
+        let urls = cluster.endpoints();
+        for url in &urls[1..] {
+            on_node(url, redis::cmd("SET").arg(&key).arg("someone-else")).await;
+        }
+        let r = poller
+            .try_acquire(&name)
+            .await
+            .expect("a refusal, not an error");
+        assert!(r.is_none(), "granted by one node of three");
+        let left: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn(&urls[0]).await)
+            .await
+            .expect("GET");
+        assert_eq!(left, None, "the lone grant on node 0 was not undone");
+    });
+}
+
 /// Runs one command on one node (the default user).
 async fn on_node(url: &str, cmd: &redis::Cmd) {
     let _: redis::Value = cmd
