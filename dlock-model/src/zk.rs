@@ -55,7 +55,10 @@
 //!   touch at once); B does not renew (it is the last holder: an overlap, if any, starts at
 //!   its grant). The create, its listing and the predecessor watch are one step at the
 //!   leader (the code's separate `getData` that finds the predecessor gone lists again, as
-//!   the event does).
+//!   the event does). The listing after the event reuses the create's send time as its proof
+//!   while it is younger than `reuse` (`contend::reused`); B being on the leader, that only
+//!   moves B's deadline earlier here: the model does not reach a waiter on a follower, whose
+//!   grant rests on the create having been checked at the leader (`contend::reused`).
 //! - No reconnects (`reconnected_since`), no session-timeout probes, no lost or duplicated
 //!   messages but those a partition drops (a cut is permanent; one per run), no crash with
 //!   faults on (a cut of A from its follower is a crash as far as the servers can tell).
@@ -149,6 +152,9 @@ pub struct ZkModel {
     pub period: u8,
     /// The proof's validity, µs (reported).
     pub proof_us: u64,
+    /// A listing after an event reuses the create's proof while it is younger than this
+    /// (`contend::reused`: the proof / `REUSE_DIVISOR`, rounded up: never less than the code).
+    pub reuse: u8,
     /// The longest a client–member message travels.
     pub max_delay: u8,
     /// How late the driver's round may be sent (faults on).
@@ -190,9 +196,10 @@ pub enum Body {
         /// Send time (the grant's proof).
         start: u8,
     },
-    /// `Contender::run` after a watch fired: `sync` + `list_children`.
+    /// `Contender::run` after a watch fired: `list_children`, behind a `sync` unless it
+    /// reuses the create's proof (`contend::reused`).
     List {
-        /// Send time (the grant's proof).
+        /// The grant's proof: the create's send time when reused, else its own send time.
         start: u8,
     },
     /// `SessionBackend::renew`: `sync` + the read of the held node.
@@ -260,7 +267,10 @@ pub enum Client {
         start: u8,
     },
     /// Watching its predecessor.
-    Waiting,
+    Waiting {
+        /// Send time of its create (the proof a listing after the event may reuse).
+        since: u8,
+    },
     /// Holding: believes while `now < extended + believe`.
     Holding {
         /// Send time of the request that last extended it.
@@ -419,6 +429,9 @@ fn drift(ttl: u64) -> u64 {
     ttl / 100 + 2 * US
 }
 
+/// `contend::REUSE_DIVISOR`.
+const REUSE_DIVISOR: u64 = 6;
+
 /// `loss_margin` (`dlock-core/src/options.rs`).
 fn loss_margin(ttl: u64) -> u64 {
     drift(ttl) + (ttl / 10).min(200 * US)
@@ -460,6 +473,7 @@ impl ZkModel {
             lost: units(valid - loss_margin(proof)),
             period: units(proof / 3),
             proof_us: proof,
+            reuse: units(proof / REUSE_DIVISOR),
             max_delay,
             max_pause,
             horizon,
@@ -676,12 +690,17 @@ impl ZkModel {
                 }
             }
             (Client::Acquiring { start }, Body::Behind { start: s0 }) if s0 == start => {
-                Client::Waiting
+                Client::Waiting { since: start }
             }
-            (Client::Waiting, Body::Event) => {
-                let start = s.now;
+            (Client::Waiting { since }, Body::Event) => {
+                // `contend::reused`: the create's proof while it is recent, else a new one.
+                let start = if s.now - since < self.reuse {
+                    since
+                } else {
+                    s.now
+                };
                 Self::send(s, i as u8, Body::List { start });
-                Client::Acquiring { start: s.now }
+                Client::Acquiring { start }
             }
             (
                 Client::Holding {

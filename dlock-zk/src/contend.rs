@@ -135,7 +135,14 @@ impl Contender {
     /// Cancel safety: dropping the future leaves the contender armed; dropping the contender
     /// removes its node in the background.
     pub(crate) async fn run(&mut self, single: bool) -> Result<Outcome, Retry> {
-        let (czxid, mut prefetched) = self.create().await?;
+        let Created {
+            czxid,
+            forwarded,
+            listing,
+        } = self.create().await?;
+        let mut prefetched = listing;
+        // How long the create's proof stands in for a sync after a wake-up (see `reused`).
+        let reuse_for = self.sess.driver.ttl() / REUSE_DIVISOR;
         let Some(path) = self.path.clone() else {
             return Err(Retry::Fatal(Error::backend(
                 "ZooKeeper create returned no path",
@@ -151,16 +158,23 @@ impl Contender {
             let (proof, children) = match prefetched.take() {
                 Some(listing) => listing,
                 None => {
-                    // The listing proves the grant: route it through the leader (a sync sent
-                    // right before it, see `SessionBackend::renew`).
-                    let proof = Instant::now();
-                    counters.add_requests(2);
-                    let synced = client.sync(&self.parent);
-                    let listed = client.list_children(&self.parent);
-                    let (synced, listed) = tokio::join!(synced, listed);
-                    let listed = match synced {
-                        Ok(()) | Err(zk::Error::NoNode) => listed,
-                        Err(e) => Err(e),
+                    // The grant's proof that the session lives at the leader: the create's own
+                    // while it is recent (see `reused`), else a sync through the leader sent
+                    // right before the listing (see `SessionBackend::renew`).
+                    let reused = reused(forwarded, reuse_for, Instant::now());
+                    let proof = reused.unwrap_or_else(Instant::now);
+                    let listed = if reused.is_some() {
+                        counters.add_requests(1);
+                        client.list_children(&self.parent).await
+                    } else {
+                        counters.add_requests(2);
+                        let synced = client.sync(&self.parent);
+                        let listed = client.list_children(&self.parent);
+                        let (synced, listed) = tokio::join!(synced, listed);
+                        match synced {
+                            Ok(()) | Err(zk::Error::NoNode) => listed,
+                            Err(e) => Err(e),
+                        }
                     };
                     match listed {
                         Ok(c) => (proof, c),
@@ -227,7 +241,7 @@ impl Contender {
                     tracing::trace!(node = %me, parent = %self.parent, "waiting for a change of the queue");
                     match client.list_and_watch_children(&self.parent).await {
                         Ok((now, watcher)) => match self.holds_in(now, &me).await {
-                            // Our turn came before the watch was set: list again behind a sync.
+                            // Our turn came before the watch was set: list again.
                             Ok(true) => continue,
                             Ok(false) => watcher,
                             Err(e) => {
@@ -254,7 +268,7 @@ impl Contender {
     }
 
     /// Whether our node `me` holds (or is gone) in the listing `children`: either way the
-    /// caller lists again behind a sync rather than waiting.
+    /// caller lists again (with the grant's proof) rather than waiting.
     async fn holds_in(&self, children: Vec<String>, me: &str) -> Result<bool, zk::Error> {
         let sorted = in_creation_order(&self.sess, &self.parent, self.rule, children).await?;
         Ok(sorted
@@ -293,13 +307,14 @@ impl Contender {
     }
 
     /// Creates `<parent>/_c_<uuid>-<marker><seq>`; on a lost reply finds it by uuid instead of
-    /// creating a second one. Returns the node's czxid and, when it came with the create, the
-    /// parent's children listed right after it.
+    /// creating a second one. Returns the node's czxid, the create's send time when its own
+    /// answer arrived, and, when it came with the create, the parent's children listed right
+    /// after it.
     ///
     /// The getChildren is sent right behind the create without waiting for its reply: ZooKeeper
     /// answers one session's requests in order, so the listing already holds our node and an
     /// uncontended acquire costs one round trip.
-    async fn create(&mut self) -> Result<(i64, Option<(Instant, Vec<String>)>), Retry> {
+    async fn create(&mut self) -> Result<Created, Retry> {
         let prefix = create_prefix(&self.parent, &self.uuid, self.rule.marker());
         let client = self.sess.client.clone();
         let counters = Arc::clone(&self.sess.counters);
@@ -316,13 +331,18 @@ impl Contender {
                     let path = format!("{prefix}{seq}");
                     self.path = Some(path.clone());
                     let listing = listed.ok().map(|c| (proof, c));
+                    let created = |czxid| Created {
+                        czxid,
+                        forwarded: Some(proof),
+                        listing,
+                    };
                     if stat.czxid > 0 {
-                        return Ok((stat.czxid, listing));
+                        return Ok(created(stat.czxid));
                     }
                     // Servers before 3.5 return no stat on create.
                     counters.add_requests(1);
                     match client.check_stat(&path).await {
-                        Ok(Some(stat)) => return Ok((stat.czxid, listing)),
+                        Ok(Some(stat)) => return Ok(created(stat.czxid)),
                         Ok(None) => return Err(self.vanished()),
                         Err(e) => {
                             return Err(self.classify(e).err().unwrap_or(Retry::NodeVanished));
@@ -332,8 +352,12 @@ impl Contender {
                 Err(zk::Error::NoNode) => self.ensure_parent().await?,
                 Err(e) if transient(&e) => {
                     tracing::debug!(error = %e, "create reply lost; looking for our node by uuid");
-                    if let Some(found) = self.find_ours().await? {
-                        return Ok((found, None));
+                    if let Some(czxid) = self.find_ours().await? {
+                        return Ok(Created {
+                            czxid,
+                            forwarded: None,
+                            listing: None,
+                        });
                     }
                 }
                 Err(e) => {
@@ -479,6 +503,38 @@ pub(crate) async fn in_creation_order(
     Ok(created.into_iter().map(|(_, child)| child).collect())
 }
 
+/// What [`Contender::create`] made.
+struct Created {
+    /// The node's czxid (the fencing token).
+    czxid: i64,
+    /// When the create was sent, if its own answer arrived (see [`reused`]).
+    forwarded: Option<Instant>,
+    /// The parent's children listed right behind the create, and the create's send time.
+    listing: Option<(Instant, Vec<String>)>,
+}
+
+/// The create's proof stands in for a sync for this part of the driver's TTL after it.
+const REUSE_DIVISOR: u32 = 6;
+
+/// The proof a listing after a wake-up grants with: the create's send time `forwarded`, while
+/// it is less than `reuse_for` old at `now`; `None`: sync through the leader first.
+///
+/// A grant needs two facts. (1) Our node is first by the rule for as long as it lives: a
+/// listing that holds our node is a view of the servers' one history at least as new as our
+/// create; every node created after ours orders after it, so the nodes that can keep ours
+/// from holding all existed already then, and a node deleted in that view stays deleted in
+/// the leader's newer one. Any member's listing shows it, with or without a sync. (2) The
+/// session lives at the leader until the deadline: the create was forwarded to the leader and
+/// checked there after it was sent, which proves what a sync sent then proves (the grant of an
+/// uncontended acquire, whose listing rides behind the create, counts from it already). The
+/// deadline then counts from the create's send time, less this process's stalls since
+/// (`Session::proven_from`), so a waiter granted within `reuse_for` loses at most that much of
+/// its first TTL and saves the sync's request on the handoff. A longer wait syncs: its lease
+/// keeps close to a full TTL.
+fn reused(forwarded: Option<Instant>, reuse_for: Duration, now: Instant) -> Option<Instant> {
+    forwarded.filter(|sent| now.saturating_duration_since(*sent) < reuse_for)
+}
+
 /// A short pause before retrying after a transient error (requests issued while disconnected
 /// wait for the reconnect inside the client, so this only spaces out flapping connections).
 async fn pause() {
@@ -494,5 +550,19 @@ impl Drop for Contender {
             );
             self.sess.spawn_delete(target);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recent_create_is_the_proof_and_an_old_one_or_none_asks_for_a_sync() {
+        let sent = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(reused(Some(sent), ms(100), sent + ms(99)), Some(sent));
+        assert_eq!(reused(Some(sent), ms(100), sent + ms(100)), None);
+        assert_eq!(reused(None, ms(100), sent), None);
     }
 }
