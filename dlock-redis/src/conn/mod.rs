@@ -311,6 +311,17 @@ impl Node {
 
     /// The current connection (see [`current_or_discover`](Self::current_or_discover)).
     async fn connection(&self, budget: Duration) -> Result<Conn, Error> {
+        // The common case clones only the connection (a few reference counts), not the
+        // master's client (its address and credentials, allocated anew per clone).
+        let open = self
+            .conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(_, c)| c.clone());
+        if let Some(c) = open {
+            return Ok(c);
+        }
         self.current_or_discover(budget).await.map(|(_, c)| c)
     }
 
