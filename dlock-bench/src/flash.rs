@@ -101,13 +101,14 @@ pub async fn run(plan: &FlashPlan, run_ns: &str, rows: &mut Vec<Row>) -> Vec<Str
             match one(spec, &cluster, plan, pauses, run_ns).await {
                 Ok(out) => {
                     eprintln!(
-                        "[flash-sale] {} {workload} done in {:.1?}: {} sections, {} conflicts, stale writes {} unfenced / {} fenced, {} pause(s)",
+                        "[flash-sale] {} {workload} done in {:.1?}: {} sections, {} conflicts, stale writes {} unfenced / {} fenced (+{} before any later token reached the resource), {} pause(s)",
                         spec.id(),
                         t.elapsed(),
                         out.verdict.sections,
                         out.verdict.conflicts,
                         out.verdict.stale_unfenced,
                         out.verdict.stale_fenced,
+                        out.verdict.stale_unseen,
                         out.pauses
                     );
                     out.rows(&mut sink, workload, spec, plan);
@@ -152,6 +153,7 @@ impl Outcome {
         count(&mut out, "stale_writes_unfenced", v.stale_unfenced);
         if spec.fenced {
             count(&mut out, "stale_writes_fenced", v.stale_fenced);
+            count(&mut out, "stale_writes_unseen", v.stale_unseen);
         }
         count(
             &mut out,

@@ -19,6 +19,9 @@ pub struct Section {
     /// Real time right before `release` was called; `None` when the client never said (it
     /// died in the section): the section is then open until its last request.
     pub exit_ns: Option<u64>,
+    /// Real time when the resource took the section's read (its first request, carrying its
+    /// token), if it arrived.
+    pub read_ns: Option<u64>,
     /// Real time when the resource took the section's write, if it arrived.
     pub write_ns: Option<u64>,
     /// Whether the fenced register accepted the write (`None`: no token, or no write).
@@ -46,9 +49,14 @@ pub struct Verdict {
     /// Writes the unfenced register accepted (every write) from a section that a later holder
     /// of the same name had entered before the write arrived.
     pub stale_unfenced: usize,
-    /// Of those, the writes the fenced register accepted too (its own counting: only
-    /// sections with a token).
+    /// Of those, the writes the fenced register accepted too although a later holder's token
+    /// had already reached the resource (a later holder's read arrived before the write): the
+    /// register knew of a later holder and took the write anyway. Only sections with a token.
     pub stale_fenced: usize,
+    /// Stale writes the fenced register accepted before any later holder's request reached
+    /// it: no resource can refuse these (it has not yet heard of the later holder; Kleppmann's
+    /// fencing orders the writes it has seen), so they are counted apart, not as a failure.
+    pub stale_unseen: usize,
     /// Sections whose write arrived with a token (the fenced register judged them).
     pub fenced_writes: usize,
     /// Sections the nemesis paused, and of those, the ones a later holder entered before
@@ -91,8 +99,19 @@ pub fn judge(sections: &[Section]) -> Verdict {
             }
             if overtaken {
                 v.stale_unfenced += 1;
+                // The later holders that entered before this write arrived: did any one's
+                // token reach the resource first?
+                let w = s.write_ns.unwrap_or(u64::MAX);
+                let known = list[i + 1..]
+                    .iter()
+                    .take_while(|n| n.enter_ns < w)
+                    .any(|n| n.read_ns.is_some_and(|r| r < w));
                 if s.fenced_accepted == Some(true) {
-                    v.stale_fenced += 1;
+                    if known {
+                        v.stale_fenced += 1;
+                    } else {
+                        v.stale_unseen += 1;
+                    }
                 }
             }
             if s.paused {
@@ -116,6 +135,7 @@ mod tests {
             token: Some(token),
             enter_ns: span.0,
             exit_ns: Some(span.1),
+            read_ns: Some(span.0 + 1),
             write_ns: Some(write),
             fenced_accepted: Some(true),
             acquire_us: 1,
@@ -178,6 +198,34 @@ mod tests {
             (v.stale_unfenced, v.stale_fenced, v.fenced_writes),
             (1, 0, 0)
         );
+    }
+
+    #[test]
+    fn a_write_before_any_later_token_reached_the_resource_is_counted_apart() {
+        // The later holder entered at 40 but its read reached the resource only at 120, after
+        // the earlier holder's write at 99: the register could not know of it.
+        let mut later = section("a", 1, 2, (40, 130), 125);
+        later.read_ns = Some(120);
+        let s = [section("a", 0, 1, (10, 100), 99), later];
+        let v = judge(&s);
+        assert_eq!(
+            (v.stale_unfenced, v.stale_fenced, v.stale_unseen),
+            (1, 0, 1),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_later_holder_with_a_lower_token_lets_the_stale_write_through_and_is_caught() {
+        // Tokens out of grant order: the later holder (entered at 40) carries 1, the earlier 5.
+        // Its read at 41 leaves the register at 5, so the earlier holder's write at 99 is
+        // accepted although the resource had heard of the later holder: a token failure.
+        let s = [
+            section("a", 0, 5, (10, 100), 99),
+            section("a", 1, 1, (40, 50), 45),
+        ];
+        let v = judge(&s);
+        assert_eq!((v.stale_fenced, v.stale_unseen), (1, 0), "{v:?}");
     }
 
     #[test]

@@ -214,6 +214,7 @@ impl Resource {
                         token,
                         enter_ns,
                         acquire_us,
+                        read_ns: Some(now_ns()),
                         ..Section::default()
                     };
                     {
