@@ -496,7 +496,12 @@ async fn run(args: Args) -> Result<(), String> {
          total run time {:.0} s.\n\nMachine: {}.\n\nPeers: {}.\n\nRatios are plain dlock ÷ other for the same metric: below 1 is better for \
          latencies and requests, above 1 is better for throughput (/s).\n\n",
         now_utc(),
-        if args.quick { "--quick" } else { "full run" },
+        match (args.quick, args.no_flash, args.flash_only) {
+            (true, _, _) => "--quick",
+            (false, true, _) => "lock workloads",
+            (false, _, true) => "flash sale",
+            _ => "full run",
+        },
         args.shown,
         if fsync {
             " with fsync (DLOCK_SERVER_FSYNC=1)"
