@@ -6,8 +6,12 @@
 //! busy the machine's CPUs were. A cycle close to (client + server CPU per handoff) ÷ CPUs is
 //! bound by CPU; a cycle far above it waits on something else (wake-ups, the network, raft).
 //!
+//! `zk-peer` runs the same loop on zookeeper-client's lock (the bench's ZooKeeper peer:
+//! Curator's node names, an explicit delete as the release), for the client-side cost of a
+//! ZooKeeper handoff beside dlock's.
+//!
 //! ```sh
-//! cargo run --release -p dlock-bench --example handoff_cpu -- redis etcd zk
+//! cargo run --release -p dlock-bench --example handoff_cpu -- redis etcd zk zk-peer
 //! ```
 //!
 //! Starts its own servers (the conformance harness's `local` provider).
@@ -252,12 +256,73 @@ async fn floor_chain(c: &Cluster, workers: usize) {
     report("floor", workers, n, secs, &d);
 }
 
+/// The same loop on zookeeper-client's lock, each worker on its own session.
+async fn zk_peer(c: &Cluster, workers: usize) {
+    use zookeeper_client as zk;
+    let dir = format!("/handoff-cpu-peer-{}-{workers}", std::process::id());
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(tokio::sync::Barrier::new(workers + 1));
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let client = zk::Client::connector()
+            .with_session_timeout(TTL)
+            .connect(&c.endpoints().join(","))
+            .await
+            .expect("zk connect");
+        let (stop, grants, ready, dir) = (
+            Arc::clone(&stop),
+            Arc::clone(&grants),
+            Arc::clone(&ready),
+            dir.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let lock = || async {
+                let prefix = zk::LockPrefix::new_curator(&dir, "lock-").expect("prefix");
+                let options = zk::LockOptions::new(zk::Acls::anyone_all())
+                    .with_ancestor_options(
+                        zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                    )
+                    .expect("options");
+                let lock = client.lock(prefix, b"", options).await.expect("lock");
+                let path = lock.lock_path().to_string();
+                // Released by an explicit delete, as the bench's peer does.
+                std::mem::forget(lock);
+                path
+            };
+            // The parent exists and the session is warm before the measurement.
+            let path = lock().await;
+            client.delete(&path, None).await.expect("delete");
+            ready.wait().await;
+            while !stop.load(Ordering::Relaxed) {
+                let path = lock().await;
+                grants.fetch_add(1, Ordering::Relaxed);
+                client.delete(&path, None).await.expect("delete");
+            }
+        }));
+    }
+    ready.wait().await;
+    let server_pid = c.node(0).pid().map(|p| p.to_string()).unwrap_or_default();
+    let (s0, t0) = (sample(&server_pid), Instant::now());
+    let g0 = grants.load(Ordering::Relaxed);
+    tokio::time::sleep(RUN).await;
+    let n = (grants.load(Ordering::Relaxed) - g0) as f64;
+    let secs = t0.elapsed().as_secs_f64();
+    let s1 = sample(&server_pid);
+    let d: Vec<f64> = s1.iter().zip(s0).map(|(a, b)| a - b).collect();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    report("zk-peer", workers, n, secs, &d);
+}
+
 /// `d`: CPU seconds and context switches of the client and the server over the run.
 fn report(what: &str, workers: usize, n: f64, secs: f64, d: &[f64]) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let (cpu, srv) = (d[0], d[1]);
     println!(
-        "{what:5} workers={workers}: {:5.0} handoffs/s, cycle {:4.0} µs; per handoff: CPU client {:3.0} µs, server {:3.0} µs, context switches client {:4.1}, server {:4.1}; CPUs busy {:2.0} %",
+        "{what:7} workers={workers}: {:5.0} handoffs/s, cycle {:4.0} µs; per handoff: CPU client {:3.0} µs, server {:3.0} µs, context switches client {:4.1}, server {:4.1}; CPUs busy {:2.0} %",
         n / secs,
         secs / n * 1e6,
         cpu / n * 1e6,
@@ -289,8 +354,13 @@ fn main() {
         let c = Cluster::start(server, 1).expect("server");
         rt.block_on(async {
             for workers in [2, 8] {
-                if server == ServerKind::Redis {
-                    floor_chain(&c, workers).await;
+                match kind.as_str() {
+                    "redis" => floor_chain(&c, workers).await,
+                    "zk-peer" => {
+                        zk_peer(&c, workers).await;
+                        continue;
+                    }
+                    _ => {}
                 }
                 run(&kind, &c, workers).await;
             }
