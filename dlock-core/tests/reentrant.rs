@@ -2,6 +2,7 @@
 //! behind a hold's back.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -63,50 +64,65 @@ impl Locker for AcquireOnly {
 /// `check()` passes must be backed by the server's entry. Nested acquires on other threads race
 /// the last release of the main task's hold; none of them may get a hold on a lock that is being
 /// released at the server.
+///
+/// Each nester tries `TRIES` times and then goes on until the nesters have seen `ENOUGH`
+/// nested holds: on a busy machine every try of a fixed count can fall where the main task
+/// holds nothing (the threads descheduled in turn), and the test would have checked nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nested_acquire_racing_the_last_release_never_holds_a_released_lock() {
     const NESTERS: usize = 3;
+    /// Tries of each nester at least.
     const TRIES: usize = 100_000;
+    /// Nested holds the nesters must have checked.
+    const ENOUGH: usize = 300;
+    /// Rounds of the main task before the test gives up on seeing `ENOUGH` nested holds.
+    const MAX_ROUNDS: usize = 1_000_000;
     let server = MemoryServer::new();
     let locker = Arc::new(Reentrant::new(AcquireOnly(memory_locker(
         &server,
         Duration::from_secs(10),
     ))));
     let lock = name("race");
+    let stop = Arc::new(AtomicBool::new(false));
+    let nested = Arc::new(AtomicUsize::new(0));
     let nesters: Vec<_> = (0..NESTERS)
         .map(|_| {
             let (server, locker, lock) = (Arc::clone(&server), Arc::clone(&locker), lock.clone());
+            let (stop, nested) = (Arc::clone(&stop), Arc::clone(&nested));
             tokio::spawn(async move {
-                let mut nested = 0usize;
-                for _ in 0..TRIES {
-                    if let Some(hold) = locker.try_acquire(&lock).await.expect("try") {
-                        nested += 1;
-                        // Give a racing release time to reach the server.
-                        for _ in 0..3 {
-                            tokio::task::yield_now().await;
-                            assert!(
-                                hold.check().is_err() || held_at_server(&server, &lock),
-                                "a hold (count {}) passes check() while the server does not hold the lock",
-                                hold.hold_count()
-                            );
-                            assert!(hold.is_lost() || held_at_server(&server, &lock));
-                            // And as this hold keeps the count above zero, nobody can have
-                            // released the grant: a nested hold is never handed out dead.
-                            assert!(
-                                hold.check().is_ok(),
-                                "a nested hold on a grant its last hold released: {:?}",
-                                hold.check()
-                            );
-                        }
-                        hold.release().await.expect("release");
+                let mut tries = 0usize;
+                while !stop.load(Ordering::Relaxed)
+                    && (tries < TRIES || nested.load(Ordering::Relaxed) < ENOUGH)
+                {
+                    tries += 1;
+                    let Some(hold) = locker.try_acquire(&lock).await.expect("try") else {
+                        continue;
+                    };
+                    nested.fetch_add(1, Ordering::Relaxed);
+                    // Give a racing release time to reach the server.
+                    for _ in 0..3 {
+                        tokio::task::yield_now().await;
+                        assert!(
+                            hold.check().is_err() || held_at_server(&server, &lock),
+                            "a hold (count {}) passes check() while the server does not hold the lock",
+                            hold.hold_count()
+                        );
+                        assert!(hold.is_lost() || held_at_server(&server, &lock));
+                        // And as this hold keeps the count above zero, nobody can have
+                        // released the grant: a nested hold is never handed out dead.
+                        assert!(
+                            hold.check().is_ok(),
+                            "a nested hold on a grant its last hold released: {:?}",
+                            hold.check()
+                        );
                     }
+                    hold.release().await.expect("release");
                 }
-                nested
             })
         })
         .collect();
     let mut rounds = 0usize;
-    while nesters.iter().any(|n| !n.is_finished()) {
+    while rounds < MAX_ROUNDS && nesters.iter().any(|n| !n.is_finished()) {
         let outer = locker
             .acquire(&lock, AcquireOptions::forever())
             .await
@@ -115,13 +131,14 @@ async fn a_nested_acquire_racing_the_last_release_never_holds_a_released_lock() 
         outer.release().await.expect("release");
         rounds += 1;
     }
-    let mut nested = 0;
+    stop.store(true, Ordering::Relaxed);
     for n in nesters {
-        nested += n.await.expect("a nester failed");
+        n.await.expect("a nester failed");
     }
+    let nested = nested.load(Ordering::Relaxed);
     assert!(
-        rounds > 100 && nested > 100,
-        "rounds {rounds}, nested {nested}: no race happened"
+        nested >= ENOUGH,
+        "rounds {rounds}, nested {nested}: the race did not happen often enough"
     );
     assert!(
         !held_at_server(&server, &lock),
