@@ -241,19 +241,7 @@ async fn floor_chain(c: &Cluster, workers: usize) {
         }));
     }
     ready.wait().await;
-    let server_pid = c.node(0).pid().map(|p| p.to_string()).unwrap_or_default();
-    let (s0, t0) = (sample(&server_pid), Instant::now());
-    let g0 = grants.load(Ordering::Relaxed);
-    tokio::time::sleep(RUN).await;
-    let n = (grants.load(Ordering::Relaxed) - g0) as f64;
-    let secs = t0.elapsed().as_secs_f64();
-    let s1 = sample(&server_pid);
-    let d: Vec<f64> = s1.iter().zip(s0).map(|(a, b)| a - b).collect();
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.abort();
-    }
-    report("floor", workers, n, secs, &d);
+    measure(c, "floor", workers, &grants, &stop, tasks).await;
 }
 
 /// The same loop on zookeeper-client's lock, each worker on its own session.
@@ -302,6 +290,19 @@ async fn zk_peer(c: &Cluster, workers: usize) {
         }));
     }
     ready.wait().await;
+    measure(c, "zk-peer", workers, &grants, &stop, tasks).await;
+}
+
+/// Counts the grants and samples the CPU of the workers `tasks` (already past their warm-up)
+/// for `RUN`, then stops them and reports.
+async fn measure(
+    c: &Cluster,
+    what: &str,
+    workers: usize,
+    grants: &AtomicU64,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
     let server_pid = c.node(0).pid().map(|p| p.to_string()).unwrap_or_default();
     let (s0, t0) = (sample(&server_pid), Instant::now());
     let g0 = grants.load(Ordering::Relaxed);
@@ -314,7 +315,7 @@ async fn zk_peer(c: &Cluster, workers: usize) {
     for t in tasks {
         t.abort();
     }
-    report("zk-peer", workers, n, secs, &d);
+    report(what, workers, n, secs, &d);
 }
 
 /// `d`: CPU seconds and context switches of the client and the server over the run.
