@@ -793,17 +793,21 @@ impl Cluster {
     /// etcd member whose `/metrics` reports `etcd_server_is_leader 1`. `None` for Redis, for a
     /// single ZooKeeper node (standalone), or when no node reports it.
     pub fn leader(&self) -> Option<usize> {
-        match self.kind {
-            ServerKind::Redis => None,
-            ServerKind::Zk => self.nodes.iter().position(|n| {
-                !n.is_paused() && local::zk_mode(n.addr()).as_deref() == Some("leader")
-            }),
-            ServerKind::Etcd => self.nodes.iter().position(|n| {
-                !n.is_paused()
-                    && local::etcd_metric(n.addr(), &n.transport(), "etcd_server_is_leader")
-                        == Some(1.0)
-            }),
-        }
+        self.leader_claims().first().copied()
+    }
+
+    /// The running nodes that report being the leader, in index order.
+    fn leader_claims(&self) -> Vec<usize> {
+        let claims = |n: &Node| match self.kind {
+            ServerKind::Redis => false,
+            ServerKind::Zk => local::zk_mode(n.addr()).as_deref() == Some("leader"),
+            ServerKind::Etcd => {
+                local::etcd_metric(n.addr(), &n.transport(), "etcd_server_is_leader") == Some(1.0)
+            }
+        };
+        (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].is_paused() && claims(&self.nodes[i]))
+            .collect()
     }
 
     /// The leader changes the members have seen, summed (etcd:
@@ -836,14 +840,17 @@ impl Cluster {
         }
     }
 
-    /// Waits until some node reports being the leader (see [`Cluster::leader`]).
+    /// Waits until exactly one running node reports being the leader (see
+    /// [`Cluster::leader`]). While two do — a leader just resumed from a pause still reports
+    /// itself until it hears of its successor's term — it waits: picking the stale one would
+    /// aim the next fault at a follower.
     ///
     /// # Errors
-    /// [`HarnessError::NotReady`] when none does within `timeout`.
+    /// [`HarnessError::NotReady`] when no single node does within `timeout`.
     pub fn wait_leader(&self, timeout: Duration) -> Result<usize, HarnessError> {
         let until = Instant::now() + timeout;
         loop {
-            if let Some(i) = self.leader() {
+            if let [i] = self.leader_claims()[..] {
                 return Ok(i);
             }
             if Instant::now() >= until {
