@@ -46,6 +46,17 @@ fn late_loss_fails_lost_before_stolen() {
 }
 
 #[test]
+fn a_handoff_deadline_counted_from_the_wake_fails_handoff_lost_before_stolen() {
+    // Only a waiter's grant over-promises: the scenario that cuts a lease taken on a free name
+    // passes, the one that cuts a handed-over lease at once does not.
+    let backend = || MemoryBackend::with_defect(Defect::HandoffFromWake);
+    let free = run(backend(), Scenario::LostBeforeStolen);
+    assert_eq!(free.status, Status::Pass, "{}", free.summary());
+    let row = run(backend(), Scenario::HandoffLostBeforeStolen);
+    assert_caught(&row, &["BEFORE the cut-off holder's lost() was due"]);
+}
+
+#[test]
 fn early_expiry_fails_loss_trials() {
     let row = run(
         MemoryBackend::with_defect(Defect::EarlyExpiry),

@@ -23,6 +23,7 @@ dlock_conformance::conformance_tests!(
         one_way_delay => OneWayDelay,
         loss_trials => LossTrials,
         lost_before_stolen => LostBeforeStolen,
+        handoff_lost_before_stolen => HandoffLostBeforeStolen,
         renewal => Renewal,
         short_blip => ShortBlip,
         paused_holder => PausedHolder,

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{AcquireOptions, FencingStrength, LockName, LossReason};
+use dlock_core::{AcquireOptions, FencingStrength, Lease, LockName, Locker, LossReason};
 use tokio::time::Instant;
 
 use super::util::{break_holder, name, spawn_timed, via_proxies, within};
@@ -151,9 +151,62 @@ fn us_round(ms: f64) -> f64 {
     (ms * 1e3).round() / 1e3
 }
 
+/// How the holder of a cut trial came by its lease, and when the cut falls.
+#[derive(Clone, Copy)]
+enum Arrival {
+    /// Acquired on a free name; cut after one renewal round, in the lease's steady state.
+    Steady,
+    /// Queued behind another holder and granted by its release (the handoff path: a direct
+    /// grant, a grant on the wait's own earlier proof); cut as soon as the acquire returns,
+    /// so the grant's own deadline is the one judged.
+    Handoff,
+}
+
+/// Queues `holder` on `lock` behind a lease of `first`'s, releases that lease, and returns
+/// the lease the release hands to `holder`.
+async fn handed_over(
+    ctx: &Ctx,
+    first: &Arc<dyn Locker>,
+    holder: &Arc<dyn Locker>,
+    lock: &LockName,
+) -> Result<Lease, Verdict> {
+    let ttl = ctx.ttl();
+    let before = first.acquire(lock, AcquireOptions::wait(ttl * 2)).await?;
+    let (h, l) = (Arc::clone(holder), lock.clone());
+    let mut queued =
+        tokio::spawn(async move { h.acquire(&l, AcquireOptions::wait(ttl * 4)).await });
+    // Release only once the wait is queued (where the backend keeps a queue; elsewhere after
+    // TTL/20), so the grant comes from the release.
+    let began = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ensure!(
+            !queued.is_finished(),
+            "the waiter's acquire ended while the first holder still held the lock"
+        );
+        match first.inspect(lock).await?.waiting {
+            Some(1) => break,
+            None if began.elapsed() >= ttl / 20 => break,
+            _ => ensure!(
+                began.elapsed() < ttl,
+                "the waiter did not show in the queue within {ttl:?}"
+            ),
+        }
+    }
+    before.release().await?;
+    let got = within(ttl * 2, &mut queued).await.ok_or_else(|| {
+        queued.abort();
+        Verdict::Fail(format!(
+            "the waiter was not granted within {:?} of the release",
+            ttl * 2
+        ))
+    })?;
+    Ok(got.map_err(|e| Verdict::Fail(format!("the waiter's task panicked: {e}")))??)
+}
+
 /// One trial: the holder's connection is cut (blackholed through a proxy per node; in-process
 /// backends stop its renewal instead) while a contender waits.
-async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
+async fn cut_trial(ctx: &Ctx, lock: LockName, arrival: Arrival) -> Result<Trial, Verdict> {
     let ttl = ctx.ttl();
     let (proxies, opts) = via_proxies(
         &ctx.backend().node_addrs(),
@@ -162,11 +215,16 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
     let holder = ctx.client_with(opts).await?;
     let contender = ctx.client().await?;
     let slack = ctx.crash_slack(&contender.capabilities());
-    let lease = holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?;
+    let lease = match arrival {
+        Arrival::Steady => holder.acquire(&lock, AcquireOptions::wait(ttl * 2)).await?,
+        Arrival::Handoff => handed_over(ctx, &contender, &holder, &lock).await?,
+    };
     let history = History::new();
     history.grant_until(0, lease.token(), lease.deadline().into_std());
-    // Let one renewal round pass so the cut hits a lease in its steady state.
-    tokio::time::sleep(ttl / 2).await;
+    if let Arrival::Steady = arrival {
+        // Let one renewal round pass so the cut hits a lease in its steady state.
+        tokio::time::sleep(ttl / 2).await;
+    }
     ensure!(lease.check().is_ok(), "the lease was lost before the cut");
     let lost = lease.lost();
     let cut = Instant::now();
@@ -272,7 +330,25 @@ async fn cut_trial(ctx: &Ctx, lock: LockName) -> Result<Trial, Verdict> {
 /// and then the fencing token protects the resource (see ARCHITECTURE.md).
 pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
     let ticker = Ticker::start();
-    let t = cut_trial(ctx, name("cut")?).await?;
+    let t = cut_trial(ctx, name("cut")?, Arrival::Steady).await?;
+    report_cut(ctx, &t, &ticker);
+    Ok(())
+}
+
+/// [`lost_before_stolen`] for a lease a release handed over: the holder waits behind another,
+/// that one releases, and the holder is cut as soon as its acquire returns, before any
+/// renewal. Judged alike: nobody else is granted before the deadline the handed-over grant
+/// promised, and `lost()` fires within a TTL of the cut. This is the path a queue's fast
+/// handoff takes (a grant written by the release, a grant on the wait's own earlier proof).
+pub(crate) async fn handoff_lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
+    let ticker = Ticker::start();
+    let t = cut_trial(ctx, name("handoff-cut")?, Arrival::Handoff).await?;
+    report_cut(ctx, &t, &ticker);
+    Ok(())
+}
+
+/// The figures of one cut trial.
+fn report_cut(ctx: &Ctx, t: &Trial, ticker: &Ticker) {
     ctx.figure("cut", t.cut);
     ctx.figure("loss_reason", t.reason.clone());
     ctx.figure_ms("lost_after_cut_ms", t.detect);
@@ -280,8 +356,7 @@ pub(crate) async fn lost_before_stolen(ctx: &Ctx) -> Result<(), Verdict> {
     ctx.figure("margin_ms", us_round(t.margin_ms));
     ctx.figure("promise_margin_ms", us_round(t.promise_margin_ms));
     ctx.figure("lost_vs_deadline_ms", us_round(t.lost_vs_deadline_ms));
-    ctx.figure_ms("runtime_lag_ms", t.runtime_lag(&ticker));
-    Ok(())
+    ctx.figure_ms("runtime_lag_ms", t.runtime_lag(ticker));
 }
 
 /// How many cut trials [`loss_trials`] runs, on distinct names.
@@ -352,8 +427,10 @@ pub(crate) async fn loss_trials(ctx: &Ctx) -> Result<(), Verdict> {
         if wave.is_empty() {
             break;
         }
-        results
-            .extend(futures::future::join_all(wave.into_iter().map(|n| cut_trial(ctx, n))).await);
+        results.extend(
+            futures::future::join_all(wave.into_iter().map(|n| cut_trial(ctx, n, Arrival::Steady)))
+                .await,
+        );
     }
     let ttl = ctx.ttl();
     let mut failures = Vec::new();

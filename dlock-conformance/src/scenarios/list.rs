@@ -36,6 +36,9 @@ macro_rules! __scenarios {
             LostBeforeStolen = lease::lost_before_stolen,
             /// [`Scenario::LostBeforeStolen`] in 20 trials, 5 at a time; the minimum margin is reported.
             LossTrials = lease::loss_trials,
+            /// A waiter granted by a release and cut off at once learns of the loss before a
+            /// contender gets the lock: the handed-over grant's own deadline is judged.
+            HandoffLostBeforeStolen = lease::handoff_lost_before_stolen,
             /// A holder broken from the server side learns of it within the TTL.
             LostAfterBreak = lease::lost_after_break,
             /// Release is idempotent; a retried release never deletes a newer holder's lock.

@@ -29,6 +29,12 @@ pub enum Defect {
     /// grant: odd tokens), and the client counts the deadline from the reply instead of the
     /// request: the lease promises [`REPLY_DELAY`] more than the server keeps it.
     DeadlineFromReply,
+    /// A waiter granted when a release woke it counts its deadline from [`REPLY_DELAY`] after
+    /// the request that granted it, as a direct handoff that counts from the wake-up message's
+    /// arrival instead of the waiter's own last request would: the handed-over lease promises
+    /// [`REPLY_DELAY`] more than the server keeps it. Grants on a free name or after a holder's
+    /// expiry are honest, and so is every renewal.
+    HandoffFromWake,
     /// The server expires an entry 50 ms before the client's deadline, on grants and renewals
     /// alike: someone else can be granted before the promised deadline.
     LateLoss,
@@ -93,6 +99,6 @@ pub enum Defect {
     InspectCountsHolder,
 }
 
-/// How late the grant reply of [`Defect::DeadlineFromReply`] and [`Defect::StaleRegrant`] (and
-/// the renewal reply of [`Defect::RenewalFromReply`]) is.
+/// How late the grant reply of [`Defect::DeadlineFromReply`], [`Defect::StaleRegrant`] and
+/// [`Defect::HandoffFromWake`] (and the renewal reply of [`Defect::RenewalFromReply`]) is.
 pub const REPLY_DELAY: Duration = Duration::from_millis(200);

@@ -694,15 +694,17 @@ impl MemoryLocker {
                 })
             };
             let far = Instant::now() + Duration::from_secs(3600);
-            tokio::select! {
-                () = wake.notified() => {}
+            let released = tokio::select! {
+                () = wake.notified() => true,
                 () = tokio::time::sleep_until(holder_expiry.unwrap_or(far)) => {
                     self.counters.add_timer_wakeups(1);
+                    false
                 }
                 () = tokio::time::sleep_until(until.unwrap_or(far)) => {
                     self.counters.add_timer_wakeups(1);
+                    false
                 }
-            }
+            };
             self.counters.add_wakeups(1);
             let start = Instant::now();
             self.counters.add_requests(1);
@@ -716,6 +718,11 @@ impl MemoryLocker {
             };
             if let Some(token) = granted {
                 guard.armed = false;
+                if released && b.defect == Some(Defect::HandoffFromWake) {
+                    // The server's TTL runs from `start`; the handed-over grant counts from later.
+                    tokio::time::sleep(REPLY_DELAY).await;
+                    return Ok((self.grant(name, token, owner, Instant::now()), owner));
+                }
                 return Ok((self.deliver(name, token, owner, start).await, owner));
             }
             if until.is_some_and(|u| start >= u) {
