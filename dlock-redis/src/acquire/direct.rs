@@ -16,13 +16,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::queue::entry_lifetime;
+use super::queue::{entry_lifetime, refresh_period};
 use crate::locker::Inner;
 
 /// The send time to register a direct grant with, so that the driver's deadline is
-/// `queued_at + min(TTL, entry lifetime − 1 ms) − drift`; `None` when that leaves less than a
-/// renewal period (TTL/3) from now: the waiter then asks for its grant with an attempt, which
-/// re-arms the key from that attempt's send (one round trip more, as before direct grants).
+/// `queued_at + min(TTL, entry lifetime − 1 ms) − drift`; `None` when that leaves less than
+/// [`least_left`] from now: the waiter then asks for its grant with an attempt, which re-arms
+/// the key from that attempt's send (one round trip more, as before direct grants).
+///
+/// A send time more than TTL/3 back makes the renewal driver renew the lease at once, beside
+/// the holder's work: the lease reaches a full TTL one renewal after the grant.
 pub(super) fn start_of(inner: &Inner, queued_at: Instant) -> Option<Instant> {
     let ttl = inner.ttl;
     let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
@@ -31,12 +34,41 @@ pub(super) fn start_of(inner: &Inner, queued_at: Instant) -> Option<Instant> {
         .driver
         .deadline_from(start)
         .checked_duration_since(Instant::now())?;
-    (left >= ttl / 3).then_some(start)
+    (left >= least_left(ttl)).then_some(start)
+}
+
+/// The least validity a direct grant must leave to be taken: a renewal period (TTL/3), but
+/// never more than a queue refresh period (1 s at most). The grant is capped at the entry's
+/// lifetime (three refresh periods, at most 3 s) and the entry was refreshed at most a refresh
+/// period before, so a grant leaves about two refresh periods less the drift allowance: under
+/// TTL/3 from a TTL of 9 s, which left every grant at the default TTLs (10 s, Redis's 30 s) to
+/// the round trip it saves.
+fn least_left(ttl: Duration) -> Duration {
+    (ttl / 3).min(refresh_period(ttl))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_is_taken_at_every_ttl_from_2_s_to_a_minute() {
+        // What a grant leaves when the entry was refreshed a whole refresh period before. (Past
+        // about 100 s the drift allowance, 1 % of the TTL, eats the 3 s a grant can have.)
+        for secs in [2, 3, 9, 10, 30, 60] {
+            let ttl = Duration::from_secs(secs);
+            let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
+            let left = capped
+                .saturating_sub(refresh_period(ttl))
+                .saturating_sub(dlock_core::backend::drift(ttl));
+            assert!(
+                left >= least_left(ttl),
+                "TTL {ttl:?}: a grant leaves {left:?}, less than {:?}",
+                least_left(ttl)
+            );
+            assert!(least_left(ttl) <= ttl / 3, "TTL {ttl:?}");
+        }
+    }
 
     #[test]
     fn the_ttl_is_capped_at_the_entry_lifetime() {
