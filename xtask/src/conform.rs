@@ -25,7 +25,7 @@ pub struct Backend {
 }
 
 /// Every known backend, in report order.
-pub const BACKENDS: [Backend; 21] = [
+pub const BACKENDS: [Backend; 22] = [
     Backend {
         name: "memory",
         krate: "dlock-conformance",
@@ -151,6 +151,12 @@ pub const BACKENDS: [Backend; 21] = [
         krate: "dlock-etcd",
         target: "conformance_prod",
         module: "etcd_prod",
+    },
+    Backend {
+        name: "redis-10s",
+        krate: "dlock-redis",
+        target: "conformance_prod",
+        module: "redis_10s",
     },
     // The mutex scenarios through dlock-any's tiered router over Redis + etcd ([`SUBSET_ROWS`]).
     Backend {
@@ -308,7 +314,7 @@ pub fn build_report(backends: &[&'static str], rows: Vec<Value>) -> Report {
 /// The rows enrolled with a list of scenarios (`conformance_tests!(…, only = […])`): the
 /// timing scenarios at the servers' default settings. Each must have a row for every scenario
 /// its binary lists; every other row, for every scenario of the suite.
-pub const SUBSET_ROWS: [&str; 4] = ["zk-prod", "zk-prod-30", "etcd-prod", "tiered"];
+pub const SUBSET_ROWS: [&str; 5] = ["zk-prod", "zk-prod-30", "etcd-prod", "redis-10s", "tiered"];
 
 /// The scenarios that must have rows.
 #[derive(Debug, Default, Clone)]
