@@ -231,6 +231,28 @@ impl<B: RenewBackend> RenewalDriver<B> {
         start: Instant,
         entry: B::Entry,
     ) -> Lease {
+        // A grant is a renewal that happened at `start`: the first renewal is due a third of
+        // the TTL after it, like every later one, whatever the driver's plans. Counting from
+        // the reply instead left a grant slowed by a busy server (a long queue of the session's
+        // writes) a single round of TTL/3 before its deadline, and a round as slow as that
+        // grant lost it.
+        let due = start + self.shared.ttl / 3;
+        self.register_renewing_at(name, token, start, due, entry)
+    }
+
+    /// As [`register`](Self::register), with the first renewal due at `due` instead of TTL/3
+    /// after `start`: for a grant whose deadline leaves less than a TTL for reasons of its own
+    /// (a lock a release handed over, capped at the waiter's queue entry), so that it is not
+    /// renewed at once, and a short hold costs no renewal at all. `due` should leave the
+    /// renewal at least two thirds of the validity left.
+    pub fn register_renewing_at(
+        &self,
+        name: LockName,
+        token: FencingToken,
+        start: Instant,
+        due: Instant,
+        entry: B::Entry,
+    ) -> Lease {
         let deadline = self.deadline_from(start);
         // lost() aims a margin before the deadline: its timer may fire late.
         let entry = Arc::new(entry);
@@ -260,12 +282,6 @@ impl<B: RenewBackend> RenewalDriver<B> {
             ctl.release_detached(Arc::clone(&cell), Handle::try_current().ok());
             return Lease::from_parts(cell, ctl);
         }
-        // A grant is a renewal that happened at `start`: the first renewal is due a third of
-        // the TTL after it, like every later one, whatever the driver's plans. Counting from
-        // the reply instead left a grant slowed by a busy server (a long queue of the session's
-        // writes) a single round of TTL/3 before its deadline, and a round as slow as that
-        // grant lost it.
-        let due = start + self.shared.ttl / 3;
         self.shared.leases().insert(
             id,
             Registered {

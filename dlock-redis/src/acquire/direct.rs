@@ -24,8 +24,9 @@ use crate::locker::Inner;
 /// [`least_left`] from now: the waiter then asks for its grant with an attempt, which re-arms
 /// the key from that attempt's send (one round trip more, as before direct grants).
 ///
-/// A send time more than TTL/3 back makes the renewal driver renew the lease at once, beside
-/// the holder's work: the lease reaches a full TTL one renewal after the grant.
+/// Its first renewal is due a third of the validity left after the grant
+/// ([`handed_over`](super::grant::handed_over)): the lease reaches a full TTL one renewal
+/// later, and a shorter hold sends none.
 pub(super) fn start_of(inner: &Inner, queued_at: Instant) -> Option<Instant> {
     let ttl = inner.ttl;
     let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));

@@ -102,6 +102,33 @@ pub(super) async fn replicas_acknowledged(inner: &Inner) -> Result<(), Error> {
     }
 }
 
+/// Hands out the lease of a grant a release made to us directly, counted from `start` (see
+/// [`direct::start_of`](super::direct::start_of)), with the owner value it holds. Its first
+/// renewal is due a third of TTL after `start` or a third of the validity left after now,
+/// whichever is later: a grant capped at the queue entry's lifetime would otherwise be due at
+/// once, and renewed however short the hold.
+pub(super) fn handed_over(
+    inner: &Inner,
+    name: &LockName,
+    p: Pending,
+    token: u64,
+    start: Instant,
+) -> (Lease, String) {
+    let held = p.into_held();
+    let owner = held.owner.clone();
+    let now = Instant::now();
+    let left = inner
+        .driver
+        .deadline_from(start)
+        .saturating_duration_since(now);
+    let due = (start + inner.ttl / 3).max(now + left / 3);
+    let lease =
+        inner
+            .driver
+            .register_renewing_at(name.clone(), FencingToken(token), start, due, held);
+    (lease, owner)
+}
+
 /// Hands out the lease of a grant whose request was sent at `start`, with the owner value
 /// (or member) it holds.
 pub(super) fn lease(

@@ -262,7 +262,7 @@ pub(crate) async fn acquire(
             let (token, start) = granted;
             acknowledged(inner, &p).await?;
             tracing::debug!(lock = %name, token, "granted by the release");
-            return Ok(grant::lease(inner, name, p, token, start));
+            return Ok(grant::handed_over(inner, name, p, token, start));
         }
     }
 }

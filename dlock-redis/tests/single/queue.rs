@@ -98,8 +98,8 @@ async fn direct_grant_at(ttl: Duration) {
             .await
             .expect("join")
             .expect("the head gets the lock");
-        // A grant that leaves less than a renewal period is renewed at once: its renewal's
-        // request is counted when sent, the renewal when answered, so look until they agree.
+        // A renewal may be sent meanwhile: its request is counted when sent, the renewal when
+        // answered, so look until they agree.
         let settled = Instant::now() + Duration::from_secs(2);
         let (requests, allowed) = loop {
             let after = waiter.stats();
@@ -120,6 +120,15 @@ async fn direct_grant_at(ttl: Duration) {
             got.token() > held_token,
             "round {round}: tokens must increase"
         );
+        if round == 5 {
+            // Held past the validity the handed-over grant started with: renewed, not lost.
+            let first = got.deadline();
+            tokio::time::sleep_until(first + Duration::from_millis(500)).await;
+            assert!(
+                got.check().is_ok() && got.deadline() > first,
+                "TTL {ttl:?}: the handed-over lease was not renewed past its first deadline"
+            );
+        }
         got.release().await.expect("release");
     }
 }
