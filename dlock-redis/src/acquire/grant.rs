@@ -114,19 +114,13 @@ pub(super) fn handed_over(
     token: u64,
     start: Instant,
 ) -> (Lease, String) {
-    let held = p.into_held();
-    let owner = held.owner.clone();
     let now = Instant::now();
     let left = inner
         .driver
         .deadline_from(start)
         .saturating_duration_since(now);
     let due = (start + inner.ttl / 3).max(now + left / 3);
-    let lease =
-        inner
-            .driver
-            .register_renewing_at(name.clone(), FencingToken(token), start, due, held);
-    (lease, owner)
+    registered(inner, name, p, token, start, Some(due))
 }
 
 /// Hands out the lease of a grant whose request was sent at `start`, with the owner value
@@ -138,10 +132,27 @@ pub(super) fn lease(
     token: u64,
     start: Instant,
 ) -> (Lease, String) {
+    registered(inner, name, p, token, start, None)
+}
+
+/// Registers the grant with the renewal driver: its first renewal due at `due`, or TTL/3
+/// after `start` (`None`). Returns the lease and the owner value (or member) it holds.
+fn registered(
+    inner: &Inner,
+    name: &LockName,
+    p: Pending,
+    token: u64,
+    start: Instant,
+    due: Option<Instant>,
+) -> (Lease, String) {
     let held = p.into_held();
     let owner = held.owner.clone();
-    let lease = inner
-        .driver
-        .register(name.clone(), FencingToken(token), start, held);
+    let (name, token) = (name.clone(), FencingToken(token));
+    let lease = match due {
+        Some(due) => inner
+            .driver
+            .register_renewing_at(name, token, start, due, held),
+        None => inner.driver.register(name, token, start, held),
+    };
     (lease, owner)
 }
