@@ -166,10 +166,13 @@ pub const ZK_LAB_TICK: Duration = Duration::from_millis(100);
 impl ServerOptions {
     /// ZooKeeper at its defaults where the lab settings differ: `tickTime=2000` with the
     /// session bounds that follow from it (`minSessionTimeout` 2 ticks, `maxSessionTimeout`
-    /// 20 ticks) and transaction logs synced to disk (`forceSync=yes`).
+    /// 20 ticks), the sample configuration's `initLimit=10` (20 s; the lab's 50 ticks would be
+    /// 100 s at this tick, and an ensemble whose elected leader gets no followers waits that
+    /// long before it elects again) and transaction logs synced to disk (`forceSync=yes`).
     pub fn zk_production() -> Self {
         ServerOptions::default().with_args([
             "tickTime=2000",
+            "initLimit=10",
             "minSessionTimeout=4000",
             "maxSessionTimeout=40000",
             "forceSync=yes",
