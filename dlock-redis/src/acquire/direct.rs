@@ -29,13 +29,19 @@ use crate::locker::Inner;
 /// later, and a shorter hold sends none.
 pub(super) fn start_of(inner: &Inner, queued_at: Instant) -> Option<Instant> {
     let ttl = inner.ttl;
-    let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
-    let start = queued_at.checked_sub(ttl - capped)?;
+    let start = queued_at.checked_sub(ttl - capped(ttl))?;
     let left = inner
         .driver
         .deadline_from(start)
         .checked_duration_since(Instant::now())?;
     (left >= least_left(ttl)).then_some(start)
+}
+
+/// The TTL a direct grant is counted with: the TTL, but at most the queue entry's lifetime
+/// less 1 ms (the server clock's millisecond rounding), which is as long as `pass_on` lets
+/// the key live past the entry's last refresh.
+fn capped(ttl: Duration) -> Duration {
+    ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)))
 }
 
 /// The least validity a direct grant must leave to be taken: a renewal period (TTL/3), but
@@ -58,8 +64,7 @@ mod tests {
         // about 100 s the drift allowance, 1 % of the TTL, eats the 3 s a grant can have.)
         for secs in [2, 3, 9, 10, 30, 60] {
             let ttl = Duration::from_secs(secs);
-            let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
-            let left = capped
+            let left = capped(ttl)
                 .saturating_sub(refresh_period(ttl))
                 .saturating_sub(dlock_core::backend::drift(ttl));
             assert!(
@@ -75,11 +80,9 @@ mod tests {
     fn the_ttl_is_capped_at_the_entry_lifetime() {
         // TTL 10 s: the entry lives 3 s, so the key lives at most that long after our refresh.
         let ttl = Duration::from_secs(10);
-        let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
-        assert_eq!(capped, Duration::from_millis(2999));
+        assert_eq!(capped(ttl), Duration::from_millis(2999));
         // TTL 200 ms: the entry outlives the TTL; the TTL stands.
         let ttl = Duration::from_millis(200);
-        let capped = ttl.min(entry_lifetime(ttl).saturating_sub(Duration::from_millis(1)));
-        assert_eq!(capped, ttl);
+        assert_eq!(capped(ttl), ttl);
     }
 }
