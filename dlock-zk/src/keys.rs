@@ -54,10 +54,19 @@ pub(crate) fn create_prefix(parent: &str, uuid: &str, marker: &str) -> String {
 /// Curator's sort key for a child of a lock's parent (`fixForSorting` of its standard lock
 /// driver): the text after the last `marker`, or the whole name when there is none.
 pub(crate) fn sort_key<'a>(child: &'a str, marker: &str) -> &'a str {
-    match child.rfind(marker) {
-        Some(at) => &child[at + marker.len()..],
-        None => child,
-    }
+    // A byte scan from the end: names are short, and it runs for every child of every listing
+    // (`str::rfind` builds a two-way searcher per call).
+    let found = if marker.is_empty() {
+        Some(child.len())
+    } else {
+        child
+            .as_bytes()
+            .windows(marker.len())
+            .rposition(|w| w == marker.as_bytes())
+    };
+    found
+        .and_then(|at| child.get(at + marker.len()..))
+        .unwrap_or(child)
 }
 
 /// Whether `child` was created by the contender with this protection uuid.
@@ -77,15 +86,21 @@ pub(crate) fn sorted_contenders(children: Vec<String>, marker: &str) -> Vec<Stri
 
 /// `children` in [`CreationOrder`] of the sequences `key` gives (ties, which sequential nodes
 /// never have, by name).
-pub(crate) fn sorted_by(mut children: Vec<String>, key: impl Fn(&str) -> &str) -> Vec<String> {
+pub(crate) fn sorted_by(children: Vec<String>, key: impl Fn(&str) -> &str) -> Vec<String> {
     let order = CreationOrder::of(children.iter().map(|c| key(c)));
-    children.sort_by(|a, b| {
-        order
-            .rank(key(a))
-            .cmp(&order.rank(key(b)))
-            .then_with(|| a.cmp(b))
-    });
-    children
+    // Each child is ranked once (a listing is sorted on every wake-up of every waiter).
+    let mut ranked: Vec<((bool, u32, &str), &str, usize)> = children
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (order.rank(key(c)), c.as_str(), i))
+        .collect();
+    ranked.sort_unstable();
+    let places: Vec<usize> = ranked.into_iter().map(|(_, _, i)| i).collect();
+    let mut slots: Vec<Option<String>> = children.into_iter().map(Some).collect();
+    places
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .collect()
 }
 
 /// The sequence a sequential node's suffix encodes: ZooKeeper appends `%010d` of the parent's
@@ -353,6 +368,25 @@ mod tests {
                 "junk"
             ]
         );
+    }
+
+    #[test]
+    fn ties_go_by_name_and_non_sequential_children_by_their_text_whatever_the_input_order() {
+        let want = [
+            "_c_a-lock-0000000004",
+            "_c_b-lock-0000000004",
+            "_c_c-lock-0000000009",
+            "alpha",
+            "zeta",
+        ];
+        // Every rotation and its reverse.
+        for turn in 0..want.len() {
+            let mut input: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+            input.rotate_left(turn);
+            assert_eq!(sorted_contenders(input.clone(), LOCK_MARKER), want);
+            input.reverse();
+            assert_eq!(sorted_contenders(input, LOCK_MARKER), want);
+        }
     }
 
     /// ZooKeeper's suffix for a parent cversion (`%010d` of a signed 32-bit int).
