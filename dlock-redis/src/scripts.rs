@@ -54,15 +54,16 @@ end
 ///
 /// A queue entry is `<locker id>.<sequence>`. A lock released while waiters are queued is not
 /// freed, so that nobody can barge in with a plain `SET NX`: it is GRANTED to the live head
-/// when the head left its grant details (every waiter of this version does: its owner value
-/// and TTL), in the release script itself, with the next token, and the head is sent
-/// `<entry> <token> <owner>` (one hop fewer than the head asking for it); otherwise it is
-/// RESERVED for the head (value `r:<entry>`) and the head is sent `<entry>`. Either lasts no
-/// longer than the head's entry (nor than the head's TTL), and a reservation whose entry is no
-/// longer live counts as free: a crashed head stalls the queue for at most its entry's
-/// lifetime (a few seconds). The head's lease counts its deadline from the start of its last
-/// queued attempt (the last refresh of its entry, which the release followed), with the TTL
-/// capped at the entry lifetime: see `acquire::direct`.
+/// when the head left its grant details (every waiter of this version does: its owner value,
+/// TTL and attempt number), in the release script itself, with the next token, and the head
+/// is sent `<entry> <token> <owner> <attempt>` (one hop fewer than the head asking for it);
+/// otherwise it is RESERVED for the head (value `r:<entry>`) and the head is sent `<entry>`.
+/// Either lasts no longer than the head's entry (nor than the head's TTL), and a reservation
+/// whose entry is no longer live counts as free: a crashed head stalls the queue for at most
+/// its entry's lifetime (a few seconds). The head's lease counts its deadline from the send of
+/// the queued attempt the announcement names (the last refresh of its entry before the
+/// release), with the TTL capped at the entry lifetime, and only when that attempt is the
+/// last one the head saw answered: see `acquire::direct`.
 const FAIR_PRELUDE: &str = r#"
 -- Forgets queue entry `e` (its deadline and its grant details).
 local function forget(qt, e)
@@ -85,9 +86,11 @@ local function notify_head(q, qt, chan_prefix)
   if head then publish(head, chan_prefix) end
 end
 -- Hands the lock to the live head, or frees it. A head that left its grant details
--- (`g:<entry>` = `<ttl ms>:<owner>`) is granted at once: the key holds its owner value for
--- its TTL, but never past its entry's deadline (so a crashed head stalls the queue no longer
--- than a reservation would), with the next token, and the head is told both. Otherwise the
+-- (`g:<entry>` = `<ttl ms>:<owner>:<attempt>`) is granted at once: the key holds its owner
+-- value for its TTL, but never past its entry's deadline (so a crashed head stalls the queue
+-- no longer than a reservation would), with the next token, and the head is told the token,
+-- the owner value and the number of its attempt that left the details (so it can tell this
+-- grant from one that came before its later attempts). Otherwise the
 -- lock is RESERVED for the head (value `r:<entry>`, no longer than its entry nor `ttl`) and
 -- only the head is told to take it.
 local function pass_on(lock, q, qt, chan_prefix, ttl, fence, life)
@@ -99,7 +102,8 @@ local function pass_on(lock, q, qt, chan_prefix, ttl, fence, life)
   end
   local g = redis.call('HGET', qt, 'g:' .. head)
   local gttl, gowner
-  if g then gttl, gowner = string.match(g, '^(%d+):(%x+)$') end
+  local gattempt
+  if g then gttl, gowner, gattempt = string.match(g, '^(%d+):(%x+):(%d+)$') end
   local px = math.min(tonumber(gttl or ttl), dl - now)
   if px < 1 then px = 1 end
   local locker = string.match(head, '^([^.]+)')
@@ -107,7 +111,7 @@ local function pass_on(lock, q, qt, chan_prefix, ttl, fence, life)
     -- Publish first: if it is refused (ACL), the script stops before granting.
     local token = next_token(fence, life)
     redis.call('PUBLISH', chan_prefix .. locker,
-      head .. ' ' .. string.format('%.0f', token) .. ' ' .. gowner)
+      head .. ' ' .. string.format('%.0f', token) .. ' ' .. gowner .. ' ' .. gattempt)
     redis.call('SET', lock, gowner, 'PX', string.format('%.0f', px))
     redis.call('LPOP', q)
     forget(qt, head)
@@ -186,11 +190,13 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// Fair acquire (the queued path; the uncontended first attempt is [`FAST_ACQUIRE_BODY`]).
 ///
 /// KEYS: lock, fence, queue, deadlines. ARGV: owner, ttl ms, entry, entry lifetime ms, fence
-/// lifetime ms, channel prefix.
+/// lifetime ms, channel prefix, the attempt's number (the waiter's queued attempts count from
+/// 1; a release that grants the entry directly announces the number of the last one that ran
+/// before it).
 ///
 /// Grants when the lock is reserved for `entry`, or free with no other live head. A waiter it
 /// queues (or refreshes) also leaves its grant details (`g:<entry>` in the deadlines hash: its
-/// TTL and owner value), so that a release can grant it directly (see `pass_on` in
+/// TTL, owner value and attempt number), so that a release can grant it directly (see `pass_on` in
 /// [`FAIR_PRELUDE`]). Returns
 /// `{1, token}` when granted; `{0, pttl, is_head}` when held (or reserved) by someone else;
 /// `{0, -3, 0, head_ms_left}` when free but another waiter's turn.
@@ -232,7 +238,7 @@ if redis.call('HSET', KEYS[4], entry, now + tonumber(ARGV[4])) == 1 then
   redis.call('RPUSH', KEYS[3], entry)
 end
 -- What a release needs to grant us at once (see `pass_on`).
-redis.call('HSET', KEYS[4], 'g:' .. entry, ARGV[2] .. ':' .. ARGV[1])
+redis.call('HSET', KEYS[4], 'g:' .. entry, ARGV[2] .. ':' .. ARGV[1] .. ':' .. ARGV[7])
 extend(KEYS[3], ARGV[4])
 extend(KEYS[4], ARGV[4])
 if holder then

@@ -3,14 +3,20 @@
 //! and from when its deadline runs.
 //!
 //! The release set the key to our owner value at some instant `r` for `min(TTL, dl − r)`,
-//! where `dl` is our queue entry's deadline, set by our last queued attempt when it ran: its
-//! run time + the entry lifetime. That attempt was sent at `s` and answered "not granted", so
-//! it ran before the release (after it, it would have found our owner value and granted). So
-//! the key's expiry is at least `min(s + TTL, s + entry lifetime)`, and the lease's deadline
-//! is counted as for a grant whose request was sent at `s` with the TTL capped at the entry
-//! lifetime (1 ms less, for the server clock's millisecond rounding): [`start_of`] gives the
-//! equivalent send time for the renewal driver, which counts a deadline as send time + TTL −
-//! drift.
+//! where `dl` is our queue entry's deadline, set by the last of our queued attempts that ran
+//! before the release: its run time + the entry lifetime. The announcement names that attempt
+//! (its number, from the grant details it left). The waiter takes the grant only when that is
+//! the last attempt it saw answered "not granted", sent at `s`: it ran before the release and
+//! after `s`, so the key's expiry is at least `min(s + TTL, s + entry lifetime)`, and the
+//! lease's deadline is counted as for a grant whose request was sent at `s` with the TTL capped
+//! at the entry lifetime (1 ms less, for the server clock's millisecond rounding): [`start_of`]
+//! gives the equivalent send time for the renewal driver, which counts a deadline as send
+//! time + TTL − drift.
+//!
+//! An announcement may arrive late (it travels on another connection than the attempts). A
+//! later attempt answered meanwhile may have found that grant expired and the lock taken:
+//! counted from that attempt's send, the deadline would fall after the key's expiry. So an
+//! announcement after any other attempt than the last answered one is not taken.
 
 use std::time::Duration;
 
@@ -20,7 +26,8 @@ use super::queue::{entry_lifetime, refresh_period};
 use crate::locker::Inner;
 
 /// The send time to register a direct grant with, so that the driver's deadline is
-/// `queued_at + min(TTL, entry lifetime − 1 ms) − drift`; `None` when that leaves less than
+/// `queued_at + min(TTL, entry lifetime − 1 ms) − drift` (`queued_at`: the send of the attempt
+/// the announcement names); `None` when that leaves less than
 /// [`least_left`] from now: the waiter then asks for its grant with an attempt, which re-arms
 /// the key from that attempt's send (one round trip more, as before direct grants).
 ///

@@ -60,15 +60,16 @@ fn parse(node: &str, reply: &[i64]) -> Result<Reply, Error> {
 }
 
 /// One attempt: the [`fast_acquire`](scripts::fast_acquire) script first (and always in
-/// non-fair mode), the queue script once a fair waiter is `queued`.
+/// non-fair mode), the queue script once a fair waiter is queued: `queued` is then the
+/// attempt's number (the acquire's queued attempts count from 1).
 async fn attempt(
     inner: &Inner,
     p: &Pending,
     budget: Duration,
-    queued: bool,
+    queued: Option<u64>,
 ) -> Result<Reply, Error> {
     let node = &inner.backend.node;
-    let inv = if queued {
+    let inv = if let Some(number) = queued {
         let mut inv = scripts().acquire_fair.prepare_invoke();
         inv.key(&p.keys.lock)
             .key(&p.keys.fence)
@@ -79,7 +80,8 @@ async fn attempt(
             .arg(p.entry.as_deref().unwrap_or(""))
             .arg(millis(entry_lifetime(inner.ttl)))
             .arg(scripts::fence_lifetime_ms())
-            .arg(&inner.backend.channel_prefix);
+            .arg(&inner.backend.channel_prefix)
+            .arg(number);
         inv
     } else {
         scripts::fast_acquire(
@@ -124,7 +126,7 @@ pub(crate) async fn try_acquire(
     let mut p = pending(inner, Keys::new(&inner.prefix, name));
     let start = Instant::now();
     p.dirty = true;
-    match attempt(inner, &p, inner.request_timeout, false).await? {
+    match attempt(inner, &p, inner.request_timeout, None).await? {
         Reply::Granted(token) => {
             if Instant::now() >= inner.driver.deadline_from(start) {
                 // Too late to be useful: dropping `p` (still dirty) gives the key back.
@@ -156,9 +158,12 @@ pub(crate) async fn acquire(
     // An attempt with this owner value got no reply in time: the lock may hold our owner
     // value, so `p.dirty` stays set until a grant (or a cleanup) settles it.
     let mut unseen = false;
-    // When the last attempt that queued us (or refreshed our entry) was sent, with this owner
-    // value: a release that grants us directly ran after it (see `direct`).
-    let mut queued_at: Option<Instant> = None;
+    // The last queued attempt answered "not granted" (so it ran), with this owner value: its
+    // number and when it was sent. A release that announces a direct grant after THIS attempt
+    // ran after it (see `direct`); one after an earlier attempt may have expired before it.
+    let mut queued_at: Option<(u64, Instant)> = None;
+    // The number of the last queued attempt sent.
+    let mut attempts: u64 = 0;
     // A fair waiter first tries the script-free fast path, then queues with the script; for a
     // name it recently had to queue for, it queues at once.
     let mut queued = inner.fair && inner.contended.recently(&p.keys.lock, inner.ttl);
@@ -172,7 +177,11 @@ pub(crate) async fn acquire(
         }
         let start = Instant::now();
         p.dirty = true;
-        let reply = match attempt(inner, &p, budget, queued).await {
+        let number = queued.then(|| {
+            attempts += 1;
+            attempts
+        });
+        let reply = match attempt(inner, &p, budget, number).await {
             Ok(r) => r,
             Err(e) => {
                 p.after_failure(e, &wait, name).await?;
@@ -193,8 +202,10 @@ pub(crate) async fn acquire(
                 continue;
             }
         };
-        if queued && matches!(reply, Reply::Held { .. } | Reply::Turn { .. }) {
-            queued_at = Some(start);
+        if let Some(number) = number
+            && matches!(reply, Reply::Held { .. } | Reply::Turn { .. })
+        {
+            queued_at = Some((number, start));
         }
         let sleep = match reply {
             Reply::Granted(token) => {
@@ -267,21 +278,36 @@ pub(crate) async fn acquire(
     }
 }
 
-/// A grant a release announced to our queue entry, for our current owner value: its token and
-/// the send time to count its deadline from ([`direct::start_of`]). `None` otherwise, also
-/// when it would leave too little validity: the next attempt then finds the key holding our
-/// owner value and re-arms it.
+/// A grant a release announced to our queue entry, for our current owner value, after our
+/// last queued attempt answered `queued_at` (its number, its send time): its token and the
+/// send time to count its deadline from ([`direct::start_of`]). `None` otherwise, also when it
+/// would leave too little validity: the next attempt then finds the key holding our owner
+/// value and re-arms it.
+///
+/// An announcement after an earlier attempt is not taken: the announcement may have been late,
+/// and the later attempt may have found the grant expired and the lock taken by someone else.
+/// (Counted from the later attempt's send, such a lease's deadline would fall after the
+/// expiry of the key the release set.)
 fn granted_directly(
     inner: &Inner,
     p: &Pending,
-    queued_at: Option<Instant>,
+    queued_at: Option<(u64, Instant)>,
 ) -> Option<(u64, Instant)> {
-    let (token, owner) = inner.notifier.take_grant(p.entry.as_deref()?)?;
-    if owner != p.owner {
+    let grant = inner.notifier.take_grant(p.entry.as_deref()?)?;
+    if grant.owner != p.owner {
         tracing::debug!("a direct grant for an earlier owner value ignored");
         return None;
     }
-    Some((token, direct::start_of(inner, queued_at?)?))
+    let (number, sent) = queued_at?;
+    if grant.attempt != number {
+        tracing::debug!(
+            announced_after = grant.attempt,
+            last_answered = number,
+            "a direct grant announced after another attempt than the last one answered ignored"
+        );
+        return None;
+    }
+    Some((grant.token, direct::start_of(inner, sent)?))
 }
 
 /// A random delay in `[upper/2, upper]`, where `upper` is the retry bound or the holder's

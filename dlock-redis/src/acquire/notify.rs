@@ -1,8 +1,9 @@
 //! One pub/sub connection per locker: the fair scripts publish to the head waiter's locker
 //! channel, and this task hands each message to the one local waiter it names. A message is
-//! `<entry>` (look again) or `<entry> <token> <owner>` (a release granted the lock to that
-//! entry's request with this owner value: see `pass_on` in `scripts.rs`); the grant is kept
-//! for the waiter to [`take`](Notifier::take_grant).
+//! `<entry>` (look again) or `<entry> <token> <owner> <attempt>` (a release granted the lock
+//! to that entry's request with this owner value, after the entry's queued attempt numbered
+//! `<attempt>` ran and before any later one did: see `pass_on` in `scripts.rs`); the grant is
+//! kept for the waiter to [`take`](Notifier::take_grant).
 //!
 //! The connection is probed with a `PING` every [`PROBE_PERIOD`], answered within the connect
 //! timeout: a flow that a NAT or load balancer dropped silently (no FIN, no RST) is noticed,
@@ -28,8 +29,8 @@ pub(crate) struct Notifier {
     channel: String,
     connect_timeout: Duration,
     waiters: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Grants announced to registered waiters and not taken yet: entry → (token, owner value).
-    grants: Mutex<HashMap<String, (u64, String)>>,
+    /// Grants announced to registered waiters and not taken yet, by entry.
+    grants: Mutex<HashMap<String, Grant>>,
     /// Whether the subscription is up right now.
     up: watch::Sender<bool>,
     /// Dropped with the notifier: ends the task.
@@ -73,13 +74,13 @@ impl Notifier {
         self.grants().remove(entry);
     }
 
-    fn grants(&self) -> MutexGuard<'_, HashMap<String, (u64, String)>> {
+    fn grants(&self) -> MutexGuard<'_, HashMap<String, Grant>> {
         self.grants.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The grant a release announced to `entry` since the last call, if any: its token and the
-    /// owner value it was granted to (the waiter checks that it is still its own).
-    pub(crate) fn take_grant(&self, entry: &str) -> Option<(u64, String)> {
+    /// The grant a release announced to `entry` since the last call, if any (of several, the
+    /// one after the latest attempt; the waiter checks its owner value and its attempt).
+    pub(crate) fn take_grant(&self, entry: &str) -> Option<Grant> {
         self.grants().remove(entry)
     }
 
@@ -111,7 +112,12 @@ impl Notifier {
         match notify {
             Some(n) => {
                 if let Some(grant) = grant {
-                    self.grants().insert(entry.to_owned(), grant);
+                    let mut grants = self.grants();
+                    // Announcements may arrive out of order: keep the one after the latest
+                    // attempt.
+                    if grants.get(entry).is_none_or(|g| g.attempt <= grant.attempt) {
+                        grants.insert(entry.to_owned(), grant);
+                    }
                 }
                 n.notify_one();
             }
@@ -126,15 +132,37 @@ impl Notifier {
     }
 }
 
+/// A grant a release announced to a queue entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    /// The owner value the key was set to.
+    pub(crate) owner: String,
+    /// The entry's last queued attempt that ran before the release (the waiter numbers them
+    /// from 1): the release ran after it and before any later one.
+    pub(crate) attempt: u64,
+}
+
 /// A message: the entry, and the announced grant when there is one. `None`: malformed.
-fn parse(payload: &str) -> Option<(&str, Option<(u64, String)>)> {
+fn parse(payload: &str) -> Option<(&str, Option<Grant>)> {
     let mut parts = payload.split(' ');
     let entry = parts.next().filter(|e| !e.is_empty())?;
-    match (parts.next(), parts.next(), parts.next()) {
-        (None, _, _) => Some((entry, None)),
-        (Some(token), Some(owner), None) if !owner.is_empty() => {
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (None, ..) => Some((entry, None)),
+        // A grant without the attempt it followed (a release of an earlier dlock version)
+        // cannot be dated: only a wake-up, and the next attempt finds the key.
+        (Some(_), Some(_), None, None) => Some((entry, None)),
+        (Some(token), Some(owner), Some(attempt), None) if !owner.is_empty() => {
             let token = token.parse::<u64>().ok().filter(|t| *t > 0)?;
-            Some((entry, Some((token, owner.to_owned()))))
+            let attempt = attempt.parse::<u64>().ok()?;
+            Some((
+                entry,
+                Some(Grant {
+                    token,
+                    owner: owner.to_owned(),
+                    attempt,
+                }),
+            ))
         }
         _ => None,
     }
@@ -236,22 +264,32 @@ async fn run(weak: Weak<Notifier>, mut shutdown: watch::Receiver<()>) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{Grant, parse};
 
     #[test]
     fn messages_parse() {
         assert_eq!(parse("ab.3"), Some(("ab.3", None)));
+        // Without the attempt it followed, a grant cannot be dated: a wake-up only.
+        assert_eq!(parse("ab.3 1700000000000001 00ff"), Some(("ab.3", None)));
         assert_eq!(
-            parse("ab.3 1700000000000001 00ff"),
-            Some(("ab.3", Some((1_700_000_000_000_001, "00ff".to_owned()))))
+            parse("ab.3 1700000000000001 00ff 4"),
+            Some((
+                "ab.3",
+                Some(Grant {
+                    token: 1_700_000_000_000_001,
+                    owner: "00ff".to_owned(),
+                    attempt: 4
+                })
+            ))
         );
         for bad in [
             "",
             "ab.3 12",
-            "ab.3 0 00ff",
-            "ab.3 -1 00ff",
-            "ab.3 x 00ff",
-            "ab.3 1 o x",
+            "ab.3 0 00ff 1",
+            "ab.3 -1 00ff 1",
+            "ab.3 x 00ff 1",
+            "ab.3 1 00ff x",
+            "ab.3 1 00ff 1 x",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }

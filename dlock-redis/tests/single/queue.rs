@@ -133,6 +133,74 @@ async fn direct_grant_at(ttl: Duration) {
     }
 }
 
+/// A release's grant to the queue's head is announced over pub/sub, which may arrive late. If
+/// the head meanwhile sent another queued attempt (its timer fired first), that attempt may
+/// have found the announced grant expired and someone else holding the lock: the late
+/// announcement must not be taken then. Here the holder holds throughout; the test publishes,
+/// on the waiter's own channel, the announcement an earlier release would have sent (the
+/// waiter's entry and owner value as the queue stores them, from before its last attempt).
+/// The waiter must keep waiting, and get the lock only from the holder's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_announced_before_the_heads_last_attempt_is_not_taken() {
+    let ns = "dlock-test/single/stale-grant";
+    let ttl = Duration::from_secs(10);
+    let (holder, waiter) = (locker(&url(), ns, ttl).await, locker(&url(), ns, ttl).await);
+    let mut conn = conn(&url()).await;
+    let lock = name("stale");
+    let queue = format!("{ns}/dlock:{{stale}}:q");
+    let deadlines = format!("{queue}t");
+    let held = granted(&holder, &lock, Duration::from_secs(5), "holder acquires").await;
+    let waiting = acquiring(
+        &waiter,
+        &lock,
+        AcquireOptions::wait(Duration::from_secs(20)),
+    );
+    let entry = queued(&mut conn, &queue, 1).await.remove(0);
+    // What the head's last attempt left for a release: `<ttl ms>:<owner>[:<attempt>]`.
+    let details: String = redis::cmd("HGET")
+        .arg(&deadlines)
+        .arg(format!("g:{entry}"))
+        .query_async(&mut conn)
+        .await
+        .expect("HGET");
+    let mut fields = details.split(':').skip(1);
+    let owner = fields.next().expect("an owner value");
+    // An attempt before the last one (the first is numbered 1).
+    let earlier = fields.next().map(|n| {
+        n.parse::<u64>()
+            .expect("an attempt number")
+            .saturating_sub(1)
+    });
+    let locker_id = entry.split('.').next().expect("a locker id");
+    let token = held.token().0 + 1;
+    let message = match earlier {
+        Some(n) => format!("{entry} {token} {owner} {n}"),
+        None => format!("{entry} {token} {owner}"),
+    };
+    let receivers: i64 = redis::cmd("PUBLISH")
+        .arg(format!("{ns}/dlock:notify:{locker_id}"))
+        .arg(&message)
+        .query_async(&mut conn)
+        .await
+        .expect("PUBLISH");
+    assert_eq!(receivers, 1, "the waiter's locker listens on its channel");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter took a grant announced before its last attempt while the holder holds: {:?}",
+        waiting.await
+    );
+    assert!(held.check().is_ok(), "the holder still holds");
+    let held_token = held.token();
+    held.release().await.expect("release");
+    let got = waiting
+        .await
+        .expect("join")
+        .expect("the waiter gets the lock from the release");
+    assert!(got.token() > held_token, "tokens must increase");
+    got.release().await.expect("release");
+}
+
 /// The bound on how long a crashed head waiter can stall the queue after a release: its
 /// entry's lifetime (3 s) plus the next waiter's refresh period (1 s), both independent of the
 /// TTL, plus 2 s of scheduling slack for a loaded host.
