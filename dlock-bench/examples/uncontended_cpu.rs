@@ -19,39 +19,15 @@ use dlock_conformance::servers::{Cluster, ServerKind};
 use dlock_core::{AcquireOptions, LockName, Locker};
 use dlock_redis::{RedisLocker, RedlockLocker};
 use futures::future::join_all;
+#[path = "support/proc_stats.rs"]
+mod proc_stats;
+use proc_stats::{cpu_secs, switches};
 
 const PAIRS: usize = 20_000;
 const WARM: usize = 1_000;
 const TTL: Duration = Duration::from_secs(10);
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
-
-/// utime + stime of process `pid` ("self" for this one), in seconds.
-fn cpu_secs(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Context switches (voluntary + involuntary) of every thread of this process so far.
-fn switches() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    tasks
-        .flatten()
-        .map(|t| {
-            std::fs::read_to_string(t.path().join("status"))
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.contains("ctxt_switches"))
-                .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-                .sum::<f64>()
-        })
-        .sum()
-}
 
 /// One connection per node, for the floor and for the server's statistics.
 async fn conns(urls: &[String]) -> Vec<redis::aio::MultiplexedConnection> {
@@ -127,14 +103,18 @@ async fn measure<F, Fut>(
     }
     reset(stats).await;
     let server_cpu = || servers.iter().map(|p| cpu_secs(p)).sum::<f64>();
-    let (cpu, srv, sw) = (cpu_secs("self"), server_cpu(), switches());
+    let (cpu, srv, sw) = (cpu_secs("self"), server_cpu(), switches("self"));
     let mut t = Vec::with_capacity(PAIRS);
     for _ in 0..PAIRS {
         let s = Instant::now();
         pair().await;
         t.push(s.elapsed());
     }
-    let (cpu, srv, sw) = (cpu_secs("self") - cpu, server_cpu() - srv, switches() - sw);
+    let (cpu, srv, sw) = (
+        cpu_secs("self") - cpu,
+        server_cpu() - srv,
+        switches("self") - sw,
+    );
     let server = commandstats(stats).await;
     t.sort();
     let n = PAIRS as f64;
