@@ -7,9 +7,11 @@
 //! `dlock-core/src/renewal.rs`).
 //!
 //! A fair release with waiters grants the live head in the release script (`pass_on`: the
-//! head's owner value, the next token, published to the head), and the head takes the lease
-//! counted from its last queued attempt (`acquire::direct`); heads of an older client, which
-//! leave no grant details, get a reservation instead (the `older heads` cases).
+//! head's owner value, the next token, published to the head with the number of the head's
+//! queued attempt whose grant details it used), and the head takes the lease counted from that
+//! attempt's send only when it is the last attempt the head saw answered (`acquire::direct`,
+//! `granted_directly`); heads of an older client, which leave no grant details, get a
+//! reservation instead (the `older heads` cases).
 //!
 //! The server keeps, with expiries on ITS clock: the lock key (our owner value, or a
 //! reservation `r:<entry>` for the queue's head), the fence counter (`next_token`: the
@@ -23,7 +25,10 @@
 //! Cases: `today, loss` (a lost or duplicated message, a cancel, a holder crash, pauses),
 //! `today, restart` (a restart that loses every key, a holder crash, pauses), `today, fair`
 //! (3 clients, the fair scheduler, a lost notification, a holder crash: FIFO and the bounds),
-//! and the negative controls `fence without floor` and `unguarded release`.
+//! `today, late announcements` (2 clients × 2 acquires, notifications up to 2 units late,
+//! pauses, a holder crash), and the negative controls `announcement of any attempt` (the
+//! head takes a direct grant whatever attempt it names, the rule before attempt numbers),
+//! `fence without floor` and `unguarded release`.
 //!
 //! Where it abstracts the code:
 //! - Time is whole units of 0.5 s. TTL 3 s = 6 units; the renewal period TTL/3 = 2; the drift
@@ -31,10 +36,12 @@
 //!   232 ms) are one unit each (rounded up); the request timeout (TTL/3 at most 2 s) 2 units;
 //!   the refresh period (the TTL at most 1 s) 2 units, so an entry lives 6; the retry delay
 //!   after a slow reply (50 ms) is 0 (the retry is sent at once).
-//! - Every message is delivered (or lost) before time moves on: delays are shorter than a
-//!   unit, so a request's reply is never late for its validity and request timeouts only
-//!   follow a lost message. The server's clock runs with the clients' (the lease model checks
-//!   clock drift).
+//! - Every script call and reply is delivered (or lost) before time moves on: delays are
+//!   shorter than a unit, so a request's reply is never late for its validity and request
+//!   timeouts only follow a lost message. Pub/sub notifications ride another connection: in
+//!   the `late announcements` cases they may arrive up to 2 units after they were sent (after
+//!   later replies, and after the grant they announce expired); elsewhere within the unit.
+//!   The server's clock runs with the clients' (the lease model checks clock drift).
 //! - A token is `max(counter + 1, server clock × 16)`: 16 tokens per unit stand for the
 //!   microseconds of a unit (a run grants far fewer than 16 per unit). A restart takes one
 //!   unit (the server is not back within the microsecond it went down in).
@@ -49,10 +56,9 @@
 //!   server or lost under the budget); the notifier's resubscription wakes every waiter
 //!   (`Notifier::wake_all`).
 //! - A direct grant's TTL capped at the entry lifetime less 1 ms is the TTL in units (the
-//!   entry lives one TTL). One that reaches a waiter with an attempt in flight wakes it, as a
-//!   notification does: the next attempt finds its own owner value and is granted (the code
-//!   may take the direct grant after the attempt's reply instead; both count from a send
-//!   that ran before the release).
+//!   entry lives one TTL). An attempt's number is the client's request number. One that
+//!   reaches a waiter with an attempt in flight is kept (of several, the one naming the
+//!   latest attempt, as the notifier keeps them) and checked after the reply.
 //! - A renewal whose reply is lost is not retried: the lease is lost at its deadline.
 //! - The give-back of a grant whose reply came after its validity (`acquire`, "grant arrived
 //!   after its validity") is out of reach (replies come within the unit); a property checks
@@ -100,6 +106,9 @@ pub enum Variant {
     /// The scripts as they are, with heads of an older client that leaves no grant details:
     /// `pass_on` reserves the lock for the head (`r:<entry>`) and only wakes it.
     OlderHeads,
+    /// The head takes a direct grant whatever attempt its announcement names, counted from
+    /// its last answered attempt (the rule before attempt numbers): a negative control.
+    AnyAttempt,
 }
 
 /// The model's parameters.
@@ -111,6 +120,10 @@ pub struct RedisModel {
     pub attempts: u8,
     /// The longest a message travels before it is delivered (or lost).
     pub max_delay: u8,
+    /// The longest a pub/sub notification travels: it rides another connection than the
+    /// script calls and their replies, so it may arrive after later replies, and after time
+    /// moved on.
+    pub notify_delay: u8,
     /// Time stops here.
     pub horizon: u8,
     /// Losses and duplications of messages (faults on only).
@@ -232,13 +245,25 @@ pub enum Body {
         start: u8,
     },
     /// `publish(entry)`: the pub/sub message to the entry's locker; for a direct grant
-    /// (`pass_on` granting the head) also the token and the restarts before the grant.
+    /// (`pass_on` granting the head) also the token, the restarts before the grant and the
+    /// number of the head's queued attempt whose grant details it used.
     Notify {
         /// The entry it names.
         entry: Id,
-        /// The direct grant's token and epoch, if it is one.
-        grant: Option<(u16, u8)>,
+        /// The direct grant, if it is one.
+        grant: Option<Announced>,
     },
+}
+
+/// A direct grant as `pass_on` announces it (`<entry> <token> <owner> <attempt>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Announced {
+    /// The fencing token.
+    pub token: u16,
+    /// Restarts before the grant (a model ghost).
+    pub epoch: u8,
+    /// The head's queued attempt that left the grant details (its request number).
+    pub attempt: u8,
 }
 
 /// A message in flight.
@@ -276,12 +301,18 @@ pub enum Client {
         queued: bool,
         /// A notification's permit is stored (`Notify::notify_one`).
         permit: bool,
+        /// A direct grant announced meanwhile, kept by the notifier (of several, the one
+        /// after the latest attempt) for the check after the reply (`granted_directly`).
+        grant: Option<Announced>,
     },
     /// `doze`: sleeping until notified or until `until`.
     Dozing {
         /// When the last attempt that queued or refreshed us (answered "not granted") was
         /// sent: a direct grant's deadline counts from it (`acquire::direct::start_of`).
         asked: u8,
+        /// That attempt's number (its request number): a direct grant is taken only when
+        /// its announcement names it.
+        attempt: u8,
         /// When the acquire started.
         since: u8,
         /// The fallback timer.
@@ -326,8 +357,10 @@ pub struct State {
     pub lock: Option<(Val, u8)>,
     /// The fence counter.
     pub fence: Option<u16>,
-    /// The queue (`:q`) with each entry's deadline (`:qt`), in order.
-    pub queue: Vec<(Id, u8)>,
+    /// The queue (`:q`) with each entry's deadline (`:qt`) and the number of the queued
+    /// attempt that left its grant details (`g:<entry>`: the client's request number), in
+    /// order.
+    pub queue: Vec<(Id, u8, u8)>,
     /// The queue keys' expiry (only ever extended).
     pub q_exp: u8,
     /// The clients.
@@ -377,6 +410,7 @@ const SEEN_WITHDRAW: u8 = 8;
 const SEEN_WRITE_REJECTED: u8 = 16;
 const SEEN_NOTIFY_LOST_GRANT: u8 = 32;
 const SEEN_NOTIFY_LOST: u8 = 64;
+const SEEN_OTHER_ATTEMPT: u8 = 128;
 
 /// A step, named after what the code does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -490,11 +524,11 @@ impl RedisModel {
         let pos = s
             .queue
             .iter()
-            .position(|&(e, _)| e == owner)
+            .position(|&(e, _, _)| e == owner)
             .unwrap_or(s.queue.len());
         let ahead = s.queue[..pos]
             .iter()
-            .any(|&(e, dl)| e != owner && dl > clock);
+            .any(|&(e, dl, _)| e != owner && dl > clock);
         if ahead && !s.expired_free {
             s.overtaken = true;
         }
@@ -504,14 +538,14 @@ impl RedisModel {
     fn live_until(s: &State, e: Id, clock: u8) -> Option<u8> {
         s.queue
             .iter()
-            .find(|&&(x, _)| x == e)
-            .map(|&(_, dl)| dl)
+            .find(|&&(x, _, _)| x == e)
+            .map(|&(_, dl, _)| dl)
             .filter(|&dl| dl > clock)
     }
 
     /// `live_head`: drops dead heads; the live head and its deadline.
     fn live_head(s: &mut State, clock: u8) -> Option<(Id, u8)> {
-        while let Some(&(head, dl)) = s.queue.first() {
+        while let Some(&(head, dl, _)) = s.queue.first() {
             if dl > clock {
                 return Some((head, dl));
             }
@@ -520,7 +554,7 @@ impl RedisModel {
         None
     }
 
-    fn publish(s: &mut State, entry: Id, grant: Option<(u16, u8)>) {
+    fn publish(s: &mut State, entry: Id, grant: Option<Announced>) {
         s.net.send(Msg {
             sent: s.now,
             client: entry.0,
@@ -541,12 +575,23 @@ impl RedisModel {
             }
             Some((head, dl)) => {
                 let px = TTL.min(dl - clock).max(1);
+                // `live_head` left the head first: the attempt of its grant details.
+                let attempt = s.queue.first().map_or(0, |q| q.2);
                 let token = self.next_token(s);
                 self.granted(s, head, token);
-                Self::publish(s, head, Some((token, s.epoch)));
+                let epoch = s.epoch;
+                Self::publish(
+                    s,
+                    head,
+                    Some(Announced {
+                        token,
+                        epoch,
+                        attempt,
+                    }),
+                );
                 s.lock = Some((Val::Owner(head), clock + px));
                 // `LPOP` and `forget`.
-                s.queue.retain(|&(e, _)| e != head);
+                s.queue.retain(|&(e, _, _)| e != head);
             }
             None => s.lock = None,
         }
@@ -643,7 +688,7 @@ impl RedisModel {
                     s.lock = Some((Val::Owner(owner), clock + TTL));
                     let token = self.next_token(s);
                     self.granted(s, owner, token);
-                    s.queue.retain(|&(e, _)| e != owner);
+                    s.queue.retain(|&(e, _, _)| e != owner);
                     if reserved_for_us {
                         s.seen |= SEEN_QUEUE_HANDOFF;
                     }
@@ -660,14 +705,18 @@ impl RedisModel {
                     return;
                 }
                 let dl = clock + ENTRY_LIFE;
-                match s.queue.iter_mut().find(|(e, _)| *e == owner) {
-                    Some(entry) => entry.1 = dl,
-                    None => s.queue.push((owner, dl)),
+                // The deadline and the grant details (`g:<entry>`, with this attempt's number).
+                match s.queue.iter_mut().find(|(e, _, _)| *e == owner) {
+                    Some(entry) => {
+                        entry.1 = dl;
+                        entry.2 = req;
+                    }
+                    None => s.queue.push((owner, dl, req)),
                 }
                 s.q_exp = s.q_exp.max(dl);
                 match (holder, s.lock) {
                     (Some(_), Some((_, exp))) => {
-                        let head = s.queue.first().is_some_and(|&(e, _)| e == owner);
+                        let head = s.queue.first().is_some_and(|&(e, _, _)| e == owner);
                         reply(
                             s,
                             Body::Held {
@@ -718,8 +767,8 @@ impl RedisModel {
                 }
             }
             Body::Withdraw { owner } => {
-                let was_head = s.queue.first().is_some_and(|&(e, _)| e == owner);
-                s.queue.retain(|&(e, _)| e != owner);
+                let was_head = s.queue.first().is_some_and(|&(e, _, _)| e == owner);
+                s.queue.retain(|&(e, _, _)| e != owner);
                 let holder = live.map(|(v, _)| v);
                 if holder == Some(Val::Owner(owner)) || holder == Some(Val::Reserved(owner)) {
                     self.pass_on(s);
@@ -743,16 +792,25 @@ impl RedisModel {
                     req,
                     queued,
                     permit,
+                    grant,
                 },
                 body,
             ) => match body {
-                Body::Notify { entry, .. } if queued && entry == (i as u8, s.started[i] - 1) => {
+                Body::Notify { entry, grant: g }
+                    if queued && entry == (i as u8, s.started[i] - 1) =>
+                {
+                    // The notifier keeps the announcement after the latest attempt.
+                    let grant = match (grant, g) {
+                        (Some(old), Some(new)) if old.attempt > new.attempt => Some(old),
+                        (old, new) => new.or(old),
+                    };
                     Client::Attempt {
                         since,
                         start,
                         req,
                         queued,
                         permit: true,
+                        grant,
                     }
                 }
                 Body::Granted {
@@ -773,10 +831,11 @@ impl RedisModel {
                         return self.attempt(s, i, since, true);
                     }
                     let sleep = if head { pttl.min(REFRESH) } else { REFRESH };
-                    return self.doze(s, i, since, start, sleep, permit);
+                    return self.doze(s, i, since, (start, req), sleep, permit, grant);
                 }
                 Body::Turn { req: r0, left, .. } if r0 == req => {
-                    return self.doze(s, i, since, start, left.min(REFRESH), permit);
+                    let sleep = left.min(REFRESH);
+                    return self.doze(s, i, since, (start, req), sleep, permit, grant);
                 }
                 _ => c,
             },
@@ -785,18 +844,16 @@ impl RedisModel {
                     since,
                     queued,
                     asked,
+                    attempt,
                     ..
                 },
                 Body::Notify { entry, grant },
-            ) if queued && entry == (i as u8, s.started[i] - 1) => match grant {
-                // `granted_directly`: counted from the last queued attempt, unless that leaves
-                // less than a renewal period (then the attempt re-arms the key).
-                Some((token, epoch)) if Self::deadline(asked) >= s.now + PERIOD => {
-                    s.seen |= SEEN_QUEUE_HANDOFF;
-                    self.accept(s, asked, token, epoch, false, queued)
+            ) if queued && entry == (i as u8, s.started[i] - 1) => {
+                match self.granted_directly(s, grant, (asked, attempt)) {
+                    Some(lease) => lease,
+                    None => return self.attempt(s, i, since, true),
                 }
-                _ => return self.attempt(s, i, since, true),
-            },
+            }
             (
                 Client::Holding {
                     deadline,
@@ -898,21 +955,59 @@ impl RedisModel {
             req,
             queued,
             permit: false,
+            grant: None,
         };
     }
 
-    /// `doze`: a stored permit wakes it at once; otherwise it sleeps `sleep`.
-    fn doze(&self, s: &mut State, i: usize, since: u8, asked: u8, sleep: u8, permit: bool) {
-        if permit {
-            self.attempt(s, i, since, true);
-        } else {
+    /// `doze`: a stored permit wakes it at once (and a direct grant kept meanwhile is checked
+    /// against the attempt just answered, `asked`: its send and number); otherwise it sleeps
+    /// `sleep`.
+    #[allow(clippy::too_many_arguments)]
+    fn doze(
+        &self,
+        s: &mut State,
+        i: usize,
+        since: u8,
+        asked: (u8, u8),
+        sleep: u8,
+        permit: bool,
+        grant: Option<Announced>,
+    ) {
+        if !permit {
             s.clients[i] = Client::Dozing {
-                asked,
+                asked: asked.0,
+                attempt: asked.1,
                 since,
                 until: s.now + sleep,
                 queued: true,
             };
+        } else if let Some(lease) = self.granted_directly(s, grant, asked) {
+            s.clients[i] = lease;
+        } else {
+            self.attempt(s, i, since, true);
         }
+    }
+
+    /// `granted_directly`: a direct grant is taken when its announcement names the last
+    /// queued attempt answered "not granted" (`asked`: its send and number), counted from that
+    /// attempt's send, unless that leaves less than a renewal period (then the next attempt
+    /// re-arms the key). [`Variant::AnyAttempt`] takes it whatever attempt it names.
+    fn granted_directly(
+        &self,
+        s: &mut State,
+        grant: Option<Announced>,
+        (sent, number): (u8, u8),
+    ) -> Option<Client> {
+        let g = grant?;
+        if g.attempt != number {
+            s.seen |= SEEN_OTHER_ATTEMPT;
+        }
+        let named = g.attempt == number || self.variant == Variant::AnyAttempt;
+        if !named || Self::deadline(sent) < s.now + PERIOD {
+            return None;
+        }
+        s.seen |= SEEN_QUEUE_HANDOFF;
+        Some(self.accept(s, sent, g.token, g.epoch, false, true))
     }
 
     fn believers(s: &State) -> impl Iterator<Item = u8> + '_ {
@@ -969,7 +1064,13 @@ impl Model for RedisModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let n = self.clients;
-        let overdue = s.net.overdue(s.now, self.max_delay);
+        let overdue = s.net.iter().any(|m| {
+            let delay = match m.body {
+                Body::Notify { .. } => self.notify_delay.max(self.max_delay),
+                _ => self.max_delay,
+            };
+            s.now >= m.sent + delay
+        });
         let urgent = !self.faults && (0..n as usize).any(|i| self.due(s, i));
         let can_tick = !overdue && !urgent && s.now < self.horizon;
         if can_tick {
@@ -1222,6 +1323,12 @@ impl Model for RedisModel {
                     |_, s: &State| s.seen & SEEN_WRITE_REJECTED != 0,
                 ));
             }
+            if self.notify_delay > 0 {
+                p.push(Property::sometimes(
+                    "a direct grant announced after another attempt",
+                    |_, s: &State| s.seen & SEEN_OTHER_ATTEMPT != 0,
+                ));
+            }
             if self.cancels > 0 {
                 p.push(Property::sometimes(
                     "an acquire withdrawn",
@@ -1302,6 +1409,7 @@ fn faulty(bound: Bound, f: Faults, attempts: u8, variant: Variant) -> Outcome {
         clients: 2,
         attempts,
         max_delay: 0,
+        notify_delay: 0,
         horizon,
         faults_budget: f.budget,
         notify_losses: 0,
@@ -1330,6 +1438,7 @@ fn fair(bound: Bound, variant: Variant) -> Outcome {
         clients: 3,
         attempts: 1,
         max_delay: 0,
+        notify_delay: 0,
         horizon,
         faults_budget: 0,
         notify_losses: 1,
@@ -1348,6 +1457,42 @@ fn fair(bound: Bound, variant: Variant) -> Outcome {
     );
     explore(model, desc)
 }
+
+/// Late announcements: a notification may arrive up to `NOTIFY_DELAY` units after it was
+/// sent (after later replies, and after a direct grant it announces expired); no loss,
+/// restart or cancel; pauses (nothing forces a step on time), a holder crash. Two clients
+/// with two acquires each, so that a lock whose direct grant expired unseen can be taken by
+/// the other client's next acquire while the late announcement is on its way.
+fn late(bound: Bound, variant: Variant) -> Outcome {
+    const NOTIFY_DELAY: u8 = 2;
+    let horizon = match bound {
+        Bound::Quick => HORIZON_LATE_QUICK,
+        Bound::Full => HORIZON_LATE_QUICK + 1,
+    };
+    let model = RedisModel {
+        clients: 2,
+        attempts: 2,
+        max_delay: 0,
+        notify_delay: NOTIFY_DELAY,
+        horizon,
+        faults_budget: 0,
+        notify_losses: 0,
+        restarts: 0,
+        cancels: 0,
+        max_skew: 0,
+        faults: true,
+        hold: 0,
+        wait_bound: 0,
+        crash_slack: 0,
+        variant,
+    };
+    let desc = format!(
+        "2 clients × 2 acquires, TTL {TTL}, horizon {horizon}, replies within the unit (reordered), notifications up to {NOTIFY_DELAY} units late, a holder crash, pauses"
+    );
+    explore(model, desc)
+}
+
+const HORIZON_LATE_QUICK: u8 = 6;
 
 /// The model's name in the table.
 const MODEL: &str = "redis";
@@ -1381,6 +1526,15 @@ pub fn cases() -> Vec<Case> {
         Case::holds(MODEL, "today, fair, older heads", |b| {
             fair(b, Variant::OlderHeads)
         }),
+        Case::holds(MODEL, "today, late announcements", |b| {
+            late(b, Variant::Today)
+        }),
+        Case::control(
+            MODEL,
+            "announcement of any attempt",
+            "one believer at a time",
+            |b| late(b, Variant::AnyAttempt),
+        ),
         Case::control(
             MODEL,
             "fence without floor",
