@@ -1394,10 +1394,16 @@ struct Faults {
     restarts: u8,
     /// Acquires given up.
     cancels: u8,
+    /// How late a pub/sub notification may arrive (0: within the unit).
+    notify_delay: u8,
 }
 
 fn faulty(bound: Bound, f: Faults, attempts: u8, variant: Variant) -> Outcome {
     let horizon = match (bound, f.budget > 0, attempts > 1) {
+        // Late notifications (with two acquires each, no loss): far enough for a direct grant
+        // to expire unseen and the lock to be taken again while its announcement travels.
+        (Bound::Quick, _, _) if f.notify_delay > 0 => 6,
+        (Bound::Full, _, _) if f.notify_delay > 0 => 7,
         (Bound::Quick, _, true) => 0,
         (Bound::Full, _, true) => 1,
         (Bound::Quick, true, _) => 5,
@@ -1409,7 +1415,7 @@ fn faulty(bound: Bound, f: Faults, attempts: u8, variant: Variant) -> Outcome {
         clients: 2,
         attempts,
         max_delay: 0,
-        notify_delay: 0,
+        notify_delay: f.notify_delay,
         horizon,
         faults_budget: f.budget,
         notify_losses: 0,
@@ -1422,8 +1428,12 @@ fn faulty(bound: Bound, f: Faults, attempts: u8, variant: Variant) -> Outcome {
         crash_slack: 0,
         variant,
     };
+    let delivery = match f.notify_delay {
+        0 => "delivery within the unit".to_owned(),
+        d => format!("replies within the unit, notifications up to {d} units late"),
+    };
     let desc = format!(
-        "2 clients × {attempts} acquires, TTL {TTL}, horizon {horizon}, delivery within the unit (reordered), {} lost/duplicated, {} restart, {} cancel, a holder crash, pauses",
+        "2 clients × {attempts} acquires, TTL {TTL}, horizon {horizon}, {delivery} (reordered), {} lost/duplicated, {} restart, {} cancel, a holder crash, pauses",
         f.budget, f.restarts, f.cancels
     );
     explore(model, desc)
@@ -1458,42 +1468,6 @@ fn fair(bound: Bound, variant: Variant) -> Outcome {
     explore(model, desc)
 }
 
-/// Late announcements: a notification may arrive up to `NOTIFY_DELAY` units after it was
-/// sent (after later replies, and after a direct grant it announces expired); no loss,
-/// restart or cancel; pauses (nothing forces a step on time), a holder crash. Two clients
-/// with two acquires each, so that a lock whose direct grant expired unseen can be taken by
-/// the other client's next acquire while the late announcement is on its way.
-fn late(bound: Bound, variant: Variant) -> Outcome {
-    const NOTIFY_DELAY: u8 = 2;
-    let horizon = match bound {
-        Bound::Quick => HORIZON_LATE_QUICK,
-        Bound::Full => HORIZON_LATE_QUICK + 1,
-    };
-    let model = RedisModel {
-        clients: 2,
-        attempts: 2,
-        max_delay: 0,
-        notify_delay: NOTIFY_DELAY,
-        horizon,
-        faults_budget: 0,
-        notify_losses: 0,
-        restarts: 0,
-        cancels: 0,
-        max_skew: 0,
-        faults: true,
-        hold: 0,
-        wait_bound: 0,
-        crash_slack: 0,
-        variant,
-    };
-    let desc = format!(
-        "2 clients × 2 acquires, TTL {TTL}, horizon {horizon}, replies within the unit (reordered), notifications up to {NOTIFY_DELAY} units late, a holder crash, pauses"
-    );
-    explore(model, desc)
-}
-
-const HORIZON_LATE_QUICK: u8 = 6;
-
 /// The model's name in the table.
 const MODEL: &str = "redis";
 
@@ -1503,16 +1477,27 @@ pub fn cases() -> Vec<Case> {
         budget: 1,
         restarts: 0,
         cancels: 1,
+        notify_delay: 0,
     };
     const RESTART: Faults = Faults {
         budget: 0,
         restarts: 1,
         cancels: 0,
+        notify_delay: 0,
     };
     const DUP: Faults = Faults {
         budget: 1,
         restarts: 0,
         cancels: 0,
+        notify_delay: 0,
+    };
+    // Two acquires each, so that a lock whose direct grant expired unseen can be taken by the
+    // other client's next acquire while the late announcement travels.
+    const LATE: Faults = Faults {
+        budget: 0,
+        restarts: 0,
+        cancels: 0,
+        notify_delay: 2,
     };
     vec![
         Case::holds(MODEL, "today, loss", |b| faulty(b, LOSS, 1, Variant::Today)),
@@ -1527,13 +1512,13 @@ pub fn cases() -> Vec<Case> {
             fair(b, Variant::OlderHeads)
         }),
         Case::holds(MODEL, "today, late announcements", |b| {
-            late(b, Variant::Today)
+            faulty(b, LATE, 2, Variant::Today)
         }),
         Case::control(
             MODEL,
             "announcement of any attempt",
             "one believer at a time",
-            |b| late(b, Variant::AnyAttempt),
+            |b| faulty(b, LATE, 2, Variant::AnyAttempt),
         ),
         Case::control(
             MODEL,
